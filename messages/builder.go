@@ -1,0 +1,174 @@
+package messages
+
+import (
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// ObjectBuilder writes a JSON object member by member, in call order, for
+// encoders that must not take a reflection detour on the hot path. The zero
+// value is an empty builder. It is not safe for concurrent use.
+//
+// Every method writes a valid member, so Build needs no validation: strings
+// are escaped, integers are written exactly, and Raw takes an already
+// validated JSON. A zero JSON passed to Raw is skipped (absent member).
+type ObjectBuilder struct {
+	b []byte
+}
+
+func (o *ObjectBuilder) key(k string) {
+	if len(o.b) == 0 {
+		o.b = append(o.b, '{')
+	} else {
+		o.b = append(o.b, ',')
+	}
+	o.b = AppendQuoted(o.b, k)
+	o.b = append(o.b, ':')
+}
+
+// String adds a string member.
+func (o *ObjectBuilder) String(k, v string) *ObjectBuilder {
+	o.key(k)
+	o.b = AppendQuoted(o.b, v)
+	return o
+}
+
+// Int adds an integer member.
+func (o *ObjectBuilder) Int(k string, v int64) *ObjectBuilder {
+	o.key(k)
+	o.b = strconv.AppendInt(o.b, v, 10)
+	return o
+}
+
+// Float adds a number member. A non-finite value or negative zero is not
+// lossless JSON; it is written as 0 so Build never fails, and callers that
+// accept floats from outside validate them first (see CallConfig.Validate).
+func (o *ObjectBuilder) Float(k string, v float64) *ObjectBuilder {
+	o.key(k)
+	if math.IsInf(v, 0) || math.IsNaN(v) || (v == 0 && math.Signbit(v)) {
+		v = 0
+	}
+	o.b = strconv.AppendFloat(o.b, v, 'g', -1, 64)
+	return o
+}
+
+// Bool adds a boolean member.
+func (o *ObjectBuilder) Bool(k string, v bool) *ObjectBuilder {
+	o.key(k)
+	o.b = strconv.AppendBool(o.b, v)
+	return o
+}
+
+// Raw adds a member whose value is an existing JSON value; a zero JSON is
+// skipped.
+func (o *ObjectBuilder) Raw(k string, v JSON) *ObjectBuilder {
+	if v.IsZero() {
+		return o
+	}
+	o.key(k)
+	o.b = append(o.b, v.text...)
+	return o
+}
+
+// Build returns the object. The builder may be reused afterwards only after
+// Reset.
+func (o *ObjectBuilder) Build() JSON {
+	if len(o.b) == 0 {
+		return JSON{text: "{}"}
+	}
+	return JSON{text: string(append(o.b, '}'))}
+}
+
+// Reset empties the builder, keeping its buffer.
+func (o *ObjectBuilder) Reset() { o.b = o.b[:0] }
+
+// ArrayOf builds a JSON array of already validated values.
+func ArrayOf(vs ...JSON) JSON {
+	b := []byte{'['}
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if v.IsZero() {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, v.text...)
+		}
+	}
+	return JSON{text: string(append(b, ']'))}
+}
+
+// IntArray builds a JSON array of integers.
+func IntArray(vs []int64) JSON {
+	b := []byte{'['}
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return JSON{text: string(append(b, ']'))}
+}
+
+// StringArray builds a JSON array of strings.
+func StringArray(vs []string) JSON {
+	b := []byte{'['}
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendQuoted(b, v)
+	}
+	return JSON{text: string(append(b, ']'))}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendQuoted appends s as a JSON string literal. Like JavaScript's
+// JSON.stringify it escapes only what JSON requires (quote, backslash,
+// control characters); invalid UTF-8 becomes U+FFFD.
+func AppendQuoted(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, "\ufffd"...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
