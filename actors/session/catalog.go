@@ -1,0 +1,85 @@
+package session
+
+import "slices"
+
+// EventType names an event. The log's vocabulary is the reference's
+// KNOWN_SESSION_EVENT_TYPES (48 names); dsh produces the core subset and
+// keeps the rest verbatim as foreign events.
+type EventType string
+
+// The core event types dsh produces (DESIGN §3).
+const (
+	TypeTurnStart        EventType = "turn/start"
+	TypeTurnEnd          EventType = "turn/end"
+	TypeStepStart        EventType = "step/start"
+	TypeStepEnd          EventType = "step/end"
+	TypeUserMessage      EventType = "user/message"
+	TypeAssistantChunk   EventType = "assistant/chunk"
+	TypeAssistantMessage EventType = "assistant/message"
+	TypeToolCall         EventType = "tool/call"
+	TypeToolResult       EventType = "tool/result"
+	TypeRequestHeader    EventType = "request/header"
+	TypeRequestContext   EventType = "request/context"
+	TypeInboxSpliced     EventType = "agent/inbox/spliced"
+	TypeEndSeed          EventType = "session/end-seed"
+	TypeTodoWrite        EventType = "todo/write"
+	TypeLlmRetry         EventType = "llm/retry"
+	TypeLlmRetryStarted  EventType = "llm/retry-started"
+	TypeCompactionStart  EventType = "compaction/start"
+	TypeCompactionSum    EventType = "compaction/summary"
+	TypeCompactionPrune  EventType = "compaction/prune"
+	TypeCompactionEnd    EventType = "compaction/end"
+)
+
+// knownTypes is the reference's whole known vocabulary, sorted.
+var knownTypes = []EventType{
+	"agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided",
+	"approval/policy", "assistant/chunk", "assistant/message", "command/done", "command/run",
+	"compaction/end", "compaction/prune", "compaction/start", "compaction/summary",
+	"feedback/record", "goal/change", "hook/invoked", "hook/result", "llm/retry",
+	"llm/retry-started", "permission/preset", "plan/mode", "request/context", "request/header",
+	"sandbox/mode", "schedule/change", "session/end-seed", "session/title",
+	"session/title-llm-request", "step/end", "step/start", "subagent/descriptor", "team/member",
+	"team/message/delivered", "team/message/queued", "team/task", "todo/write",
+	"tool-workflow/agent-end", "tool-workflow/agent-start", "tool-workflow/run-end",
+	"tool-workflow/run-start", "tool/call", "tool/code-dispatch", "tool/code-dispatch-start",
+	"tool/result", "turn/end", "turn/start", "user/message", "web/deepseek-search-llm-request",
+}
+
+// coreTypes are the types dsh itself produces.
+var coreTypes = []EventType{
+	TypeTurnStart, TypeTurnEnd, TypeStepStart, TypeStepEnd, TypeUserMessage, TypeAssistantChunk,
+	TypeAssistantMessage, TypeToolCall, TypeToolResult, TypeRequestHeader, TypeRequestContext,
+	TypeInboxSpliced, TypeEndSeed, TypeTodoWrite, TypeLlmRetry, TypeLlmRetryStarted,
+	TypeCompactionStart, TypeCompactionSum, TypeCompactionPrune, TypeCompactionEnd,
+}
+
+// legacyTypes were removed from the vocabulary and are refused everywhere
+// (spec §2.2, §3.7).
+var legacyTypes = []EventType{"request/header-delta", "mode/set", "steering/message"}
+
+// KnownTypes returns the reference's known vocabulary (48 names), sorted.
+// The slice is owned by the caller.
+func KnownTypes() []EventType { return slices.Clone(knownTypes) }
+
+// IsKnown reports whether t is in the reference's known vocabulary.
+func (t EventType) IsKnown() bool {
+	_, ok := slices.BinarySearch(knownTypes, t)
+	return ok
+}
+
+// IsCore reports whether dsh produces t (and decodes its data into a typed
+// payload).
+func (t EventType) IsCore() bool { return slices.Contains(coreTypes, t) }
+
+// IsForeign reports whether t is known to the reference but not produced by
+// dsh: such events are accepted and kept verbatim, never produced.
+func (t EventType) IsForeign() bool { return t.IsKnown() && !t.IsCore() }
+
+// IsSurface reports whether events of type t take part in the surface
+// (produce a model-visible message).
+func (t EventType) IsSurface() bool {
+	return t == TypeUserMessage || t == TypeAssistantMessage || t == TypeToolResult
+}
+
+func (t EventType) isLegacy() bool { return slices.Contains(legacyTypes, t) }

@@ -1,0 +1,235 @@
+package session
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// OpKind is the kind of a surface operation.
+type OpKind uint8
+
+// The surface operation kinds. OpNone marks a log-only event.
+const (
+	OpNone OpKind = iota
+	OpAppend
+	OpReplace
+)
+
+// SurfaceOp says how a surface event changes the surface (spec §2.6):
+// append its node at the tail, or replace the inclusive positional range
+// [Start, End] of current nodes with it. The zero SurfaceOp is "none".
+type SurfaceOp struct {
+	kind       OpKind
+	start, end int64
+}
+
+// AppendOp is the surface operation that appends a node.
+func AppendOp() SurfaceOp { return SurfaceOp{kind: OpAppend} }
+
+// ReplaceOp is the surface operation that replaces the current nodes from
+// start to end (seqs, inclusive, by position on the surface).
+func ReplaceOp(start, end int64) SurfaceOp { return SurfaceOp{kind: OpReplace, start: start, end: end} }
+
+// Kind returns the operation kind.
+func (o SurfaceOp) Kind() OpKind { return o.kind }
+
+// Range returns the replaced range of a replace operation.
+func (o SurfaceOp) Range() (start, end int64) { return o.start, o.end }
+
+// JSON returns the operation in the envelope's shape ("append" or
+// {op:"replace",start,end}); zero for OpNone.
+func (o SurfaceOp) JSON() messages.JSON {
+	switch o.kind {
+	case OpAppend:
+		return opAppendJSON
+	case OpReplace:
+		var b messages.ObjectBuilder
+		return b.String("op", "replace").Int("start", o.start).Int("end", o.end).Build()
+	}
+	return messages.JSON{}
+}
+
+var opAppendJSON = messages.JSONString("append")
+
+// ParseSurfaceOp reads the envelope's surfaceOp value: the string "append"
+// or an object with exactly the keys op ("replace"), start and end
+// (non-negative integers).
+func ParseSurfaceOp(j messages.JSON) (SurfaceOp, error) {
+	if s, ok := j.AsString(); ok {
+		if s == "append" {
+			return AppendOp(), nil
+		}
+		return SurfaceOp{}, fmt.Errorf("surfaceOp %q is not append or a replace object", s)
+	}
+	if j.Kind() != messages.KindObject {
+		return SurfaceOp{}, fmt.Errorf("surfaceOp is not append or a replace object")
+	}
+	keys := j.Keys()
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"end", "op", "start"}) {
+		return SurfaceOp{}, fmt.Errorf("surfaceOp replace must have exactly the keys op, start, end")
+	}
+	op, _ := j.Field("op")
+	if s, _ := op.AsString(); s != "replace" {
+		return SurfaceOp{}, fmt.Errorf("surfaceOp op %s is not \"replace\"", op)
+	}
+	sj, _ := j.Field("start")
+	ej, _ := j.Field("end")
+	start, ok1 := sj.AsInt()
+	end, ok2 := ej.AsInt()
+	if !ok1 || !ok2 || start < 0 || end < 0 {
+		return SurfaceOp{}, fmt.Errorf("surfaceOp replace bounds must be non-negative integers")
+	}
+	return ReplaceOp(start, end), nil
+}
+
+// Event is one immutable, committed entry of a session log. It is read
+// through getters; the typed view of a core event's data is decoded once,
+// when the event is built. Safe for concurrent use.
+type Event struct {
+	typ        EventType
+	seq        int64
+	time       int64
+	data       messages.JSON
+	op         SurfaceOp
+	sources    []int64 // sourceEventSeqs; never modified after construction
+	hasSources bool
+	ignorable  bool
+	payload    payload // typed view of data for core types; nil for foreign events
+}
+
+// Compile-time shape guard: adding a field to Event breaks this line until
+// the codec (codec.go), the draft path (Log.Append) and Equal are updated.
+var _ = Event(struct {
+	typ        EventType
+	seq        int64
+	time       int64
+	data       messages.JSON
+	op         SurfaceOp
+	sources    []int64
+	hasSources bool
+	ignorable  bool
+	payload    payload
+}{})
+
+// Type returns the event type.
+func (e Event) Type() EventType { return e.typ }
+
+// Seq returns the event's position in its log (contiguous from 0).
+func (e Event) Seq() int64 { return e.seq }
+
+// Time returns the wall-clock time of the append in epoch milliseconds. It
+// is not monotonic.
+func (e Event) Time() int64 { return e.time }
+
+// Data returns the event's data.
+func (e Event) Data() messages.JSON { return e.data }
+
+// SurfaceOp returns the surface operation (OpNone for log-only events).
+func (e Event) SurfaceOp() SurfaceOp { return e.op }
+
+// SourceEventSeqs returns a copy of the cited seqs, and whether the event
+// carries the field at all (absent means "provenance unknown"; an empty
+// list on an assistant message means a known-empty stream).
+func (e Event) SourceEventSeqs() ([]int64, bool) { return slices.Clone(e.sources), e.hasSources }
+
+// Ignorable reports whether the event carries ignorable: true.
+func (e Event) Ignorable() bool { return e.ignorable }
+
+// IsZero reports whether e is the zero Event.
+func (e Event) IsZero() bool { return e.typ == "" }
+
+// Message returns the message of a surface event (user/message data,
+// assistant/message and tool/result data.message), or of nothing else.
+func (e Event) Message() (messages.Message, bool) {
+	switch p := e.payload.(type) {
+	case UserMessage:
+		return p.Message, true
+	case AssistantMessage:
+		return p.Message, true
+	case ToolResult:
+		return p.Message, true
+	}
+	return messages.Message{}, false
+}
+
+// Payload returns the typed view of a core event's data: one of TurnStart,
+// TurnEnd, StepStart, StepEnd, UserMessage, AssistantChunk,
+// AssistantMessage, ToolCall, ToolResult, RequestHeader, RequestContext,
+// InboxSpliced, EndSeed, TodoWrite, or Opaque for core types whose data the
+// log core does not interpret. It returns nil for foreign events.
+func (e Event) Payload() any { return e.payload }
+
+// TurnStep returns the turn and step an event names, when its data has
+// them.
+func (e Event) TurnStep() (turn, step int64, ok bool) {
+	switch p := e.payload.(type) {
+	case StepStart:
+		return p.Turn, p.Step, true
+	case StepEnd:
+		return p.Turn, p.Step, true
+	case AssistantChunk:
+		return p.Turn, p.Step, true
+	case AssistantMessage:
+		return p.Turn, p.Step, true
+	case ToolCall:
+		return p.Turn, p.Step, true
+	case ToolResult:
+		return p.Turn, p.Step, true
+	}
+	return 0, 0, false
+}
+
+// Equal reports whether two events have the same envelope and JSON-equal
+// data.
+func (e Event) Equal(o Event) bool {
+	return e.typ == o.typ && e.seq == o.seq && e.time == o.time && e.op == o.op &&
+		e.hasSources == o.hasSources && slices.Equal(e.sources, o.sources) &&
+		e.ignorable == o.ignorable && e.data.Equal(o.data)
+}
+
+// Draft is an event not yet appended: its type, data and surface metadata.
+// The log assigns seq and time at append. Build drafts with the typed
+// constructors (TurnStartDraft, ...) or NewDraft for any type. Drafts are
+// values; a Draft's slices are copied at construction.
+type Draft struct {
+	typ        EventType
+	data       messages.JSON
+	op         SurfaceOp
+	sources    []int64
+	hasSources bool
+	ignorable  bool
+	payload    payload
+}
+
+// NewDraft returns a draft of type t carrying data. The data of a core type
+// is decoded and checked at append.
+func NewDraft(t EventType, data messages.JSON) Draft { return Draft{typ: t, data: data} }
+
+// WithSurface returns d with a surface operation.
+func (d Draft) WithSurface(op SurfaceOp) Draft {
+	d.op = op
+	return d
+}
+
+// WithSources returns d citing the given earlier seqs (copied). A nil slice
+// still sets the field (as an empty list).
+func (d Draft) WithSources(seqs []int64) Draft {
+	d.sources = slices.Clone(seqs)
+	d.hasSources = true
+	return d
+}
+
+// AsIgnorable returns d marked ignorable: true.
+func (d Draft) AsIgnorable() Draft {
+	d.ignorable = true
+	return d
+}
+
+// Type returns the draft's event type.
+func (d Draft) Type() EventType { return d.typ }
+
+// Data returns the draft's data.
+func (d Draft) Data() messages.JSON { return d.data }
