@@ -61,7 +61,7 @@ func MustParseJSON(s string) JSON {
 
 // MarshalValue encodes v with encoding/json and validates the result. It is
 // how typed Go values become JSON payloads.
-func MarshalValue(v any) (JSON, error) {
+func MarshalValue[T any](v T) (JSON, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return JSON{}, fmt.Errorf("%w: %v", ErrNotJSON, err)
