@@ -1,0 +1,304 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+
+	"github.com/dshgo/dsh/internal/invariants"
+)
+
+// ErrInvalid marks every refusal of an event by the log: a bad envelope,
+// bad data, a surface rule, a legacy or unknown type. Use errors.Is.
+var ErrInvalid = errors.New("session: invalid event")
+
+// EventError is a refused event: its seq (where it would have been
+// committed, or where it sits in a seed), its type and the rule it broke.
+// errors.Is(err, ErrInvalid) holds for it.
+type EventError struct {
+	Seq  int64
+	Type EventType
+	Err  error
+}
+
+func (e *EventError) Error() string {
+	return fmt.Sprintf("session: event %q at seq %d: %v", e.Type, e.Seq, e.Err)
+}
+
+func (e *EventError) Unwrap() error { return e.Err }
+
+// Is makes every EventError match ErrInvalid.
+func (e *EventError) Is(target error) bool { return target == ErrInvalid }
+
+// UnsupportedTypeError reports an event type this reader does not know and
+// that is not marked ignorable: the whole log is unreadable.
+type UnsupportedTypeError struct {
+	Seq  int64
+	Type EventType
+}
+
+func (e *UnsupportedTypeError) Error() string {
+	return fmt.Sprintf("session: unknown event type %q at seq %d (not marked ignorable)", e.Type, e.Seq)
+}
+
+// Log is one session's append-only event log and everything folded from
+// it: the surface, the derived messages, the request header and context.
+// It is the pure core of the session actor: no goroutines, no clock, no
+// I/O. Time comes in as an argument.
+//
+// A Log is not safe for concurrent use: it has one owner (the session
+// actor). What it hands out (Events, Messages, Event values) is immutable
+// and may be shared freely.
+type Log struct {
+	header       Header
+	events       []Event // appended in place; views are clipped
+	surface      surface
+	derived      deriveCache
+	lastHeader   int // index of the last request/header, -1 if none
+	lastContext  int // index of the last request/context, -1 if none
+	firstLiveSeq int64
+	trace        *TraceChecker // nil unless invariants are enabled
+}
+
+// New returns an empty log for a fresh session (no seed, so no
+// session/end-seed).
+func New(h Header) (*Log, error) {
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Log{header: h, lastHeader: -1, lastContext: -1}
+	if invariants.Enabled {
+		l.trace = NewTraceChecker()
+	}
+	return l, nil
+}
+
+// NewSeeded returns a log seeded with events (a resume, or a fork's
+// prefix). Every seed event is validated in order; when the last seeded
+// event is not session/end-seed, one is appended at time now (an empty
+// seed gets one too, at seq 0). FirstLiveSeq is the seed's length. The seed
+// slice is not retained.
+func NewSeeded(h Header, seed []Event, now int64) (*Log, error) {
+	l, err := Restore(h, seed)
+	if err != nil {
+		return nil, err
+	}
+	if len(seed) == 0 || seed[len(seed)-1].typ != TypeEndSeed {
+		if _, err := l.Append(EndSeed{}.Draft(), now); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Restore rebuilds a log from stored events exactly as they are, appending
+// nothing (a loaded file, an inspection). The checks are those of a seed:
+// contiguous seqs from 0, known or ignorable types, the surface rules, the
+// typed shapes of core events. The slice is not retained.
+func Restore(h Header, events []Event) (*Log, error) {
+	l, err := New(h)
+	if err != nil {
+		return nil, err
+	}
+	l.events = make([]Event, 0, len(events))
+	for i := range events {
+		e := events[i]
+		if e.seq != int64(i) {
+			return nil, &EventError{Seq: int64(i), Type: e.typ, Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", e.seq)}
+		}
+		if err := l.commit(e); err != nil {
+			return nil, err
+		}
+	}
+	l.firstLiveSeq = int64(len(events))
+	return l, nil
+}
+
+// Append validates d and commits it as the next event, stamped with seq =
+// Len() and time now (epoch ms). On any error the log is unchanged. The
+// returned Event is the committed value.
+//
+// Unlike the reference (spec §7.12), dsh refuses an unknown, non-ignorable
+// type on append too: everything in a log must be readable back.
+func (l *Log) Append(d Draft, now int64) (Event, error) {
+	e := Event{typ: d.typ, seq: int64(len(l.events)), time: now, data: d.data, op: d.op,
+		sources: d.sources, hasSources: d.hasSources, ignorable: d.ignorable, payload: d.payload}
+	if e.data.IsZero() {
+		return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: fmt.Errorf("event carries no data")}
+	}
+	if e.payload == nil && e.typ.IsCore() {
+		p, err := decodePayload(e.typ, e.data)
+		if err != nil {
+			return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
+		}
+		e.payload = p
+	}
+	if err := l.commit(e); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// commit validates e as the next event and, if valid, applies it. Nothing
+// changes on error.
+func (l *Log) commit(e Event) error {
+	fail := func(err error) error { return &EventError{Seq: e.seq, Type: e.typ, Err: err} }
+	switch {
+	case e.typ == "":
+		return fail(fmt.Errorf("event has no type"))
+	case e.typ.isLegacy():
+		return fail(fmt.Errorf("event type %q was removed from the format", e.typ))
+	case !e.typ.IsKnown() && !e.ignorable:
+		return &UnsupportedTypeError{Seq: e.seq, Type: e.typ}
+	case e.data.IsZero():
+		return fail(fmt.Errorf("event carries no data"))
+	case e.time < -maxSafe || e.time > maxSafe:
+		return fail(fmt.Errorf("time %d is not a safe integer", e.time))
+	}
+	if e.typ.IsCore() && e.payload == nil {
+		return fail(fmt.Errorf("core event without a decoded payload"))
+	}
+	t, err := l.surface.validateNext(l.events, &e)
+	if err != nil {
+		return fail(err)
+	}
+	if l.trace != nil {
+		if err := l.trace.Check(&e); err != nil {
+			return fail(err)
+		}
+	}
+	l.events = append(l.events, e)
+	l.surface.apply(t, e.seq)
+	switch e.typ {
+	case TypeRequestHeader:
+		l.lastHeader = len(l.events) - 1
+	case TypeRequestContext:
+		l.lastContext = len(l.events) - 1
+	}
+	if l.trace != nil {
+		l.trace.Commit(&e)
+	}
+	return nil
+}
+
+// Header returns the session header.
+func (l *Log) Header() Header { return l.header }
+
+// ID returns the session id.
+func (l *Log) ID() SessionID { return l.header.ID }
+
+// Len returns the number of events, which is also the next seq.
+func (l *Log) Len() int64 { return int64(len(l.events)) }
+
+// FirstLiveSeq returns the length of the seed the log was built from (0
+// for a fresh log).
+func (l *Log) FirstLiveSeq() int64 { return l.firstLiveSeq }
+
+// Event returns the event at seq.
+func (l *Log) Event(seq int64) (Event, bool) {
+	if seq < 0 || seq >= int64(len(l.events)) {
+		return Event{}, false
+	}
+	return l.events[seq], true
+}
+
+// Last returns the last event, if any.
+func (l *Log) Last() (Event, bool) { return l.Event(l.Len() - 1) }
+
+// Events returns an immutable view of every event so far. It is O(1) and
+// never grows: later appends are invisible through it.
+func (l *Log) Events() Events {
+	n := len(l.events)
+	return Events{s: l.events[:n:n]}
+}
+
+// EventsFrom returns the view of the events from seq on (empty past the
+// end).
+func (l *Log) EventsFrom(seq int64) Events {
+	n := len(l.events)
+	seq = min(max(seq, 0), int64(n))
+	return Events{s: l.events[seq:n:n]}
+}
+
+// DeriveMessages returns the model-visible history: the surface projected
+// to messages (spec §2.7). Amortised O(new surface nodes) per call; the
+// returned view is O(1) to hand out.
+func (l *Log) DeriveMessages() Messages { return l.derived.derive(l.events, &l.surface) }
+
+// SurfaceNodes returns a copy of the current surface (seqs in surface
+// order), owned by the caller.
+func (l *Log) SurfaceNodes() []int64 { return slices.Clone(l.surface.nodes) }
+
+// RequestHeader returns the folded request header: the canonical form of
+// the last request/header (headers are full snapshots, not deltas).
+func (l *Log) RequestHeader() (EpochHeader, bool) {
+	if l.lastHeader < 0 {
+		return EpochHeader{}, false
+	}
+	return l.events[l.lastHeader].payload.(RequestHeader).Header, true
+}
+
+// RequestContext returns the last logged request context.
+func (l *Log) RequestContext() (RequestContext, bool) {
+	if l.lastContext < 0 {
+		return RequestContext{}, false
+	}
+	return l.events[l.lastContext].payload.(RequestContext), true
+}
+
+// OpenTurn reports the turn (and step, 0 if none) left open at the end of
+// the log.
+func (l *Log) OpenTurn() (turn, step int64, open bool) { return openTurn(l.events) }
+
+// Turns returns the number of turns started in the log.
+func (l *Log) Turns() int64 {
+	var n int64
+	for i := range l.events {
+		if l.events[i].typ == TypeTurnStart {
+			n++
+		}
+	}
+	return n
+}
+
+func openTurn(events []Event) (turn, step int64, open bool) {
+	for i := len(events) - 1; i >= 0; i-- {
+		switch p := events[i].payload.(type) {
+		case TurnEnd:
+			return 0, 0, false
+		case TurnStart:
+			turn, open = p.Turn, true
+			for _, e := range events[i+1:] {
+				switch q := e.payload.(type) {
+				case StepStart:
+					step = q.Step
+				case StepEnd:
+					step = 0
+				}
+			}
+			return turn, step, open
+		}
+	}
+	return 0, 0, false
+}
+
+// Events is an immutable view of a run of events. Safe for concurrent use.
+type Events struct {
+	s []Event // clipped; never written through
+}
+
+// EventsOf returns a view over a copy of es.
+func EventsOf(es []Event) Events { return Events{s: slices.Clip(slices.Clone(es))} }
+
+// Len returns the number of events.
+func (v Events) Len() int { return len(v.s) }
+
+// At returns event i of the view (not seq i, unless the view starts at 0).
+func (v Events) At(i int) Event { return v.s[i] }
+
+// All iterates the events in order.
+func (v Events) All() iter.Seq[Event] { return slices.Values(v.s) }
+
+// Slice returns a copy of the events, owned by the caller.
+func (v Events) Slice() []Event { return slices.Clone(v.s) }

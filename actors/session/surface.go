@@ -1,0 +1,169 @@
+package session
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// surface is the ordered list of surface nodes (event seqs) that derive the
+// model-visible history (spec §2.6). Appends push a node; a replace splices
+// an inclusive positional range out and puts the new node at its start.
+// After a replace, surface order need not match seq order, so bounds are
+// found by position, never by numeric range.
+type surface struct {
+	nodes      []int64
+	generation int // replaceGeneration: bumps on every replace
+}
+
+// transition is a validated, not yet applied, surface change.
+type transition struct {
+	op       OpKind
+	from, to int // positional range [from, to] replaced (OpReplace)
+}
+
+// validateNext checks the surface metadata of the event about to be
+// committed at seq and plans its transition without applying it. events is
+// the committed log so far (for the tool-result replace rule).
+func (s *surface) validateNext(events []Event, e *Event) (transition, error) {
+	if !e.typ.IsSurface() {
+		if e.op.kind != OpNone || e.hasSources {
+			return transition{}, fmt.Errorf("surface metadata (surfaceOp/sourceEventSeqs) on non-surface event")
+		}
+		return transition{}, nil
+	}
+	if e.op.kind == OpNone {
+		return transition{}, fmt.Errorf("surface event lacks its surfaceOp")
+	}
+	if e.hasSources {
+		if len(e.sources) == 0 && e.typ != TypeAssistantMessage {
+			return transition{}, fmt.Errorf("empty sourceEventSeqs is allowed only on assistant/message")
+		}
+		seen := make(map[int64]struct{}, len(e.sources))
+		for _, src := range e.sources {
+			if src < 0 || src >= e.seq {
+				return transition{}, fmt.Errorf("sourceEventSeqs entry %d is not an earlier seq", src)
+			}
+			if _, dup := seen[src]; dup {
+				return transition{}, fmt.Errorf("sourceEventSeqs repeats %d", src)
+			}
+			seen[src] = struct{}{}
+		}
+	}
+	if e.op.kind == OpAppend {
+		return transition{op: OpAppend}, nil
+	}
+	start, end := e.op.Range()
+	from := slices.Index(s.nodes, start)
+	if from < 0 {
+		return transition{}, fmt.Errorf("replace start %d is not a current surface node", start)
+	}
+	to := slices.Index(s.nodes, end)
+	if to < 0 {
+		return transition{}, fmt.Errorf("replace end %d is not a current surface node", end)
+	}
+	if from > to {
+		return transition{}, fmt.Errorf("replace start %d comes after end %d on the surface", start, end)
+	}
+	if e.hasSources {
+		for _, n := range s.nodes[from : to+1] {
+			if !slices.Contains(e.sources, n) {
+				return transition{}, fmt.Errorf("replace sourceEventSeqs omits shadowed node %d", n)
+			}
+		}
+	}
+	if e.typ == TypeToolResult {
+		if from != to {
+			return transition{}, fmt.Errorf("tool/result replace must shadow exactly one node, not %d", to-from+1)
+		}
+		old := events[s.nodes[from]]
+		if old.typ != TypeToolResult {
+			return transition{}, fmt.Errorf("tool/result replace targets a %s node, not a tool/result", old.typ)
+		}
+		if !withoutResultContent(old.data).Equal(withoutResultContent(e.data)) {
+			return transition{}, fmt.Errorf("tool/result replace changes more than the result content")
+		}
+	}
+	return transition{op: OpReplace, from: from, to: to}, nil
+}
+
+// apply commits a planned transition for the event at seq.
+func (s *surface) apply(t transition, seq int64) {
+	switch t.op {
+	case OpAppend:
+		s.nodes = append(s.nodes, seq)
+	case OpReplace:
+		// Build a new slice: views handed out earlier (none today, but the
+		// derive cache relies on generation) must not see the splice.
+		nodes := make([]int64, 0, len(s.nodes)-(t.to-t.from))
+		nodes = append(nodes, s.nodes[:t.from]...)
+		nodes = append(nodes, seq)
+		nodes = append(nodes, s.nodes[t.to+1:]...)
+		s.nodes = nodes
+		s.generation++
+	}
+}
+
+// withoutResultContent returns a tool/result's data with the nested content
+// of its tool-result block blanked, for the replace rule "the two may differ
+// only in the nested content".
+func withoutResultContent(data messages.JSON) messages.JSON {
+	var o messages.ObjectBuilder
+	for k, v := range data.Members() {
+		if k == "message" {
+			v = rebuild(v, func(k string, v messages.JSON) messages.JSON {
+				if k != "content" {
+					return v
+				}
+				var first = true
+				var blocks []messages.JSON
+				for b := range v.Elements() {
+					if first {
+						b = rebuild(b, func(k string, v messages.JSON) messages.JSON {
+							if k == "content" {
+								return messages.JSONNull
+							}
+							return v
+						})
+						first = false
+					}
+					blocks = append(blocks, b)
+				}
+				return messages.ArrayOf(blocks...)
+			})
+		}
+		o.Raw(k, v)
+	}
+	return o.Build()
+}
+
+// rebuild maps the members of an object.
+func rebuild(obj messages.JSON, f func(string, messages.JSON) messages.JSON) messages.JSON {
+	if obj.Kind() != messages.KindObject {
+		return obj
+	}
+	var o messages.ObjectBuilder
+	for k, v := range obj.Members() {
+		o.Raw(k, f(k, v))
+	}
+	return o.Build()
+}
+
+// FoldSurface replays the surface of a whole event list from scratch: the
+// reference's foldSurface. It returns the current nodes in surface order.
+// The events must already be a valid log (it does not re-validate).
+func FoldSurface(events []Event) []int64 {
+	var s surface
+	for i := range events {
+		e := &events[i]
+		switch e.op.kind {
+		case OpAppend:
+			s.apply(transition{op: OpAppend}, e.seq)
+		case OpReplace:
+			start, end := e.op.Range()
+			s.apply(transition{op: OpReplace, from: slices.Index(s.nodes, start), to: slices.Index(s.nodes, end)}, e.seq)
+		}
+	}
+	return s.nodes
+}
