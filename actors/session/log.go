@@ -59,6 +59,7 @@ type Log struct {
 	lastContext  int // index of the last request/context, -1 if none
 	firstLiveSeq int64
 	trace        *TraceChecker // nil unless invariants are enabled
+	obs          observerSet
 }
 
 // New returns an empty log for a fresh session (no seed, so no
@@ -122,6 +123,23 @@ func Restore(h Header, events []Event) (*Log, error) {
 // Unlike the reference (spec §7.12), dsh refuses an unknown, non-ignorable
 // type on append too: everything in a log must be readable back.
 func (l *Log) Append(d Draft, now int64) (Event, error) {
+	if l.obs.publishing {
+		return Event{}, ErrReentrantAppend
+	}
+	e, err := l.build(d, now)
+	if err != nil {
+		return Event{}, err
+	}
+	if err := l.commit(e); err != nil {
+		return Event{}, err
+	}
+	l.publish([]Event{e})
+	return e, nil
+}
+
+// build stamps a draft as the next event and decodes its payload if the
+// draft did not bring one.
+func (l *Log) build(d Draft, now int64) (Event, error) {
 	e := Event{typ: d.typ, seq: int64(len(l.events)), time: now, data: d.data, op: d.op,
 		sources: d.sources, hasSources: d.hasSources, ignorable: d.ignorable, payload: d.payload}
 	if e.data.IsZero() {
@@ -133,9 +151,6 @@ func (l *Log) Append(d Draft, now int64) (Event, error) {
 			return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
 		}
 		e.payload = p
-	}
-	if err := l.commit(e); err != nil {
-		return Event{}, err
 	}
 	return e, nil
 }

@@ -1,0 +1,165 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/messages"
+)
+
+// Config configures a session actor. The zero value is not usable: Log is
+// required.
+type Config struct {
+	// Log is the log the actor owns. Ownership passes to the actor at
+	// Props: the caller must not touch it afterwards.
+	Log *Log
+	// Clock returns the time stamped on appends, in epoch ms. Default:
+	// the wall clock.
+	Clock func() int64
+	// Observers are called in-process with every committed event, after
+	// commit and before the append is acknowledged. See Observer.
+	Observers []Observer
+	// OnObserverFailure receives contained observer failures. Default:
+	// logged at warn level on the actor system's logger.
+	OnObserverFailure func(ObserverFailure)
+}
+
+// Validate reports a missing log.
+func (c Config) Validate() error {
+	if c.Log == nil {
+		return errors.New("session: config needs a log")
+	}
+	return nil
+}
+
+// shell is the actor state that survives restarts: the log is the truth,
+// and an append is atomic, so a restarted instance continues on it.
+type shell struct {
+	log   *Log
+	clock func() int64
+	subs  []subscription
+}
+
+type subscription struct {
+	pid  *actor.PID
+	next int64 // next seq to send
+}
+
+// Props returns the props of a session actor owning cfg.Log.
+func Props(cfg Config) (*actor.Props, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st := &shell{log: cfg.Log, clock: cfg.Clock}
+	if st.clock == nil {
+		st.clock = func() int64 { return time.Now().UnixMilli() }
+	}
+	for _, o := range cfg.Observers {
+		cfg.Log.Observe(o)
+	}
+	onFail := cfg.OnObserverFailure
+	return actor.PropsFromProducer(func() actor.Actor {
+		a := &sessionActor{st: st}
+		if onFail != nil {
+			st.log.OnObserverFailure(onFail)
+		}
+		return a
+	}), nil
+}
+
+type sessionActor struct {
+	st *shell
+}
+
+// Receive handles the protocol of protocol.go. Nothing here blocks: every
+// request is answered from memory.
+func (a *sessionActor) Receive(ctx actor.Context) {
+	st := a.st
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if st.log.obs.onFailure == nil {
+			logger := ctx.Logger()
+			id := st.log.ID()
+			st.log.OnObserverFailure(func(f ObserverFailure) {
+				logger.Warn("session observer failed", "session", string(id), "seq", f.Seq, "err", f.Err)
+			})
+		}
+	case Append:
+		events, err := st.log.AppendBatch(m.drafts, st.clock())
+		if err != nil {
+			respond(ctx, AppendFailed{Ref: m.Ref, Err: err})
+			return
+		}
+		st.fanOut(ctx)
+		respond(ctx, AppendReply{Ref: m.Ref, Events: EventsOf(events)})
+	case Subscribe:
+		if m.Subscriber == nil {
+			return
+		}
+		st.removeSub(m.Subscriber)
+		from := min(max(m.From, 0), st.log.Len())
+		st.subs = append(st.subs, subscription{pid: m.Subscriber, next: from})
+		ctx.Watch(m.Subscriber)
+		st.fanOut(ctx)
+		respond(ctx, Subscribed{Next: st.log.Len()})
+	case Unsubscribe:
+		st.removeSub(m.Subscriber)
+	case *actor.Terminated:
+		st.removeSub(m.Who)
+	case QueryMessages:
+		respond(ctx, MessagesReply{Ref: m.Ref, Len: st.log.Len(), Messages: st.log.DeriveMessages()})
+	case QueryEvents:
+		respond(ctx, EventsReply{Ref: m.Ref, Events: st.log.EventsFrom(m.From)})
+	case QueryHeader:
+		r := HeaderReply{Ref: m.Ref, Len: st.log.Len(), Session: st.log.Header()}
+		r.Request, r.HasRequest = st.log.RequestHeader()
+		r.Context, r.HasContext = st.log.RequestContext()
+		respond(ctx, r)
+	case Fork:
+		prefix, err := st.log.ForkPrefix(m.Boundary)
+		if err != nil {
+			respond(ctx, ForkFailed{Ref: m.Ref, Err: err})
+			return
+		}
+		h := Header{ID: m.Child, CreatedAt: m.CreatedAt, Cwd: st.log.header.Cwd,
+			ParentSession: string(st.log.ID()), SeedLength: messages.Some(int64(len(prefix)))}
+		if err := h.Validate(); err != nil {
+			respond(ctx, ForkFailed{Ref: m.Ref, Err: fmt.Errorf("session: fork: %w", err)})
+			return
+		}
+		respond(ctx, ForkReply{Ref: m.Ref, Header: h, Seed: EventsOf(prefix)})
+	}
+}
+
+// fanOut sends every subscriber the events it has not seen yet, as one
+// EventsCommitted each. Views are O(1): no copying.
+func (st *shell) fanOut(ctx actor.Context) {
+	n := st.log.Len()
+	for i := range st.subs {
+		s := &st.subs[i]
+		if s.next >= n {
+			continue
+		}
+		ctx.Send(s.pid, EventsCommitted{Session: st.log.ID(), Events: st.log.EventsFrom(s.next)})
+		s.next = n
+	}
+}
+
+func (st *shell) removeSub(pid *actor.PID) {
+	for i, s := range st.subs {
+		if s.pid.Equal(pid) {
+			st.subs = append(st.subs[:i:i], st.subs[i+1:]...)
+			return
+		}
+	}
+}
+
+// respond answers the sender, if there is one (a Send without a sender
+// gets no reply, by design).
+func respond(ctx actor.Context, msg any) {
+	if ctx.Sender() != nil {
+		ctx.Respond(msg)
+	}
+}

@@ -1,0 +1,220 @@
+package session
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/messages"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newTestSystem returns a quiet actor system; its actors are stopped by the
+// test's cleanup.
+func newTestSystem(t *testing.T) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
+
+func spawnSession(t *testing.T, sys *actor.ActorSystem, cfg Config) *actor.PID {
+	t.Helper()
+	props, err := Props(cfg)
+	require.NoError(t, err)
+	pid := sys.Root.Spawn(props)
+	t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(pid).Wait()) })
+	return pid
+}
+
+func request[T any](t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any) T {
+	t.Helper()
+	res, err := sys.Root.RequestFuture(pid, msg, 5*time.Second).Result()
+	require.NoError(t, err)
+	reply, ok := res.(T)
+	require.Truef(t, ok, "reply is %T", res)
+	return reply
+}
+
+func testHeader() Header { return Header{ID: "s-test", CreatedAt: 1, Cwd: "/tmp/w"} }
+
+func userDraft(t *testing.T, text string) Draft {
+	t.Helper()
+	m, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.UserSource())
+	require.NoError(t, err)
+	return UserMessage{Message: m}.Draft()
+}
+
+func TestActorAppendsAreAckedWithCommittedSeqs(t *testing.T) {
+	sys := newTestSystem(t)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	now := int64(1000)
+	pid := spawnSession(t, sys, Config{Log: l, Clock: func() int64 { now++; return now }})
+
+	r := request[AppendReply](t, sys, pid, NewAppend(7, userDraft(t, "a"), userDraft(t, "b")))
+	require.Equal(t, uint64(7), r.Ref)
+	require.Equal(t, 2, r.Events.Len())
+	require.Equal(t, int64(0), r.Events.At(0).Seq())
+	require.Equal(t, int64(1), r.Events.At(1).Seq())
+	require.Equal(t, r.Events.At(0).Time(), r.Events.At(1).Time(), "a batch shares one time")
+
+	r = request[AppendReply](t, sys, pid, NewAppend(8, TurnStart{Turn: 1}.Draft()))
+	require.Equal(t, int64(2), r.Events.At(0).Seq())
+
+	msgs := request[MessagesReply](t, sys, pid, QueryMessages{Ref: 9})
+	require.Equal(t, int64(3), msgs.Len)
+	require.Equal(t, 2, msgs.Messages.Len())
+	require.Equal(t, "b", msgs.Messages.At(1).Block(0).Text())
+}
+
+func TestActorRefusedAppendLeavesLogUnchanged(t *testing.T) {
+	sys := newTestSystem(t)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	pid := spawnSession(t, sys, Config{Log: l})
+
+	// The second draft is a surface type without a surfaceOp: the whole
+	// batch is refused, the first draft included.
+	bad := NewDraft(TypeUserMessage, userDraft(t, "x").Data())
+	f := request[AppendFailed](t, sys, pid, NewAppend(1, userDraft(t, "ok"), bad))
+	require.ErrorIs(t, f.Err, ErrInvalid)
+	require.ErrorContains(t, f.Err, "surfaceOp")
+
+	ev := request[EventsReply](t, sys, pid, QueryEvents{From: 0})
+	require.Equal(t, 0, ev.Events.Len())
+
+	f = request[AppendFailed](t, sys, pid, NewAppend(2, NewDraft("no/such-type", messages.MustParseJSON(`{}`))))
+	var unsupported *UnsupportedTypeError
+	require.ErrorAs(t, f.Err, &unsupported)
+	require.Equal(t, EventType("no/such-type"), unsupported.Type)
+}
+
+// subscriber collects EventsCommitted and reports each batch on a channel.
+type subscriber struct{ got chan Events }
+
+func (s *subscriber) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(EventsCommitted); ok {
+		s.got <- m.Events
+	}
+}
+
+func TestActorSubscriberGetsPastThenLiveEventsInOrder(t *testing.T) {
+	sys := newTestSystem(t)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	pid := spawnSession(t, sys, Config{Log: l})
+	request[AppendReply](t, sys, pid, NewAppend(1, userDraft(t, "0"), userDraft(t, "1"), userDraft(t, "2")))
+
+	sub := &subscriber{got: make(chan Events, 16)}
+	subPID := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sub }))
+	t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(subPID).Wait()) })
+
+	s := request[Subscribed](t, sys, pid, Subscribe{Subscriber: subPID, From: 1})
+	require.Equal(t, int64(3), s.Next)
+	request[AppendReply](t, sys, pid, NewAppend(2, userDraft(t, "3")))
+	request[AppendReply](t, sys, pid, NewAppend(3, userDraft(t, "4"), userDraft(t, "5")))
+
+	var seqs []int64
+	deadline := time.After(5 * time.Second)
+	for len(seqs) < 5 {
+		select {
+		case evs := <-sub.got:
+			for e := range evs.All() {
+				seqs = append(seqs, e.Seq())
+			}
+		case <-deadline:
+			t.Fatalf("subscriber got only %v", seqs)
+		}
+	}
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqs)
+}
+
+func TestActorObserversRunAfterCommitAndFailuresAreContained(t *testing.T) {
+	sys := newTestSystem(t)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	var seen []int64
+	failures := make(chan ObserverFailure, 4)
+	pid := spawnSession(t, sys, Config{
+		Log: l,
+		Observers: []Observer{
+			func(Event) error { return errors.New("observer one fails") },
+			func(Event) error { panic("observer two panics") },
+			func(e Event) error { seen = append(seen, e.Seq()); return nil },
+		},
+		OnObserverFailure: func(f ObserverFailure) { failures <- f },
+	})
+	r := request[AppendReply](t, sys, pid, NewAppend(1, userDraft(t, "a")))
+	require.Equal(t, int64(0), r.Events.At(0).Seq(), "the append committed despite failing observers")
+	require.Equal(t, []int64{0}, seen, "a later observer still ran") // ack follows observers
+	require.ErrorContains(t, (<-failures).Err, "observer one fails")
+	require.ErrorContains(t, (<-failures).Err, "panicked")
+}
+
+func TestActorForkRepliesWithSeedAndRefusesOpenTurn(t *testing.T) {
+	sys := newTestSystem(t)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	pid := spawnSession(t, sys, Config{Log: l})
+	request[AppendReply](t, sys, pid, NewAppend(1, userDraft(t, "a"), TurnStart{Turn: 1}.Draft()))
+
+	f := request[ForkFailed](t, sys, pid, Fork{Ref: 2, Child: "child", Boundary: LastEvent, CreatedAt: 5})
+	var fe *ForkError
+	require.ErrorAs(t, f.Err, &fe)
+	require.Equal(t, ForkOpenTurn, fe.Code)
+
+	ok := request[ForkReply](t, sys, pid, Fork{Ref: 3, Child: "child", Boundary: 0, CreatedAt: 5})
+	require.Equal(t, "s-test", ok.Header.ParentSession)
+	require.Equal(t, messages.Some(1), ok.Header.SeedLength)
+	child, err := NewSeeded(ok.Header, ok.Seed.Slice(), 6)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), child.Len())
+	last, _ := child.Last()
+	require.Equal(t, TypeEndSeed, last.Type())
+
+	hdr := request[HeaderReply](t, sys, pid, QueryHeader{})
+	require.Equal(t, int64(2), hdr.Len, "the parent is untouched")
+}
+
+func TestObserverCannotAppendReentrantly(t *testing.T) {
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	var inner error
+	l.Observe(func(e Event) error {
+		if e.Seq() == 0 {
+			_, inner = l.Append(userDraft(t, "nested"), 2)
+		}
+		return nil
+	})
+	_, err = l.Append(userDraft(t, "outer"), 1)
+	require.NoError(t, err)
+	require.ErrorIs(t, inner, ErrReentrantAppend)
+	require.Equal(t, int64(1), l.Len())
+}
+
+func TestContainsObserverFailuresAfterAppendCommitPoint(t *testing.T) {
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	var later []int64
+	var failures []ObserverFailure
+	l.OnObserverFailure(func(f ObserverFailure) { failures = append(failures, f) })
+	l.Observe(func(Event) error { panic("boom") })
+	l.Observe(func(Event) error { return errors.New("bad") })
+	l.Observe(func(e Event) error { later = append(later, e.Seq()); return nil })
+	e, err := l.Append(userDraft(t, "x"), 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), e.Seq())
+	require.Equal(t, int64(1), l.Len(), "the event is committed")
+	require.Equal(t, []int64{0}, later, "later observers still run")
+	require.Len(t, failures, 2)
+}

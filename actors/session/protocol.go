@@ -1,0 +1,125 @@
+package session
+
+import (
+	"slices"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// The session actor's protocol. Every message is an immutable value;
+// requests are answered to ctx.Sender() (use ctx.Request from an actor, or
+// RequestFuture at the edges). Ref is the caller's correlation id, echoed
+// in the reply.
+
+// Append asks the session to commit drafts atomically, in order. Reply:
+// AppendReply with the committed events, or AppendFailed (nothing was
+// committed). Build it with NewAppend.
+type Append struct {
+	Ref    uint64
+	drafts []Draft
+}
+
+// NewAppend returns an Append of drafts (copied).
+func NewAppend(ref uint64, drafts ...Draft) Append {
+	return Append{Ref: ref, drafts: slices.Clone(drafts)}
+}
+
+// Drafts returns a copy of the drafts, owned by the caller.
+func (a Append) Drafts() []Draft { return slices.Clone(a.drafts) }
+
+// AppendReply acknowledges an Append: the committed events (their seqs are
+// contiguous).
+type AppendReply struct {
+	Ref    uint64
+	Events Events
+}
+
+// AppendFailed refuses an Append; the log is unchanged.
+type AppendFailed struct {
+	Ref uint64
+	Err error
+}
+
+// Subscribe asks the session to send Subscriber every committed event from
+// seq From on, as EventsCommitted messages in seq order: first the past
+// (from the log), then live. Reply: Subscribed. Subscribing again replaces
+// the earlier subscription of the same PID.
+type Subscribe struct {
+	Subscriber *actor.PID
+	From       int64
+}
+
+// Subscribed acknowledges a Subscribe: Next is the seq the first live
+// event will have.
+type Subscribed struct{ Next int64 }
+
+// Unsubscribe ends a subscription. No reply.
+type Unsubscribe struct{ Subscriber *actor.PID }
+
+// EventsCommitted carries committed events to a subscriber, in order and
+// without gaps.
+type EventsCommitted struct {
+	Session SessionID
+	Events  Events
+}
+
+// QueryMessages asks for the derived messages. Reply: MessagesReply.
+type QueryMessages struct{ Ref uint64 }
+
+// MessagesReply is the model-visible history at Len events.
+type MessagesReply struct {
+	Ref      uint64
+	Len      int64
+	Messages Messages
+}
+
+// QueryEvents asks for the events from seq From on. Reply: EventsReply.
+type QueryEvents struct {
+	Ref  uint64
+	From int64
+}
+
+// EventsReply carries the requested events.
+type EventsReply struct {
+	Ref    uint64
+	Events Events
+}
+
+// QueryHeader asks for the session header and the folded request header
+// and context. Reply: HeaderReply.
+type QueryHeader struct{ Ref uint64 }
+
+// HeaderReply carries the headers at Len events.
+type HeaderReply struct {
+	Ref        uint64
+	Len        int64
+	Session    Header
+	Request    EpochHeader
+	HasRequest bool
+	Context    RequestContext
+	HasContext bool
+}
+
+// Fork asks for the seed of a child session forked at Boundary (inclusive;
+// LastEvent for the end). Reply: ForkReply, or ForkFailed with a
+// *ForkError. The parent is not changed; the caller spawns the child from
+// the reply with NewSeeded.
+type Fork struct {
+	Ref       uint64
+	Child     SessionID
+	Boundary  int64
+	CreatedAt int64
+}
+
+// ForkReply carries the child's header and seed.
+type ForkReply struct {
+	Ref    uint64
+	Header Header
+	Seed   Events
+}
+
+// ForkFailed refuses a Fork.
+type ForkFailed struct {
+	Ref uint64
+	Err error
+}
