@@ -1,0 +1,195 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/fixtures"
+)
+
+func runLog(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("log: missing subcommand (verify, show, messages)")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, topUsage)
+		return errHelp
+	case "verify":
+		return logVerify(args[1:], stdout, stderr)
+	case "show":
+		return logShow(args[1:], stdout, stderr)
+	case "messages":
+		return logMessages(args[1:], stdout, stderr)
+	default:
+		return usagef("log: unknown subcommand %q", args[0])
+	}
+}
+
+// logFlags parses the flags shared by the log subcommands. A flag after a
+// positional argument is bad usage (flags come first).
+func logFlags(name, synopsis string, args []string, stdout io.Writer) (fixture bool, files []string, err error) {
+	fs := flag.NewFlagSet("dsh log "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&fixture, "fixture", false, "substitute the reference snapshot placeholders ({{sessionId}}, {{cwd}}, {{system}}, {{tools}}) before reading")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage: dsh log %s %s\n\nFlags:\n", name, synopsis)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return false, nil, errHelp
+		}
+		return false, nil, usagef("log %s: %v", name, err)
+	}
+	for _, a := range fs.Args() {
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			return false, nil, usagef("log %s: flag %s after a file name (flags come first)", name, a)
+		}
+	}
+	return fixture, fs.Args(), nil
+}
+
+// loadFile reads a log file into a validated log. A torn tail is an error
+// here: the file needs `dsh log repair` before it is a valid log.
+func loadFile(path string, fixture bool) (*session.File, *session.Log, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, nil, fmt.Errorf("%s: %v", path, pe.Err)
+		}
+		return nil, nil, err
+	}
+	if fixture {
+		data = fixtures.Substitute(data)
+	}
+	f, err := session.ParseFile(data, path)
+	if err == nil && f.Torn == nil {
+		_, err = f.Log()
+	}
+	if err != nil && !fixture && fixtures.HasPlaceholders(data) {
+		return nil, nil, fmt.Errorf("%v (the file has reference snapshot placeholders: try --fixture)", describe(path, err))
+	}
+	if err != nil {
+		return nil, nil, describe(path, err)
+	}
+	if f.Torn != nil {
+		return f, nil, fmt.Errorf("%s: torn tail at byte %d (seq %d): %v; run 'dsh log repair %s'",
+			path, f.Torn.Offset, f.Torn.NextSeq, f.Torn.Err, path)
+	}
+	l, err := f.Log()
+	if err != nil {
+		return f, nil, describe(path, err)
+	}
+	if err := session.CheckTrace(f.Events); err != nil {
+		return f, nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return f, l, nil
+}
+
+// describe turns a read or validation error into one line naming the file,
+// the seq and the rule.
+func describe(path string, err error) error {
+	var (
+		ce *session.CorruptError
+		ee *session.EventError
+		ue *session.UnsupportedTypeError
+		ve *session.FormatVersionError
+	)
+	switch {
+	case errors.As(err, &ve):
+		return fmt.Errorf("%s: %v", path, strings.TrimPrefix(ve.Error(), "session: "))
+	case errors.As(err, &ce):
+		return fmt.Errorf("%s", strings.TrimPrefix(ce.Error(), "session: "))
+	case errors.As(err, &ee):
+		return fmt.Errorf("%s: seq %d (%s): %v", path, ee.Seq, ee.Type, ee.Err)
+	case errors.As(err, &ue):
+		return fmt.Errorf("%s: seq %d: unknown event type %q (not marked ignorable)", path, ue.Seq, ue.Type)
+	}
+	msg := strings.TrimPrefix(err.Error(), "session: ")
+	if strings.HasPrefix(msg, path+": ") {
+		return errors.New(msg)
+	}
+	return fmt.Errorf("%s: %s", path, msg)
+}
+
+func logVerify(args []string, stdout, stderr io.Writer) error {
+	fixture, files, err := logFlags("verify", "[--fixture] FILE...", args, stdout)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return usagef("log verify: no file given")
+	}
+	failed := false
+	for _, path := range files {
+		_, l, err := loadFile(path, fixture)
+		if err != nil {
+			fmt.Fprintf(stderr, "dsh: invalid: %v\n", err)
+			failed = true
+			continue
+		}
+		note := ""
+		if turn, _, open := l.OpenTurn(); open {
+			note = fmt.Sprintf("; turn %d is open (its end was never recorded)", turn)
+		}
+		fmt.Fprintf(stdout, "%s: ok: %d events, %s, %s%s\n", path, l.Len(),
+			plural(l.Turns(), "turn"), plural(int64(l.DeriveMessages().Len()), "derived message"), note)
+	}
+	if failed {
+		return errReported
+	}
+	return nil
+}
+
+func plural(n int64, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func oneFile(name string, args []string, stdout io.Writer) (bool, string, error) {
+	fixture, files, err := logFlags(name, "[--fixture] FILE", args, stdout)
+	if err != nil {
+		return false, "", err
+	}
+	if len(files) != 1 {
+		return false, "", usagef("log %s: want exactly one file, got %d", name, len(files))
+	}
+	return fixture, files[0], nil
+}
+
+func logMessages(args []string, stdout, _ io.Writer) error {
+	fixture, path, err := oneFile("messages", args, stdout)
+	if err != nil {
+		return err
+	}
+	_, l, err := loadFile(path, fixture)
+	if err != nil {
+		return err
+	}
+	for _, m := range l.DeriveMessages().All() {
+		if _, err := fmt.Fprintln(stdout, m.JSON().String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func logShow(args []string, stdout, _ io.Writer) error {
+	fixture, path, err := oneFile("show", args, stdout)
+	if err != nil {
+		return err
+	}
+	_, l, err := loadFile(path, fixture)
+	if err != nil {
+		return err
+	}
+	return writeTranscript(stdout, l)
+}

@@ -1,0 +1,87 @@
+// Command dsh is the command-line face of the dsh runtime: inspect and
+// verify session logs (and, as the runtime grows, run sessions and load
+// tests).
+//
+// Conventions (DESIGN §8): flags come before positional arguments; results
+// go to stdout, diagnostics to stderr; --help exits 0; exit 0 on success,
+// 1 on failure (an invalid log), 2 on bad usage; an error is one clear
+// line, never a stack trace.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError is bad usage: exit 2 with the message and a hint.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errReported means the command already printed its failure (for example
+// one line per invalid file); exit 1 without another line.
+var errReported = errors.New("reported")
+
+// errHelp means --help was asked for and printed.
+var errHelp = errors.New("help")
+
+const topUsage = `dsh — a Go runtime for LLM agent sessions
+
+Usage:
+  dsh log verify [--fixture] FILE...   check session logs; one summary line per file
+  dsh log show [--fixture] FILE        print a readable transcript
+  dsh log messages [--fixture] FILE    print the derived (model-visible) messages as JSON lines
+
+Run 'dsh COMMAND --help' for a command's flags.
+`
+
+// run executes the command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	err := dispatch(args, stdout, stderr)
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "dsh: %v\nRun 'dsh --help' for usage.\n", ue)
+		return exitUsage
+	case errors.Is(err, errReported):
+		return exitFailure
+	default:
+		fmt.Fprintf(stderr, "dsh: %v\n", err)
+		return exitFailure
+	}
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return usagef("no command given")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, topUsage)
+		return errHelp
+	case "log":
+		return runLog(args[1:], stdout, stderr)
+	default:
+		return usagef("unknown command %q", args[0])
+	}
+}
