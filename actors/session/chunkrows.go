@@ -1,0 +1,416 @@
+package session
+
+import (
+	"fmt"
+	"iter"
+	"strconv"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// This file is the chunk-run packing codec (spec §2.13). A model stream logs
+// one assistant/chunk event per token delta, which makes them most of the
+// lines of a log. Storage packs a run of such events into one row, which
+// shares the envelope and keeps only what differs: the time gaps and the
+// text pieces. A row is a storage encoding only and never a session event:
+// DecodeRecord turns it back into its member events before anything else
+// sees them.
+//
+// The whitelist is deliberately narrow. Only an event whose every byte of
+// meaning is captured by the row shape packs: exact envelope keys, exact
+// data keys, exact chunk keys. Anything else is written verbatim, so the
+// codec can lose compression but never data. Values are carried as their
+// JSON text (the members' turn, step, index, id, name and text literals are
+// copied into the row and back), so an unpack reproduces them byte for
+// byte; only the key order of data and chunk is normalised, which JSON
+// equality does not see.
+
+// The row tags. A line whose type is one of these is a row, never an
+// event; a row that does not match its schema exactly is malformed storage.
+const (
+	rowText      = "text-chunks"
+	rowReasoning = "reasoning-chunks"
+	rowToolCall  = "tool-call-chunks"
+)
+
+// minRun is the shortest run that packs; shorter runs stay verbatim, where
+// the row's own envelope would cost more than it saves.
+const minRun = 3
+
+// chunkMember is one packable assistant/chunk event, with its values as
+// JSON text.
+type chunkMember struct {
+	kind              messages.ChunkType
+	seq, time         int64
+	turn, step, index string // integer literals
+	id, name          string // string literals (tool-call deltas)
+	hasName           bool
+	text              string // string literal: text or argumentsDelta
+}
+
+// packable returns e as a run member, or false when e must stay verbatim.
+func packable(e Event) (chunkMember, bool) {
+	if e.typ != TypeAssistantChunk || e.op.kind != OpNone || e.hasSources || e.ignorable {
+		return chunkMember{}, false
+	}
+	m := chunkMember{seq: e.seq, time: e.time}
+	var turn, step, chunk messages.JSON
+	n := 0
+	for k, v := range e.data.Members() {
+		switch k {
+		case "turn":
+			turn = v
+		case "step":
+			step = v
+		case "chunk":
+			chunk = v
+		default:
+			return chunkMember{}, false
+		}
+		n++
+	}
+	// The JSON has no duplicate keys, so three known keys is the exact set.
+	_, turnOK := turn.AsInt()
+	_, stepOK := step.AsInt()
+	if n != 3 || !turnOK || !stepOK || chunk.Kind() != messages.KindObject {
+		return chunkMember{}, false
+	}
+	m.turn, m.step = turn.String(), step.String()
+	var typ, text, args string
+	var hasText, hasArgs, indexOK bool
+	n = 0
+	for k, v := range chunk.Members() {
+		s := v.String()
+		switch k {
+		case "type":
+			typ = s
+		case "index":
+			idx, ok := v.AsInt()
+			m.index, indexOK = s, ok && idx >= 0
+		case "text":
+			text, hasText = s, true
+		case "id":
+			m.id = s
+		case "name":
+			m.name, m.hasName = s, true
+		case "argumentsDelta":
+			args, hasArgs = s, true
+		default:
+			return chunkMember{}, false
+		}
+		if k != "type" && k != "index" && v.Kind() != messages.KindString {
+			return chunkMember{}, false
+		}
+		n++
+	}
+	if !indexOK {
+		return chunkMember{}, false
+	}
+	switch typ {
+	case `"text-delta"`, `"reasoning-delta"`:
+		if n != 3 || !hasText {
+			return chunkMember{}, false
+		}
+		m.kind = messages.ChunkTextDelta
+		if typ == `"reasoning-delta"` {
+			m.kind = messages.ChunkReasoningDelta
+		}
+		m.text = text
+	case `"tool-call-delta"`:
+		want := 4
+		if m.hasName {
+			want = 5
+		}
+		if n != want || m.id == "" || !hasArgs {
+			return chunkMember{}, false
+		}
+		m.kind = messages.ChunkToolCallDelta
+		m.text = args
+	default:
+		return chunkMember{}, false
+	}
+	return m, true
+}
+
+// continues reports whether b can follow a in one run: same chunk kind,
+// turn, step and index; for tool-call deltas the same id and the same name
+// or absence of one; the next seq; and a time gap that is a safe integer.
+func continues(a, b chunkMember) bool {
+	if b.kind != a.kind || b.turn != a.turn || b.step != a.step || b.index != a.index || b.seq != a.seq+1 {
+		return false
+	}
+	if a.kind == messages.ChunkToolCallDelta && (b.id != a.id || b.hasName != a.hasName || b.name != a.name) {
+		return false
+	}
+	dt := b.time - a.time // times are safe integers, so this cannot overflow
+	return dt >= -maxSafe && dt <= maxSafe
+}
+
+// AppendRecords appends the storage lines of a batch of events to dst, each
+// followed by "\n", and returns the extended buffer. With pack, every run of
+// at least three consecutive packable chunk events becomes one row (spec
+// §2.13); without, every event is written verbatim by AppendEvent. Runs do
+// not cross batches: a batch is the unit the persister writes. dst is owned
+// by the caller before and after; events are only read.
+func AppendRecords(dst []byte, events []Event, pack bool) []byte {
+	var run []chunkMember
+	for i := 0; i < len(events); {
+		if pack {
+			run = run[:0]
+			if m, ok := packable(events[i]); ok {
+				run = append(run, m)
+				for j := i + 1; j < len(events); j++ {
+					n, ok := packable(events[j])
+					if !ok || !continues(run[len(run)-1], n) {
+						break
+					}
+					run = append(run, n)
+				}
+			}
+			if len(run) >= minRun {
+				dst = appendRow(dst, run)
+				dst = append(dst, '\n')
+				i += len(run)
+				continue
+			}
+		}
+		dst = AppendEvent(dst, events[i])
+		dst = append(dst, '\n')
+		i++
+	}
+	return dst
+}
+
+// appendRow writes one packed row (without newline) for run (len ≥ 1).
+func appendRow(dst []byte, run []chunkMember) []byte {
+	first := run[0]
+	tag := rowText
+	switch first.kind {
+	case messages.ChunkReasoningDelta:
+		tag = rowReasoning
+	case messages.ChunkToolCallDelta:
+		tag = rowToolCall
+	}
+	dst = append(dst, `{"type":"`...)
+	dst = append(dst, tag...)
+	dst = append(dst, `","seq0":`...)
+	dst = strconv.AppendInt(dst, first.seq, 10)
+	dst = append(dst, `,"time0":`...)
+	dst = strconv.AppendInt(dst, first.time, 10)
+	dst = append(dst, `,"data":{"turn":`...)
+	dst = append(dst, first.turn...)
+	dst = append(dst, `,"step":`...)
+	dst = append(dst, first.step...)
+	dst = append(dst, `,"index":`...)
+	dst = append(dst, first.index...)
+	dst = append(dst, `,"dt":[`...)
+	for k := 1; k < len(run); k++ {
+		if k > 1 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, run[k].time-run[k-1].time, 10)
+	}
+	dst = append(dst, ']')
+	if first.kind == messages.ChunkToolCallDelta {
+		dst = append(dst, `,"id":`...)
+		dst = append(dst, first.id...)
+		if first.hasName {
+			dst = append(dst, `,"name":`...)
+			dst = append(dst, first.name...)
+		}
+		dst = append(dst, `,"args":[`...)
+	} else {
+		dst = append(dst, `,"texts":[`...)
+	}
+	for k, m := range run {
+		if k > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, m.text...)
+	}
+	return append(dst, "]}}"...)
+}
+
+// DecodeRecord reads one storage line: a packed row becomes its member
+// events, in seq order; any other line is one event (DecodeEvent). A line
+// tagged as a row that does not match the row schema exactly is an error
+// (malformed storage), as is a row whose reconstructed seq or time leaves
+// the safe-integer range. Errors are *DecodeError. The returned slice is
+// owned by the caller; the caller keeps ownership of line.
+func DecodeRecord(line []byte) ([]Event, error) {
+	j, err := messages.ParseJSON(line)
+	if err != nil {
+		return nil, &DecodeError{Seq: -1, Err: err}
+	}
+	if j.Kind() == messages.KindObject {
+		t, _ := j.Field("type")
+		switch t.String() {
+		case `"` + rowText + `"`:
+			return decodeRow(j, messages.ChunkTextDelta)
+		case `"` + rowReasoning + `"`:
+			return decodeRow(j, messages.ChunkReasoningDelta)
+		case `"` + rowToolCall + `"`:
+			return decodeRow(j, messages.ChunkToolCallDelta)
+		}
+	}
+	e, err := decodeEventJSON(j)
+	if err != nil {
+		return nil, err
+	}
+	return []Event{e}, nil
+}
+
+// decodeRow unpacks a row of the given chunk kind.
+func decodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, error) {
+	var seq0J, time0J, data messages.JSON
+	n := 0
+	seq0 := int64(-1)
+	fail := func(format string, args ...any) ([]Event, error) {
+		return nil, &DecodeError{Seq: seq0, Err: fmt.Errorf("malformed %s row: "+format,
+			append([]any{rowTag(kind)}, args...)...)}
+	}
+	for k, v := range j.Members() {
+		switch k {
+		case "type":
+		case "seq0":
+			seq0J = v
+		case "time0":
+			time0J = v
+		case "data":
+			data = v
+		default:
+			return fail("unknown key %q", k)
+		}
+		n++
+	}
+	if s, ok := seq0J.AsInt(); ok && s >= 0 {
+		seq0 = s
+	} else {
+		return fail("seq0 is not a non-negative safe integer")
+	}
+	time0, ok := time0J.AsInt()
+	if n != 4 || !ok || data.Kind() != messages.KindObject {
+		return fail("want exactly the keys type, seq0, time0 (a safe integer) and data (an object)")
+	}
+
+	var turn, step, index, dt, pieces, id, name messages.JSON
+	var hasName bool
+	piecesKey := "texts"
+	if kind == messages.ChunkToolCallDelta {
+		piecesKey = "args"
+	}
+	n = 0
+	for k, v := range data.Members() {
+		switch {
+		case k == "turn":
+			turn = v
+		case k == "step":
+			step = v
+		case k == "index":
+			index = v
+		case k == "dt":
+			dt = v
+		case k == piecesKey:
+			pieces = v
+		case k == "id" && kind == messages.ChunkToolCallDelta:
+			id = v
+		case k == "name" && kind == messages.ChunkToolCallDelta:
+			name, hasName = v, true
+		default:
+			return fail("unknown data key %q", k)
+		}
+		n++
+	}
+	want := 5
+	if kind == messages.ChunkToolCallDelta {
+		want = 6
+		if hasName {
+			want = 7
+		}
+	}
+	if n != want {
+		return fail("data lacks a required key")
+	}
+	if _, ok := turn.AsInt(); !ok {
+		return fail("turn is not a safe integer")
+	}
+	if _, ok := step.AsInt(); !ok {
+		return fail("step is not a safe integer")
+	}
+	if i, ok := index.AsInt(); !ok || i < 0 {
+		return fail("index is not a non-negative safe integer")
+	}
+	if kind == messages.ChunkToolCallDelta {
+		if id.Kind() != messages.KindString {
+			return fail("id is not a string")
+		}
+		if hasName && name.Kind() != messages.KindString {
+			return fail("name is not a string")
+		}
+	}
+	if dt.Kind() != messages.KindArray || pieces.Kind() != messages.KindArray {
+		return fail("dt and %s must be arrays", piecesKey)
+	}
+
+	var events []Event
+	seq, t := seq0, time0
+	nextDT, stop := iter.Pull(dt.Elements())
+	defer stop()
+	for piece := range pieces.Elements() {
+		if piece.Kind() != messages.KindString {
+			return fail("%s holds %s, not a string", piecesKey, piece)
+		}
+		if len(events) > 0 {
+			d, more := nextDT()
+			if !more {
+				return fail("dt is shorter than %s less one", piecesKey)
+			}
+			gap, ok := d.AsInt()
+			if !ok {
+				return fail("dt holds %s, not a safe integer", d)
+			}
+			seq++
+			t += gap // both safe, so no overflow
+			if t < -maxSafe || t > maxSafe || seq > maxSafe {
+				return fail("member %d leaves the safe-integer range", len(events))
+			}
+		}
+		var c messages.ObjectBuilder
+		c.String("type", string(kind)).Raw("index", index)
+		if kind == messages.ChunkToolCallDelta {
+			c.Raw("id", id)
+			if hasName {
+				c.Raw("name", name)
+			}
+			c.Raw("argumentsDelta", piece)
+		} else {
+			c.Raw("text", piece)
+		}
+		var d messages.ObjectBuilder
+		d.Raw("turn", turn).Raw("step", step).Raw("chunk", c.Build())
+		e := Event{typ: TypeAssistantChunk, seq: seq, time: t, data: d.Build()}
+		p, err := decodePayload(e.typ, e.data)
+		if err != nil {
+			return fail("member %d: %w", len(events), err)
+		}
+		e.payload = p
+		events = append(events, e)
+	}
+	if len(events) == 0 {
+		return fail("%s is empty", piecesKey)
+	}
+	if _, more := nextDT(); more {
+		return fail("dt is longer than %s less one", piecesKey)
+	}
+	return events, nil
+}
+
+func rowTag(kind messages.ChunkType) string {
+	switch kind {
+	case messages.ChunkReasoningDelta:
+		return rowReasoning
+	case messages.ChunkToolCallDelta:
+		return rowToolCall
+	}
+	return rowText
+}

@@ -1,0 +1,210 @@
+package session
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// This file is the event codec: one Event to and from one JSON line of the
+// log format (spec §2.1, §3.8). It knows the envelope only. The rules that
+// need the rest of the log (surface metadata only on surface types,
+// contiguous seqs, unknown types without ignorable) belong to Log; the
+// storage-only packing of chunk runs belongs to chunkrows.go.
+
+// DecodeError reports a line that is not a well-formed event. Seq is the
+// event's seq when the line got far enough to name one, else -1.
+type DecodeError struct {
+	Seq int64
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	if e.Seq < 0 {
+		return "session: event: " + e.Err.Error()
+	}
+	return "session: event seq " + strconv.FormatInt(e.Seq, 10) + ": " + e.Err.Error()
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Compile-time shape guard: AppendEvent writes, and decodeEventJSON reads,
+// every field listed here. Adding a field to Event breaks this line until
+// both are updated.
+var _ = Event(struct {
+	typ        EventType
+	seq        int64
+	time       int64
+	data       messages.JSON
+	op         SurfaceOp
+	sources    []int64
+	hasSources bool
+	ignorable  bool
+	payload    payload // derived from typ and data; not encoded
+}{})
+
+// AppendEvent appends e's JSON line, without the trailing newline, to dst
+// and returns the extended buffer. Keys come in the order type, seq, time,
+// data, then surfaceOp (surface events), sourceEventSeqs (when the event
+// carries the field; [] when empty) and ignorable (only when true).
+//
+// It is the write hot path, so it is written by hand: data is already
+// canonical JSON text and is copied as is; no reflection, no intermediate
+// values. dst is owned by the caller before and after.
+func AppendEvent(dst []byte, e Event) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = messages.AppendQuoted(dst, string(e.typ))
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendInt(dst, e.seq, 10)
+	dst = append(dst, `,"time":`...)
+	dst = strconv.AppendInt(dst, e.time, 10)
+	dst = append(dst, `,"data":`...)
+	if e.data.IsZero() {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, e.data.String()...)
+	}
+	switch e.op.kind {
+	case OpAppend:
+		dst = append(dst, `,"surfaceOp":"append"`...)
+	case OpReplace:
+		// The shape of SurfaceOp.JSON, written without building a value.
+		dst = append(dst, `,"surfaceOp":{"op":"replace","start":`...)
+		dst = strconv.AppendInt(dst, e.op.start, 10)
+		dst = append(dst, `,"end":`...)
+		dst = strconv.AppendInt(dst, e.op.end, 10)
+		dst = append(dst, '}')
+	}
+	if e.hasSources {
+		dst = append(dst, `,"sourceEventSeqs":[`...)
+		for i, s := range e.sources {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, s, 10)
+		}
+		dst = append(dst, ']')
+	}
+	if e.ignorable {
+		dst = append(dst, `,"ignorable":true`...)
+	}
+	return append(dst, '}')
+}
+
+// DecodeEvent reads one event line (surrounding whitespace allowed). The
+// envelope must be an object with only the keys type, seq, time, data,
+// surfaceOp, sourceEventSeqs and ignorable; type a non-empty string, not a
+// type removed from the format; seq a non-negative and time any safe
+// integer; data present; surfaceOp "append" or a replace object;
+// sourceEventSeqs an array of non-negative safe integers; ignorable, when
+// present, exactly true. The data of a core type must decode into its typed
+// payload.
+//
+// DecodeEvent does not check the surface rules, seq contiguity or whether
+// the type is known: those are properties of a log, checked by Log. Errors
+// are *DecodeError. The caller keeps ownership of line; the Event does not
+// alias it.
+func DecodeEvent(line []byte) (Event, error) {
+	j, err := messages.ParseJSON(line)
+	if err != nil {
+		return Event{}, &DecodeError{Seq: -1, Err: err}
+	}
+	return decodeEventJSON(j)
+}
+
+// decodeEventJSON is DecodeEvent on an already parsed line.
+func decodeEventJSON(j messages.JSON) (Event, error) {
+	if j.Kind() != messages.KindObject {
+		return Event{}, &DecodeError{Seq: -1, Err: fmt.Errorf("envelope is not a JSON object")}
+	}
+	// One pass over the members collects them; the checks run afterwards so
+	// that an error can name the seq even when seq comes late in the line.
+	var typJ, seqJ, timeJ, data, opJ, srcJ, ignJ messages.JSON
+	var hasData, hasOp, hasSrc, hasIgn bool
+	var unknown string
+	for k, v := range j.Members() {
+		switch k {
+		case "type":
+			typJ = v
+		case "seq":
+			seqJ = v
+		case "time":
+			timeJ = v
+		case "data":
+			data, hasData = v, true
+		case "surfaceOp":
+			opJ, hasOp = v, true
+		case "sourceEventSeqs":
+			srcJ, hasSrc = v, true
+		case "ignorable":
+			ignJ, hasIgn = v, true
+		default:
+			if unknown == "" {
+				unknown = k
+			}
+		}
+	}
+	seq, seqOK := seqJ.AsInt()
+	fail := func(format string, args ...any) (Event, error) {
+		s := int64(-1)
+		if seqOK && seq >= 0 {
+			s = seq
+		}
+		return Event{}, &DecodeError{Seq: s, Err: fmt.Errorf(format, args...)}
+	}
+	if unknown != "" {
+		return fail("unknown envelope key %q", unknown)
+	}
+	typ, ok := typJ.AsString()
+	switch {
+	case !ok:
+		return fail("type is not a string")
+	case typ == "":
+		return fail("type is empty")
+	case !seqOK || seq < 0:
+		return fail("seq is not a non-negative safe integer")
+	}
+	e := Event{typ: EventType(typ), seq: seq, data: data}
+	if e.time, ok = timeJ.AsInt(); !ok {
+		return fail("time is not a safe integer")
+	}
+	if !hasData {
+		return fail("data is missing")
+	}
+	if e.typ.isLegacy() {
+		return fail("event type %q was removed from the format", typ)
+	}
+	if hasOp {
+		op, err := ParseSurfaceOp(opJ)
+		if err != nil {
+			return fail("%w", err)
+		}
+		e.op = op
+	}
+	if hasSrc {
+		if srcJ.Kind() != messages.KindArray {
+			return fail("sourceEventSeqs is not an array")
+		}
+		e.hasSources = true
+		for v := range srcJ.Elements() {
+			n, ok := v.AsInt()
+			if !ok || n < 0 {
+				return fail("sourceEventSeqs holds %s, not a non-negative safe integer", v)
+			}
+			e.sources = append(e.sources, n)
+		}
+	}
+	if hasIgn {
+		if ignJ.String() != "true" {
+			return fail("ignorable must be true when present, not %s", ignJ)
+		}
+		e.ignorable = true
+	}
+	p, err := decodePayload(e.typ, data)
+	if err != nil {
+		return fail("%s: %w", typ, err)
+	}
+	e.payload = p
+	return e, nil
+}

@@ -1,0 +1,546 @@
+package session
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// This file reads and writes whole log files (spec §3.8): the header line,
+// then one storage record per line (an event, or a packed chunk row), as
+// plain JSONL or as a concatenation of independent checksummed zstd frames.
+//
+// Layout of a .jsonl.zstd file:
+//
+//	+---------------------------+---------------------+-----+---------------------+
+//	| frame 0: the header line  | frame 1: batch 1    | ... | frame n: batch n    |
+//	+---------------------------+---------------------+-----+---------------------+
+//	frame = magic 28 B5 2F FD | descriptor | [window] [dict id] [content size]
+//	        | block* (3-byte header: last bit, type, size; then the block body)
+//	        | [xxhash64 checksum, low 4 bytes]
+//	the decoded content of every complete frame is whole lines ("...\n")
+//
+// Reading tolerates exactly what a crash during an append can leave: a
+// final record without its newline (plain), a final frame cut short (zstd),
+// or a damaged tail after the last committed turn/end. Damage followed by a
+// turn/end is in the committed region and is corruption, which a reader
+// must report rather than repair: truncating there would drop turns the
+// user saw complete.
+
+// ErrNoHeader reports a file without a complete header line: empty, or
+// half-written before its first line (or first frame) was complete. A
+// store listing sessions skips such files.
+var ErrNoHeader = errors.New("session: log has no complete header line")
+
+// CorruptError reports damage in the committed region of a log file: a
+// record that does not parse, a seq gap, a complete zstd frame that does not
+// decode or holds a partial line, followed by a turn/end (or a frame that is
+// structurally broken anywhere). Offset is the byte offset in the file of
+// the damaged line (plain) or of the frame holding it (zstd); Line is the
+// logical line number (the header is line 1); Seq the seq the damaged
+// record should have had (-1 when not known).
+type CorruptError struct {
+	Path   string
+	Offset int64
+	Line   int
+	Seq    int64
+	Err    error
+}
+
+func (e *CorruptError) Error() string {
+	switch {
+	case e.Line > 0 && e.Seq >= 0:
+		return fmt.Sprintf("session: %s: line %d (seq %d): %v", e.Path, e.Line, e.Seq, e.Err)
+	case e.Line > 0:
+		return fmt.Sprintf("session: %s: line %d: %v", e.Path, e.Line, e.Err)
+	}
+	return fmt.Sprintf("session: %s: offset %d: %v", e.Path, e.Offset, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// TornTail describes the tolerated damage at the end of a log file: what a
+// crash in the middle of an append leaves behind.
+type TornTail struct {
+	// Offset is where the physical tail starts, the length to truncate the
+	// file to before appending again: for plain files the end of the last
+	// good line (committedBytes); for zstd files the start of the frame
+	// holding the first dropped byte (tornStart).
+	Offset int64
+	// Line is the logical line number of the first dropped line.
+	Line int
+	// NextSeq is the seq the first dropped record should have had, which is
+	// also len(File.Events).
+	NextSeq int64
+	// Err says why the tail was dropped (a torn final record or frame, a
+	// record that does not decode, a seq gap).
+	Err error
+	// Recovered (zstd only) holds the good events that sit in the frame at
+	// Offset, before the damage. They are the last events of File.Events:
+	// truncating to Offset removes them from the file, so repair re-appends
+	// them (with any crash closers) as a new frame.
+	Recovered []Event
+}
+
+// File is a log file read whole: its header, its events, and the scan
+// outcome. The caller owns a File and everything in it.
+type File struct {
+	Path       string
+	Compressed bool // zstd framing
+	Header     Header
+	// Events is the valid prefix: contiguous seqs from 0, including the
+	// events recovered from a torn final frame.
+	Events []Event
+	// Torn is nil when the file ended cleanly.
+	Torn *TornTail
+}
+
+// Log validates the events as a log (Restore): known or ignorable types,
+// the surface rules, the typed shapes of core events.
+func (f *File) Log() (*Log, error) { return Restore(f.Header, f.Events) }
+
+// ReadFile reads and scans the log file at path. The framing is detected
+// from the content (zstd magic 28 B5 2F FD), not trusted from the suffix;
+// a ".zstd" name without the magic is corruption. Errors: ErrNoHeader
+// (wrapped), a header error from ParseHeader (wrapped, so errors.As finds a
+// *FormatVersionError), or a *CorruptError.
+func ReadFile(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("session: read log: %w", err)
+	}
+	return ParseFile(data, path)
+}
+
+// ParseFile is ReadFile on the bytes of a file; name is used for
+// detection by suffix and in errors. The caller keeps ownership of data;
+// the result does not alias it.
+func ParseFile(data []byte, name string) (*File, error) {
+	f := &File{Path: name}
+	if bytes.HasPrefix(data, zstdMagic) || strings.HasSuffix(name, ".zstd") {
+		f.Compressed = true
+		return f, f.parseZstd(data)
+	}
+	return f, f.parsePlain(data)
+}
+
+// line is one complete logical line after the header.
+type line struct {
+	text  []byte // without "\n"
+	no    int    // logical line number; the header is 1
+	cut   int64  // truncation point if the tail starts here
+	frame int    // zstd frame index; 0 for plain files
+}
+
+// tail is the torn end of the file found by the physical layer, if any.
+type tail struct {
+	at     int64 // truncation point
+	no     int   // logical line number of the fragment
+	err    error
+	frame  int // zstd: index of the torn frame
+	exists bool
+}
+
+var (
+	errTornRecord = errors.New("torn final record (no newline)")
+	errTornFrame  = errors.New("torn final zstd frame")
+)
+
+func (f *File) parsePlain(data []byte) error {
+	nl := bytes.IndexByte(data, '\n')
+	if nl < 0 {
+		return fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
+	}
+	if err := f.parseHeader(data[:nl]); err != nil {
+		return err
+	}
+	var lines []line
+	var t tail
+	no := 1
+	for off := nl + 1; off < len(data); {
+		no++
+		end := bytes.IndexByte(data[off:], '\n')
+		if end < 0 {
+			t = tail{at: int64(off), no: no, err: errTornRecord, exists: true}
+			break
+		}
+		lines = append(lines, line{text: data[off : off+end], no: no, cut: int64(off)})
+		off += end + 1
+	}
+	return f.scan(lines, t)
+}
+
+func (f *File) parseHeader(text []byte) error {
+	h, err := ParseHeader(text)
+	if err != nil {
+		return fmt.Errorf("session: %s: header: %w", f.Path, err)
+	}
+	f.Header = h
+	return nil
+}
+
+// scan applies the record rules of spec §3.8 to the complete lines after
+// the header and sets Events and Torn.
+func (f *File) scan(lines []line, t tail) error {
+	expected := int64(0)
+	frame, frameFirst := -1, 0 // zstd: index into Events of the first event of the current frame
+	for i, ln := range lines {
+		if ln.frame != frame {
+			frame, frameFirst = ln.frame, len(f.Events)
+		}
+		evs, err := DecodeRecord(ln.text)
+		var rule error
+		switch {
+		case err != nil:
+			rule = fmt.Errorf("unparsable committed event: %w", err)
+		case evs[0].seq != expected:
+			err = fmt.Errorf("record starts at seq %d, want %d", evs[0].seq, expected)
+			rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[0].seq, expected)
+		}
+		if err != nil {
+			if laterTurnEnd(lines[i+1:]) {
+				f.Events = nil
+				return &CorruptError{Path: f.Path, Offset: ln.cut, Line: ln.no, Seq: expected, Err: rule}
+			}
+			f.Torn = &TornTail{Offset: ln.cut, Line: ln.no, NextSeq: expected, Err: err}
+			if f.Compressed {
+				f.Torn.Recovered = slices.Clone(f.Events[frameFirst:])
+			}
+			return nil
+		}
+		f.Events = append(f.Events, evs...)
+		expected += int64(len(evs))
+	}
+	if t.exists {
+		f.Torn = &TornTail{Offset: t.at, Line: t.no, NextSeq: expected, Err: t.err}
+		if f.Compressed && frame == t.frame {
+			f.Torn.Recovered = slices.Clone(f.Events[frameFirst:])
+		}
+	}
+	return nil
+}
+
+// laterTurnEnd reports whether any of lines records a turn/end: then the
+// damage before them is in the committed region. A line counts when it
+// holds the compact member "type":"turn/end" (which cannot occur inside a
+// JSON string, where quotes are escaped) even if the line itself is
+// damaged, or when it parses as an object of that type. Erring towards
+// "committed" is deliberate: a false positive reports corruption to a
+// human, a false negative would truncate committed turns.
+func laterTurnEnd(lines []line) bool {
+	for _, ln := range lines {
+		if !bytes.Contains(ln.text, []byte(`"turn/end"`)) {
+			continue
+		}
+		if bytes.Contains(ln.text, []byte(`"type":"turn/end"`)) {
+			return true
+		}
+		if j, err := messages.ParseJSON(ln.text); err == nil {
+			if t, _ := j.Field("type"); t.String() == `"turn/end"` {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// zstd framing.
+
+var zstdMagic = []byte{0x28, 0xB5, 0x2F, 0xFD}
+
+const (
+	// maxBlockSize is the largest block a frame may hold (RFC 8878,
+	// Block_Maximum_Size).
+	maxBlockSize = 128 << 10
+	// maxFrameContent bounds what one frame may decode to, and its window:
+	// one frame is one append batch, and a batch of a gigabyte is not a
+	// session log but an attack on the reader's memory.
+	maxFrameContent = 1 << 30
+)
+
+// frameSpan is one frame found by walkFrames: bytes [start, end) of the
+// file. A frame that runs past the end of the data is not complete.
+type frameSpan struct {
+	start, end int64
+	complete   bool
+}
+
+// walkFrames finds the frame boundaries of a zstd file by reading frame
+// and block headers, without decompressing. It stops at the first
+// structural error (bad magic, a reserved bit or block type, an oversized
+// block) and returns the frames before it with the error's offset; the
+// last frame returned may be incomplete (EOF inside it).
+//
+// It is written against RFC 8878 rather than taken from the library: the
+// decoder consumes a whole stream and reports an error, but the scan rules
+// need to know where every frame starts and whether the last one is cut.
+func walkFrames(data []byte) (frames []frameSpan, errAt int64, err error) {
+	n := int64(len(data))
+	for p := int64(0); p < n; {
+		start := p
+		torn := func() ([]frameSpan, int64, error) {
+			return append(frames, frameSpan{start: start, end: n}), 0, nil
+		}
+		if n-p < 4 {
+			if !bytes.HasPrefix(zstdMagic, data[p:]) {
+				return frames, start, fmt.Errorf("bad zstd magic")
+			}
+			return torn()
+		}
+		if !bytes.Equal(data[p:p+4], zstdMagic) {
+			return frames, start, fmt.Errorf("bad zstd magic % x", data[p:p+4])
+		}
+		p += 4
+		if p >= n {
+			return torn()
+		}
+		fhd := data[p]
+		p++
+		if fhd&0x08 != 0 {
+			return frames, start, fmt.Errorf("zstd frame header has the reserved bit set")
+		}
+		single := fhd&0x20 != 0
+		hasChecksum := fhd&0x04 != 0
+		hdr := int64([4]int{0, 1, 2, 4}[fhd&0x03]) // dictionary id
+		switch fcs := fhd >> 6; {
+		case fcs == 0 && single:
+			hdr++
+		case fcs > 0:
+			hdr += 1 << fcs // 2, 4 or 8 bytes
+		}
+		if !single {
+			hdr++ // window descriptor
+		}
+		p += hdr
+		for last := false; !last; {
+			if p+3 > n {
+				return torn()
+			}
+			bh := uint32(data[p]) | uint32(data[p+1])<<8 | uint32(data[p+2])<<16
+			p += 3
+			last = bh&1 != 0
+			size := int64(bh >> 3)
+			if size > maxBlockSize {
+				return frames, start, fmt.Errorf("zstd block of %d bytes exceeds the maximum", size)
+			}
+			switch (bh >> 1) & 3 {
+			case 0, 2: // raw, compressed: size bytes follow
+				p += size
+			case 1: // RLE: one byte, repeated size times
+				p++
+			case 3:
+				return frames, start, fmt.Errorf("zstd block has the reserved type")
+			}
+			if p > n {
+				return torn()
+			}
+		}
+		if hasChecksum {
+			p += 4
+		}
+		if p > n {
+			return torn()
+		}
+		frames = append(frames, frameSpan{start: start, end: p, complete: true})
+	}
+	return frames, 0, nil
+}
+
+var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstdDecoderOptions...)
+})
+
+var zstdDecoderOptions = []zstd.DOption{
+	zstd.WithDecoderConcurrency(1), // stateless DecodeAll, and a synchronous stream decoder
+	zstd.WithDecoderMaxMemory(maxFrameContent),
+	zstd.WithDecoderMaxWindow(maxFrameContent),
+}
+
+// decodeFrame decodes one complete frame, checking its checksum.
+func decodeFrame(frame []byte) ([]byte, error) {
+	d, err := zstdDecoder()
+	if err != nil {
+		return nil, err
+	}
+	return d.DecodeAll(frame, nil)
+}
+
+// decodeTorn decodes as much of a cut frame as it can: the blocks that are
+// whole. The error that ends it is expected and ignored.
+func decodeTorn(frame []byte) []byte {
+	d, err := zstd.NewReader(bytes.NewReader(frame), zstdDecoderOptions...)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	out, _ := io.ReadAll(io.LimitReader(d, maxFrameContent))
+	return out
+}
+
+func (f *File) parseZstd(data []byte) error {
+	frames, errAt, walkErr := walkFrames(data)
+	corrupt := func(at int64, no int, seq int64, err error) error {
+		return &CorruptError{Path: f.Path, Offset: at, Line: no, Seq: seq, Err: err}
+	}
+	if len(frames) == 0 || !frames[0].complete {
+		if walkErr != nil {
+			return corrupt(errAt, 1, -1, walkErr)
+		}
+		return fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
+	}
+
+	// Frame 0 holds exactly the header line. Being strict here keeps every
+	// event out of frame 0, so a torn-tail truncation never reaches the
+	// header.
+	h0 := frames[0]
+	content, err := decodeFrame(data[h0.start:h0.end])
+	if err != nil {
+		return corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame: %w", err))
+	}
+	if nl := bytes.IndexByte(content, '\n'); nl != len(content)-1 {
+		return corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame does not hold exactly one line"))
+	}
+	if err := f.parseHeader(content[:len(content)-1]); err != nil {
+		return err
+	}
+
+	var lines []line
+	var t tail
+	no := 1
+	for i, fr := range frames[1:] {
+		idx := i + 1
+		raw := data[fr.start:fr.end]
+		if !fr.complete {
+			content = decodeTorn(raw)
+			content = content[:bytes.LastIndexByte(content, '\n')+1] // the cut line goes with the frame
+			t = tail{at: fr.start, err: errTornFrame, frame: idx, exists: true}
+		} else if content, err = decodeFrame(raw); err != nil {
+			return corrupt(fr.start, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", fr.start, err))
+		} else if len(content) > 0 && content[len(content)-1] != '\n' {
+			return corrupt(fr.start, no+1, -1, fmt.Errorf("complete zstd frame at offset %d holds a torn JSONL record", fr.start))
+		}
+		for len(content) > 0 {
+			nl := bytes.IndexByte(content, '\n')
+			no++
+			lines = append(lines, line{text: content[:nl], no: no, cut: fr.start, frame: idx})
+			content = content[nl+1:]
+		}
+		t.no = no + 1
+	}
+	if walkErr != nil {
+		// A structural error is corruption wherever it is: a crash cuts a
+		// frame short but does not write a bad header after good frames.
+		return corrupt(errAt, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", errAt, walkErr))
+	}
+	return f.scan(lines, t)
+}
+
+// WriteOptions says how WriteFile lays out a file. The zero value writes
+// plain JSONL, unpacked, in one batch.
+type WriteOptions struct {
+	// Zstd writes a .jsonl.zstd artifact: one checksummed frame for the
+	// header line, then one per batch. Default false: plain JSONL.
+	Zstd bool
+	// Pack packs chunk runs (spec §2.13) within each batch. Default false.
+	Pack bool
+	// BatchSizes splits the events into consecutive batches of these sizes
+	// (each positive); events left over form one last batch. Default nil:
+	// one batch. A batch is a frame in a zstd file, and the unit of packing.
+	BatchSizes []int
+}
+
+// Validate checks that every batch size is positive.
+func (o WriteOptions) Validate() error {
+	for _, n := range o.BatchSizes {
+		if n <= 0 {
+			return fmt.Errorf("session: write options: batch size %d is not positive", n)
+		}
+	}
+	return nil
+}
+
+// WriteFile writes a whole log file at path (mode 0600, replacing any file
+// there): the header line, then events in the layout opts asks for. The
+// events must be contiguous from seq 0. It is for tests and tools: it
+// writes in one go and does not sync, which makes it no substitute for the
+// persister's durable append.
+func WriteFile(path string, h Header, events []Event, opts WriteOptions) error {
+	data, err := encodeFile(h, events, opts)
+	if err != nil {
+		return err
+	}
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("session: write log: %w", err)
+	}
+	if err := fh.Chmod(0o600); err != nil {
+		_ = fh.Close()
+		return fmt.Errorf("session: write log: %w", err)
+	}
+	if _, err := fh.Write(data); err != nil {
+		_ = fh.Close()
+		return fmt.Errorf("session: write log: %w", err)
+	}
+	if err := fh.Close(); err != nil {
+		return fmt.Errorf("session: write log: %w", err)
+	}
+	return nil
+}
+
+var zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+	return zstd.NewWriter(nil, zstd.WithEncoderCRC(true), zstd.WithEncoderConcurrency(1))
+})
+
+// encodeFile returns the bytes WriteFile writes.
+func encodeFile(h Header, events []Event, opts WriteOptions) ([]byte, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	for i, e := range events {
+		if e.seq != int64(i) {
+			return nil, fmt.Errorf("session: write log: event %d has seq %d; events must be contiguous from 0", i, e.seq)
+		}
+	}
+	var batches [][]Event
+	rest := events
+	for _, n := range opts.BatchSizes {
+		if n > len(rest) {
+			return nil, fmt.Errorf("session: write log: batch sizes add up to more than the %d events", len(events))
+		}
+		batches, rest = append(batches, rest[:n]), rest[n:]
+	}
+	if len(rest) > 0 {
+		batches = append(batches, rest)
+	}
+	headerLine := append([]byte(h.JSON().String()), '\n')
+	if !opts.Zstd {
+		out := headerLine
+		for _, b := range batches {
+			out = AppendRecords(out, b, opts.Pack)
+		}
+		return out, nil
+	}
+	enc, err := zstdEncoder()
+	if err != nil {
+		return nil, err
+	}
+	out := enc.EncodeAll(headerLine, nil)
+	var buf []byte
+	for _, b := range batches {
+		buf = AppendRecords(buf[:0], b, opts.Pack)
+		out = enc.EncodeAll(buf, out)
+	}
+	return out, nil
+}
