@@ -16,13 +16,13 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+
 // newTestSystem returns a quiet actor system; its actors are stopped by the
 // test's cleanup.
 func newTestSystem(t *testing.T) *actor.ActorSystem {
 	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger))
 	t.Cleanup(sys.Shutdown)
 	return sys
 }
