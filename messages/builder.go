@@ -13,6 +13,14 @@ import (
 // Every method writes a valid member, so Build needs no validation: strings
 // are escaped, integers are written exactly, and Raw takes an already
 // validated JSON. A zero JSON passed to Raw is skipped (absent member).
+// The caller must not add the same key twice: the builder does not check
+// (that would cost the hot path a key set), and an object with a duplicate
+// key is not lossless JSON (ParseJSON refuses it).
+//
+// ObjectBuilder is the one exported struct of the package that is not an
+// immutable value: it is a scratch buffer its owner fills and then turns
+// into an immutable JSON with Build, which copies. It never crosses a
+// goroutine or actor boundary.
 type ObjectBuilder struct {
 	b []byte
 }
@@ -41,16 +49,40 @@ func (o *ObjectBuilder) Int(k string, v int64) *ObjectBuilder {
 	return o
 }
 
-// Float adds a number member. A non-finite value or negative zero is not
-// lossless JSON; it is written as 0 so Build never fails, and callers that
-// accept floats from outside validate them first (see CallConfig.Validate).
+// Float adds a number member, spelled as JavaScript's JSON.stringify spells
+// it (0.7, 1e-7, 1e+21, 123456789012345680000), so dsh writes the bytes the
+// reference would. A non-finite value or negative zero is not lossless JSON;
+// it is written as 0 so Build never fails, and callers that accept floats
+// from outside validate them first (see CallConfig.Validate).
 func (o *ObjectBuilder) Float(k string, v float64) *ObjectBuilder {
 	o.key(k)
 	if math.IsInf(v, 0) || math.IsNaN(v) || (v == 0 && math.Signbit(v)) {
 		v = 0
 	}
-	o.b = strconv.AppendFloat(o.b, v, 'g', -1, 64)
+	o.b = appendFloat(o.b, v)
 	return o
+}
+
+// appendFloat appends a finite v in ECMAScript's Number::toString form, as
+// encoding/json does: shortest round-trip digits, plain notation for
+// 1e-6 <= |v| < 1e21, otherwise exponent notation without a zero-padded
+// exponent. strconv's 'g' alone would write 1e-07 and 1.2345678901234568e+20.
+func appendFloat(b []byte, v float64) []byte {
+	abs := math.Abs(v)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, v, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }
 
 // Bool adds a boolean member.

@@ -57,9 +57,11 @@ func ParseLlmFailure(j JSON) (LlmFailure, error) {
 	f.Message, _ = stringField(j, "message")
 	f.Code, _ = stringField(j, "code")
 	if v, ok := j.Field("status"); ok {
+		// Checked here, not only by Validate: there 0 means absent, so a
+		// present status 0 would pass and then vanish from the JSON.
 		n, isInt := v.AsInt()
-		if !isInt {
-			return LlmFailure{}, fmt.Errorf("messages: failure status is not an integer")
+		if !isInt || n < 100 || n > 599 {
+			return LlmFailure{}, fmt.Errorf("messages: failure status %s is not an integer in 100..599", v)
 		}
 		f.Status = int(n)
 	}
@@ -70,8 +72,16 @@ func ParseLlmFailure(j JSON) (LlmFailure, error) {
 		}
 		f.ProviderRetryAfterMs = n
 	}
-	f.RequestID, _ = stringField(j, "requestId")
-	return f, f.Validate()
+	if v, ok := j.Field("requestId"); ok {
+		var isStr bool
+		if f.RequestID, isStr = v.AsString(); !isStr {
+			return LlmFailure{}, fmt.Errorf("messages: failure requestId is not a string")
+		}
+	}
+	if err := f.Validate(); err != nil {
+		return LlmFailure{}, err
+	}
+	return f, nil
 }
 
 // FinishKind names how a model stream finished.

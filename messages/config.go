@@ -130,6 +130,11 @@ func ParseCallConfig(j JSON) (CallConfig, error) {
 			c.stop = append(c.stop, s)
 		}
 	}
+	// A parsed config is a valid one: maxTokens 0 or -1 reads as an integer
+	// but is not a config Validate accepts.
+	if err := c.Validate(); err != nil {
+		return CallConfig{}, err
+	}
 	return c, nil
 }
 
@@ -158,7 +163,11 @@ func ParseToolSchema(j JSON) (ToolSchema, error) {
 	if t.Name, ok = stringField(j, "name"); !ok || t.Name == "" {
 		return ToolSchema{}, fmt.Errorf("messages: tool schema lacks a name")
 	}
-	t.Description, _ = stringField(j, "description")
+	if v, ok := j.Field("description"); ok {
+		if t.Description, ok = v.AsString(); !ok {
+			return ToolSchema{}, fmt.Errorf("messages: tool schema %s description is not a string", t.Name)
+		}
+	}
 	if t.Parameters, ok = j.Field("parameters"); ok && t.Parameters.Kind() != KindObject {
 		return ToolSchema{}, fmt.Errorf("messages: tool schema %s parameters is not an object", t.Name)
 	}

@@ -34,6 +34,10 @@ const (
 //
 // A block keeps its canonical JSON, so a block read from a log encodes back
 // exactly as it was read.
+//
+// The zero ContentBlock is no block at all (it has no JSON). Constructors
+// that take a list of blocks leave zero blocks out, rather than writing a
+// null that no reader, ParseContentBlock included, would accept.
 type ContentBlock struct {
 	typ        BlockType
 	text       string // text, reasoning
@@ -72,18 +76,14 @@ func ToolCallBlock(id, name, arguments string) ContentBlock {
 // ToolResultBlock returns a tool-result block answering callID. The content
 // slice is copied; the caller keeps ownership of it.
 func ToolResultBlock(callID string, content []ContentBlock, isError bool) ContentBlock {
-	content = slices.Clone(content)
-	raws := make([]JSON, len(content))
-	for i, c := range content {
-		raws[i] = c.raw
-	}
+	content = cloneBlocks(content)
 	e := boolFalse
 	if isError {
 		e = boolTrue
 	}
 	var o ObjectBuilder
 	o.String("type", string(BlockToolResult)).String("toolCallId", callID).
-		Raw("content", ArrayOf(raws...)).Bool("isError", isError)
+		Raw("content", blocksJSON(content)).Bool("isError", isError)
 	return ContentBlock{typ: BlockToolResult, toolCallID: callID, content: content, isError: e, raw: o.Build()}
 }
 
@@ -167,6 +167,9 @@ func parseBlocks(arr JSON) ([]ContentBlock, error) {
 	return out, nil
 }
 
+// IsZero reports whether b is the zero ContentBlock (no block).
+func (b ContentBlock) IsZero() bool { return b.raw.IsZero() }
+
 // Type returns the block's type.
 func (b ContentBlock) Type() BlockType { return b.typ }
 
@@ -214,22 +217,46 @@ func (b ContentBlock) WithNestedContent(content []ContentBlock) (ContentBlock, e
 	if b.typ != BlockToolResult {
 		return ContentBlock{}, fmt.Errorf("messages: %s block has no nested content", b.typ)
 	}
-	content = slices.Clone(content)
-	raws := make([]JSON, len(content))
-	for i, c := range content {
-		raws[i] = c.raw
-	}
-	var o ObjectBuilder
-	for k, v := range b.raw.Members() {
-		if k == "content" {
-			v = ArrayOf(raws...)
-		}
-		o.Raw(k, v)
-	}
+	content = cloneBlocks(content)
 	n := b
 	n.content = content
-	n.raw = o.Build()
+	n.raw = replaceMember(b.raw, "content", blocksJSON(content))
 	return n, nil
+}
+
+// replaceMember returns obj with the value of member key replaced by v,
+// every other member (key, order, spelling) kept as it was. obj must have
+// the member.
+func replaceMember(obj JSON, key string, v JSON) JSON {
+	b := make([]byte, 0, len(obj.text)+len(v.text))
+	b = append(b, '{')
+	for lit, val := range rawMembers(obj.text) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, lit...)
+		b = append(b, ':')
+		if unquote(lit) == key {
+			val = v.text
+		}
+		b = append(b, val...)
+	}
+	return JSON{text: string(append(b, '}'))}
+}
+
+// cloneBlocks copies a caller's block list, leaving out zero blocks; the
+// result is owned by the package.
+func cloneBlocks(bs []ContentBlock) []ContentBlock {
+	out := make([]ContentBlock, 0, len(bs))
+	for _, b := range bs {
+		if !b.IsZero() {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func blocksJSON(bs []ContentBlock) JSON {

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"math"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -30,20 +31,27 @@ type JSON struct {
 }
 
 // ParseJSON validates b and returns it as a JSON value. It rejects what the
-// harness rejects: anything that is not a single JSON text, numbers that are
-// not finite as IEEE doubles, negative zero (-0, -0.0, -0e5), and objects with
-// duplicate keys (JavaScript would silently keep the last one, so the key set
-// would not survive a round trip). The caller keeps ownership of b.
+// harness rejects: anything that is not a single JSON text (malformed, empty,
+// trailing garbage, invalid UTF-8), numbers that are not finite as IEEE
+// doubles (1e400), negative zero (-0, -0.0, -0e5, and -1e-400, which
+// underflows to -0), and objects with duplicate keys at any depth (JavaScript
+// would silently keep the last one, so the key set would not survive a round
+// trip). Keys are compared as JavaScript compares them, as UTF-16 strings:
+// "\u00e9" and "é" are the same key, two different lone surrogates are not.
+//
+// Validation is a single iterative pass with no nesting limit beyond memory
+// (the harness's snapshotJsonValue has none either); encoding/json's scanner,
+// used here before, refused anything nested deeper than 10,000 levels. The
+// caller keeps ownership of b.
 func ParseJSON(b []byte) (JSON, error) {
-	var buf bytes.Buffer
-	buf.Grow(len(b))
-	if err := json.Compact(&buf, b); err != nil {
-		return JSON{}, fmt.Errorf("%w: %v", ErrNotJSON, err)
-	}
-	if err := validateLossless(buf.Bytes()); err != nil {
+	compact, err := scanLossless(b)
+	if err != nil {
 		return JSON{}, err
 	}
-	return JSON{text: buf.String()}, nil
+	if compact {
+		return JSON{text: string(b)}, nil
+	}
+	return JSON{text: string(appendCompact(make([]byte, 0, len(b)), b))}, nil
 }
 
 // ParseJSONString is [ParseJSON] for a string.
@@ -60,19 +68,27 @@ func MustParseJSON(s string) JSON {
 }
 
 // MarshalValue encodes v with encoding/json and validates the result. It is
-// how typed Go values become JSON payloads.
+// how typed Go values become JSON payloads. HTML characters (<, >, &) are
+// written as they are, as JavaScript's JSON.stringify writes them, not as
+// \u003c escapes. v is read, not retained.
+//
+// It is generic rather than taking an any so that the package's exported API
+// holds no dynamically typed value (STYLE.md, enforced by internal/lint); a
+// call site reads the same either way.
 func MarshalValue[T any](v T) (JSON, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return JSON{}, fmt.Errorf("%w: %v", ErrNotJSON, err)
 	}
-	return ParseJSON(b)
+	return ParseJSON(bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}))
 }
 
-// JSONString returns the JSON string literal for s.
+// JSONString returns the JSON string literal for s, escaped as
+// [AppendQuoted] escapes it (invalid UTF-8 becomes U+FFFD).
 func JSONString(s string) JSON {
-	b, _ := json.Marshal(s) // a Go string always encodes
-	return JSON{text: string(b)}
+	return JSON{text: string(AppendQuoted(make([]byte, 0, len(s)+2), s))}
 }
 
 // JSONNull is the JSON literal null.
@@ -144,23 +160,32 @@ func (j JSON) Kind() Kind {
 }
 
 // Members iterates the members of an object in document order. It yields
-// nothing when j is not an object.
+// nothing when j is not an object. Keys are decoded to Go strings; a key
+// holding a lone UTF-16 surrogate escape (legal JSON, not representable in
+// UTF-8) yields U+FFFD in its place, as encoding/json does.
 func (j JSON) Members() iter.Seq2[string, JSON] {
 	return func(yield func(string, JSON) bool) {
 		if j.Kind() != KindObject {
 			return
 		}
-		s := j.text
+		for lit, v := range rawMembers(j.text) {
+			if !yield(unquote(lit), JSON{text: v}) {
+				return
+			}
+		}
+	}
+}
+
+// rawMembers iterates the members of a compact object as (quoted key
+// literal, value text) pairs, without decoding anything.
+func rawMembers(s string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
 		i := 1
 		for i < len(s) && s[i] != '}' {
 			kEnd := skipValue(s, i)
-			key, _ := strconv.Unquote(s[i:kEnd])
-			if !isSimpleString(s[i:kEnd]) {
-				_ = json.Unmarshal([]byte(s[i:kEnd]), &key)
-			}
 			vStart := kEnd + 1 // past ':'
 			vEnd := skipValue(s, vStart)
-			if !yield(key, JSON{text: s[vStart:vEnd]}) {
+			if !yield(s[i:kEnd], s[vStart:vEnd]) {
 				return
 			}
 			i = vEnd
@@ -195,9 +220,21 @@ func (j JSON) Elements() iter.Seq[JSON] {
 
 // Field returns the member named key of an object, and whether it exists.
 func (j JSON) Field(key string) (JSON, bool) {
-	for k, v := range j.Members() {
-		if k == key {
-			return v, true
+	// A plain loop rather than ranging over Members: Field is on every
+	// parse path, and the iterator's state would cost an allocation a call.
+	if j.Kind() != KindObject {
+		return JSON{}, false
+	}
+	s := j.text
+	for i := 1; i < len(s) && s[i] != '}'; {
+		kEnd := skipString(s, i)
+		vEnd := skipValue(s, kEnd+1)
+		if unquote(s[i:kEnd]) == key {
+			return JSON{text: s[kEnd+1 : vEnd]}, true
+		}
+		i = vEnd
+		if i < len(s) && s[i] == ',' {
+			i++
 		}
 	}
 	return JSON{}, false
@@ -213,19 +250,13 @@ func (j JSON) Keys() []string {
 	return keys
 }
 
-// AsString returns the value of a JSON string, and whether j is one.
+// AsString returns the value of a JSON string, and whether j is one. A lone
+// UTF-16 surrogate escape decodes to U+FFFD, as in encoding/json.
 func (j JSON) AsString() (string, bool) {
 	if j.Kind() != KindString {
 		return "", false
 	}
-	if isSimpleString(j.text) {
-		return j.text[1 : len(j.text)-1], true
-	}
-	var s string
-	if err := json.Unmarshal([]byte(j.text), &s); err != nil {
-		return "", false
-	}
-	return s, true
+	return unquote(j.text), true
 }
 
 // AsInt returns the value of a JSON number that is an integer within the
@@ -236,7 +267,10 @@ func (j JSON) AsInt() (int64, bool) {
 		return 0, false
 	}
 	if n, err := strconv.ParseInt(j.text, 10, 64); err == nil {
-		return n, n <= maxSafeInt && n >= -maxSafeInt
+		if n > maxSafeInt || n < -maxSafeInt {
+			return 0, false
+		}
+		return n, true
 	}
 	f, err := strconv.ParseFloat(j.text, 64)
 	if err != nil || f != math.Trunc(f) || math.Abs(f) > maxSafeInt {
@@ -258,57 +292,111 @@ func (j JSON) AsBool() (bool, bool) {
 
 // Equal reports whether j and o are the same JSON value: objects compare as
 // key sets (order-insensitive), arrays element-wise, numbers by their value as
-// IEEE doubles (so 1 equals 1.0, as in JavaScript), strings by content.
-func (j JSON) Equal(o JSON) bool {
-	if j.text == o.text {
+// IEEE doubles (so 1 equals 1.0, as in JavaScript), strings and keys by their
+// UTF-16 content (so "\u00e9" equals "é", and two different lone surrogates
+// differ).
+//
+// It recurses once per nesting level, on the goroutine's growable stack. The
+// cost is linear in the size of the values for shallow data; a pathological
+// value nested d levels deep costs O(d·n), because each level skips over its
+// children textually. Values equal as text return at once whatever their
+// depth.
+func (j JSON) Equal(o JSON) bool { return equalText(j.text, o.text) }
+
+func equalText(a, b string) bool {
+	if a == b {
 		return true
 	}
-	if j.Kind() != o.Kind() {
+	ka, kb := kindOf(a), kindOf(b)
+	if ka != kb {
 		return false
 	}
-	switch j.Kind() {
+	switch ka {
 	case KindNumber:
-		a, _ := strconv.ParseFloat(j.text, 64)
-		b, _ := strconv.ParseFloat(o.text, 64)
-		return a == b
+		x, _ := strconv.ParseFloat(a, 64)
+		y, _ := strconv.ParseFloat(b, 64)
+		return x == y
 	case KindString:
-		a, _ := j.AsString()
-		b, _ := o.AsString()
-		return a == b
+		if isSimpleString(a) && isSimpleString(b) {
+			return false // no escapes, so different text is different content
+		}
+		return bytes.Equal(appendUnquoted(nil, a, true), appendUnquoted(nil, b, true))
 	case KindArray:
-		next, stop := iter.Pull(o.Elements())
-		defer stop()
-		for a := range j.Elements() {
-			b, ok := next()
-			if !ok || !a.Equal(b) {
+		i, k := 1, 1
+		for {
+			endA, endB := a[i] == ']', b[k] == ']'
+			if endA || endB {
+				return endA && endB
+			}
+			ea, eb := skipValue(a, i), skipValue(b, k)
+			if !equalText(a[i:ea], b[k:eb]) {
 				return false
 			}
+			i, k = ea, eb
+			if a[i] == ',' {
+				i++
+			}
+			if b[k] == ',' {
+				k++
+			}
 		}
-		_, more := next()
-		return !more
 	case KindObject:
-		m := make(map[string]JSON)
-		for k, v := range o.Members() {
-			m[k] = v
+		// Index b's members by decoded key. Objects are small in practice, so
+		// a slice searched linearly beats a map up to a handful of members.
+		type member struct{ key, val string }
+		var bm []member
+		for lit, v := range rawMembers(b) {
+			bm = append(bm, member{keyText(lit), v})
+		}
+		var index map[string]string
+		if len(bm) > 8 {
+			index = make(map[string]string, len(bm))
+			for _, m := range bm {
+				index[m.key] = m.val
+			}
 		}
 		n := 0
-		for k, v := range j.Members() {
-			w, ok := m[k]
-			if !ok || !v.Equal(w) {
+		for lit, v := range rawMembers(a) {
+			key := keyText(lit)
+			var w string
+			found := false
+			if index != nil {
+				w, found = index[key]
+			} else {
+				for _, m := range bm {
+					if m.key == key {
+						w, found = m.val, true
+						break
+					}
+				}
+			}
+			if !found || !equalText(v, w) {
 				return false
 			}
 			n++
 		}
-		return n == len(m)
+		return n == len(bm)
 	}
 	return false // null and bools have one spelling each; text differed
 }
+
+// keyText returns the comparable form of a quoted key literal: its content
+// as WTF-8 (UTF-8 that also encodes lone surrogates), so keys compare as
+// JavaScript compares them.
+func keyText(lit string) string {
+	if isSimpleString(lit) {
+		return lit[1 : len(lit)-1]
+	}
+	return string(appendUnquoted(nil, lit, true))
+}
+
+func kindOf(s string) Kind { return JSON{text: s}.Kind() }
 
 const maxSafeInt = 1<<53 - 1
 
 // isSimpleString reports whether a quoted string literal has no escapes, so
 // its content is the bytes between the quotes.
-func isSimpleString(lit string) bool {
+func isSimpleString[T ~string | ~[]byte](lit T) bool {
 	for i := 1; i < len(lit)-1; i++ {
 		if lit[i] == '\\' {
 			return false
@@ -317,25 +405,98 @@ func isSimpleString(lit string) bool {
 	return true
 }
 
+// unquote returns the content of a validated string literal as UTF-8, lone
+// surrogates replaced by U+FFFD.
+func unquote(lit string) string {
+	if isSimpleString(lit) {
+		return lit[1 : len(lit)-1]
+	}
+	return string(appendUnquoted(make([]byte, 0, len(lit)), lit, false))
+}
+
+// appendUnquoted appends the content of a validated string literal (quotes
+// included in lit) to dst. A surrogate pair written as two escapes becomes
+// one code point. A lone surrogate becomes U+FFFD, or, when wtf8 is set, its
+// three-byte generalised UTF-8 encoding, which keeps distinct lone
+// surrogates distinct (the form used to compare keys and strings).
+func appendUnquoted[T ~string | ~[]byte](dst []byte, lit T, wtf8 bool) []byte {
+	s := lit[1 : len(lit)-1]
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		switch e := s[i+1]; e {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r := hex4(s[i+2 : i+6])
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if r < 0xdc00 && i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					if lo := hex4(s[i+2 : i+6]); lo >= 0xdc00 && lo < 0xe000 {
+						dst = utf8.AppendRune(dst, utf16.DecodeRune(r, lo))
+						i += 6
+						continue
+					}
+				}
+				if wtf8 {
+					dst = append(dst, 0xe0|byte(r>>12), 0x80|byte(r>>6)&0x3f, 0x80|byte(r)&0x3f)
+				} else {
+					dst = utf8.AppendRune(dst, utf8.RuneError)
+				}
+				continue
+			}
+			dst = utf8.AppendRune(dst, r)
+			continue
+		default: // '"', '\\', '/'
+			dst = append(dst, e)
+		}
+		i += 2
+	}
+	return dst
+}
+
+// hex4 decodes four validated hex digits.
+func hex4[T ~string | ~[]byte](h T) rune {
+	var r rune
+	for i := range 4 {
+		c := h[i]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
 // skipValue returns the index just past the JSON value starting at s[i].
 // s must be compact, valid JSON (validated at construction).
-func skipValue[T ~string | ~[]byte](s T, i int) int {
+func skipValue(s string, i int) int {
 	switch s[i] {
 	case '"':
-		i++
-		for s[i] != '"' {
-			if s[i] == '\\' {
-				i++
-			}
-			i++
-		}
-		return i + 1
+		return skipString(s, i)
 	case '{', '[':
 		depth := 0
 		for ; i < len(s); i++ {
 			switch s[i] {
 			case '"':
-				i = skipValue(s, i) - 1
+				i = skipString(s, i) - 1
 			case '{', '[':
 				depth++
 			case '}', ']':
@@ -354,85 +515,316 @@ func skipValue[T ~string | ~[]byte](s T, i int) int {
 	}
 }
 
-// validateLossless walks compact, syntactically valid JSON and enforces the
-// harness's extra rules. It is iterative: no depth limit beyond memory.
-func validateLossless(s []byte) error {
-	type frame struct {
-		object bool
-		keys   map[string]struct{}
+// skipString returns the index just past the validated string literal
+// starting at s[i].
+func skipString[T ~string | ~[]byte](s T, i int) int {
+	i++
+	for s[i] != '"' {
+		if s[i] == '\\' {
+			i++
+		}
+		i++
 	}
-	var stack []frame
-	expectKey := false
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c == '{':
-			stack = append(stack, frame{object: true})
-			expectKey = true
+	return i + 1
+}
+
+// appendCompact appends src, already validated by scanLossless, to dst
+// without the whitespace between tokens.
+func appendCompact(dst, src []byte) []byte {
+	for i := 0; i < len(src); {
+		switch c := src[i]; c {
+		case ' ', '\t', '\n', '\r':
 			i++
-		case c == '[':
-			stack = append(stack, frame{})
-			expectKey = false
+		case '"':
+			end := skipString(src, i)
+			dst = append(dst, src[i:end]...)
+			i = end
+		default:
+			dst = append(dst, c)
 			i++
-		case c == '}' || c == ']':
-			stack = stack[:len(stack)-1]
-			i++
-		case c == ',':
-			expectKey = len(stack) > 0 && stack[len(stack)-1].object
-			i++
-		case c == ':':
-			expectKey = false
-			i++
-		case c == '"':
-			end := skipValue(s, i)
-			if !utf8.Valid(s[i:end]) {
-				return fmt.Errorf("%w: invalid UTF-8 in string", ErrNotJSON)
+		}
+	}
+	return dst
+}
+
+// scanLossless checks that b is exactly one JSON text (RFC 8259, UTF-8) that
+// the harness accepts as lossless (see ParseJSON), and reports whether it is
+// already compact (no whitespace between tokens).
+//
+// It is one iterative pass: containers go on an explicit stack, so depth is
+// bounded by memory, not by the goroutine stack. Duplicate keys are found
+// per object by a linear search over the object's decoded keys, switching to
+// a map once an object has more than dupScanLimit keys (a map per small
+// object would cost an allocation each for nothing). The decoded keys of all
+// open objects share one buffer, truncated as objects close.
+//
+// A hand-written scanner rather than json.Compact followed by a second walk:
+// the second walk had to re-find every token anyway, and json.Compact stops
+// at 10,000 levels of nesting where the reference has no limit.
+func scanLossless(b []byte) (compact bool, err error) {
+	type frame struct {
+		object  bool
+		keys    int                 // where this object's spans start in spans
+		keyBuf  int                 // where this object's keys start in keyBuf
+		overset map[string]struct{} // keys, once there are more than dupScanLimit
+	}
+	type span struct{ start, end int }
+	const dupScanLimit = 16
+	const (
+		wantValue = iota
+		wantKey
+		afterValue
+	)
+	var (
+		stackArr [16]frame
+		spansArr [32]span
+		keyArr   [256]byte
+		stack    = stackArr[:0]
+		spans    = spansArr[:0]
+		keyBuf   = keyArr[:0]
+	)
+	compact = true
+	n := len(b)
+	i := 0
+	ws := func() {
+		for i < n {
+			switch b[i] {
+			case ' ', '\t', '\n', '\r':
+				compact = false
+				i++
+				continue
 			}
-			if expectKey {
-				top := &stack[len(stack)-1]
-				var key string
-				if err := json.Unmarshal(s[i:end], &key); err != nil {
-					return fmt.Errorf("%w: %v", ErrNotJSON, err)
+			return
+		}
+	}
+	fail := func(what string) error {
+		return fmt.Errorf("%w: %s at offset %d", ErrNotJSON, what, i)
+	}
+	state := wantValue
+	for {
+		ws()
+		switch state {
+		case wantValue:
+			if i >= n {
+				return false, fail("unexpected end of input")
+			}
+			switch c := b[i]; {
+			case c == '{' || c == '[':
+				i++
+				ws()
+				if i < n && b[i] == c+2 { // '}' is '{'+2, ']' is '['+2
+					i++
+					state = afterValue
+					continue
 				}
-				if top.keys == nil {
-					top.keys = make(map[string]struct{})
+				stack = append(stack, frame{object: c == '{', keys: len(spans), keyBuf: len(keyBuf)})
+				if c == '{' {
+					state = wantKey
 				}
-				if _, dup := top.keys[key]; dup {
-					return fmt.Errorf("%w: duplicate key %q", ErrNotJSON, key)
+				continue
+			case c == '"':
+				end, err := scanString(b, i)
+				if err != nil {
+					return false, err
 				}
-				top.keys[key] = struct{}{}
-				expectKey = false
+				i = end
+			case c == 't' || c == 'f' || c == 'n':
+				lit := "null"
+				if c == 't' {
+					lit = "true"
+				} else if c == 'f' {
+					lit = "false"
+				}
+				if n-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+					return false, fail("invalid literal")
+				}
+				i += len(lit)
+			case c == '-' || (c >= '0' && c <= '9'):
+				end, err := scanNumber(b, i)
+				if err != nil {
+					return false, err
+				}
+				i = end
+			default:
+				return false, fail(fmt.Sprintf("invalid character %q", c))
+			}
+			state = afterValue
+		case wantKey:
+			if i >= n || b[i] != '"' {
+				return false, fail("expected a string key")
+			}
+			end, err := scanString(b, i)
+			if err != nil {
+				return false, err
+			}
+			top := &stack[len(stack)-1]
+			start := len(keyBuf)
+			if isSimpleString(b[i:end]) {
+				keyBuf = append(keyBuf, b[i+1:end-1]...)
+			} else {
+				keyBuf = appendUnquoted(keyBuf, b[i:end], true)
+			}
+			key := keyBuf[start:]
+			if top.overset != nil {
+				if _, dup := top.overset[string(key)]; dup {
+					return false, fail(fmt.Sprintf("duplicate key %q", string(key)))
+				}
+				top.overset[string(key)] = struct{}{}
+				keyBuf = keyBuf[:start]
+			} else {
+				for _, sp := range spans[top.keys:] {
+					if bytes.Equal(keyBuf[sp.start:sp.end], key) {
+						return false, fail(fmt.Sprintf("duplicate key %q", string(key)))
+					}
+				}
+				spans = append(spans, span{start, len(keyBuf)})
+				if len(spans)-top.keys > dupScanLimit {
+					top.overset = make(map[string]struct{}, 2*dupScanLimit)
+					for _, sp := range spans[top.keys:] {
+						top.overset[string(keyBuf[sp.start:sp.end])] = struct{}{}
+					}
+					spans, keyBuf = spans[:top.keys], keyBuf[:top.keyBuf]
+				}
 			}
 			i = end
-		case c == 't' || c == 'f' || c == 'n':
-			for i < len(s) && s[i] >= 'a' && s[i] <= 'z' {
-				i++
+			ws()
+			if i >= n || b[i] != ':' {
+				return false, fail("expected ':' after object key")
 			}
-		default: // number
-			start := i
-			for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' {
-				i++
+			i++
+			state = wantValue
+		case afterValue:
+			if len(stack) == 0 {
+				if i != n {
+					return false, fail("trailing data after the value")
+				}
+				return compact, nil
 			}
-			if err := checkNumber(string(s[start:i])); err != nil {
-				return err
+			top := stack[len(stack)-1]
+			switch {
+			case i >= n:
+				return false, fail("unexpected end of input")
+			case b[i] == ',':
+				i++
+				state = wantValue
+				if top.object {
+					state = wantKey
+				}
+			case top.object && b[i] == '}' || !top.object && b[i] == ']':
+				i++
+				stack = stack[:len(stack)-1]
+				spans, keyBuf = spans[:top.keys], keyBuf[:top.keyBuf]
+			default:
+				return false, fail(fmt.Sprintf("invalid character %q after a value", b[i]))
 			}
 		}
 	}
-	return nil
 }
 
-// checkNumber rejects numbers JavaScript cannot hold losslessly as a value
-// the harness accepts: overflow to ±Infinity and negative zero.
-func checkNumber(lit string) error {
-	f, err := strconv.ParseFloat(lit, 64)
+// scanString validates the string literal starting at b[i] (the quote) and
+// returns the index just past it: escapes must be JSON's, control
+// characters escaped, and the bytes valid UTF-8.
+func scanString(b []byte, i int) (int, error) {
+	start := i
+	i++
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, nil
+		case c == '\\':
+			if i+1 >= len(b) {
+				return 0, fmt.Errorf("%w: unterminated string at offset %d", ErrNotJSON, start)
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return 0, fmt.Errorf("%w: bad \\u escape at offset %d", ErrNotJSON, i)
+				}
+				i += 6
+			default:
+				return 0, fmt.Errorf("%w: bad escape at offset %d", ErrNotJSON, i)
+			}
+		case c < 0x20:
+			return 0, fmt.Errorf("%w: unescaped control character in string at offset %d", ErrNotJSON, i)
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return 0, fmt.Errorf("%w: invalid UTF-8 in string at offset %d", ErrNotJSON, i)
+			}
+			i += size
+		}
+	}
+	return 0, fmt.Errorf("%w: unterminated string at offset %d", ErrNotJSON, start)
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// scanNumber validates the number starting at b[i] against JSON's grammar
+// and the harness's rule (finite as a double, not negative zero), and
+// returns the index just past it.
+func scanNumber(b []byte, i int) (int, error) {
+	start := i
+	digits := func() bool {
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > d
+	}
+	neg := b[i] == '-'
+	if neg {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		return 0, fmt.Errorf("%w: bad number at offset %d", ErrNotJSON, start)
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return 0, fmt.Errorf("%w: bad number at offset %d", ErrNotJSON, start)
+		}
+	}
+	exp := false
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		exp = true
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return 0, fmt.Errorf("%w: bad number at offset %d", ErrNotJSON, start)
+		}
+	}
+	lit := b[start:i]
+	// Fast path: without an exponent and with fewer than 300 characters the
+	// value is finite (it is below 1e300), and it is zero only if every
+	// digit is. Everything else goes through ParseFloat, which is where
+	// 1e400 overflows and -1e-400 underflows to -0.
+	if !exp && len(lit) < 300 {
+		if neg && len(bytes.Trim(lit[1:], "0.")) == 0 {
+			return 0, fmt.Errorf("%w: negative zero %s", ErrNotJSON, lit)
+		}
+		return i, nil
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return fmt.Errorf("%w: bad number %s", ErrNotJSON, lit)
+		return 0, fmt.Errorf("%w: bad number %s", ErrNotJSON, lit)
 	}
 	if math.IsInf(f, 0) {
-		return fmt.Errorf("%w: number %s is not finite", ErrNotJSON, lit)
+		return 0, fmt.Errorf("%w: number %.40s is not finite", ErrNotJSON, lit)
 	}
 	if f == 0 && math.Signbit(f) {
-		return fmt.Errorf("%w: negative zero %s", ErrNotJSON, lit)
+		return 0, fmt.Errorf("%w: negative zero %.40s", ErrNotJSON, lit)
 	}
-	return nil
+	return i, nil
 }

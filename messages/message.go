@@ -43,7 +43,7 @@ type Message struct {
 func NewMessageID() MessageID { return MessageID(uuid.NewString()) }
 
 func build(id MessageID, role Role, content []ContentBlock, src Source) Message {
-	content = slices.Clone(content)
+	content = cloneBlocks(content)
 	var o ObjectBuilder
 	o.String("id", string(id)).String("role", string(role)).
 		Raw("content", blocksJSON(content)).Raw("source", src.raw)
@@ -153,7 +153,16 @@ func (m Message) Equal(o Message) bool { return m.raw.Equal(o.raw) }
 
 // WithContent returns a message with the same id, role and source and new
 // content: the rewrite a pre-step hook makes (DESIGN §2: rewriting keeps the
-// id). The content slice is copied.
+// id). Only the content changes: members of an imported message that dsh
+// does not interpret stay, in their place. The content slice is copied; zero
+// blocks are left out.
 func (m Message) WithContent(content []ContentBlock) Message {
-	return build(m.id, m.role, content, m.source)
+	if _, ok := m.raw.Field("content"); !ok { // the zero Message
+		return build(m.id, m.role, content, m.source)
+	}
+	content = cloneBlocks(content)
+	n := m
+	n.content = content
+	n.raw = replaceMember(m.raw, "content", blocksJSON(content))
+	return n
 }
