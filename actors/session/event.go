@@ -191,9 +191,10 @@ func (e Event) Equal(o Event) bool {
 }
 
 // Draft is an event not yet appended: its type, data and surface metadata.
-// The log assigns seq and time at append. Build drafts with the typed
-// constructors (TurnStartDraft, ...) or NewDraft for any type. Drafts are
-// values; a Draft's slices are copied at construction.
+// The log assigns seq and time at append, and decodes and checks the data
+// of a core type then, however the draft was built. Build drafts with the
+// typed constructors (TurnStart{Turn: 1}.Draft(), ...) or NewDraft for any
+// type. Drafts are values; a Draft's slices are copied at construction.
 type Draft struct {
 	typ        EventType
 	data       messages.JSON
@@ -201,7 +202,6 @@ type Draft struct {
 	sources    []int64
 	hasSources bool
 	ignorable  bool
-	payload    payload
 }
 
 // NewDraft returns a draft of type t carrying data. The data of a core type

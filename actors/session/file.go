@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -126,11 +125,17 @@ func ReadFile(path string) (*File, error) {
 // the result does not alias it.
 func ParseFile(data []byte, name string) (*File, error) {
 	f := &File{Path: name}
+	var err error
 	if bytes.HasPrefix(data, zstdMagic) || strings.HasSuffix(name, ".zstd") {
 		f.Compressed = true
-		return f, f.parseZstd(data)
+		err = f.parseZstd(data)
+	} else {
+		err = f.parsePlain(data)
 	}
-	return f, f.parsePlain(data)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // line is one complete logical line after the header.
@@ -208,7 +213,6 @@ func (f *File) scan(lines []line, t tail) error {
 		}
 		if err != nil {
 			if laterTurnEnd(lines[i+1:]) {
-				f.Events = nil
 				return &CorruptError{Path: f.Path, Offset: ln.cut, Line: ln.no, Seq: expected, Err: rule}
 			}
 			f.Torn = &TornTail{Offset: ln.cut, Line: ln.no, NextSeq: expected, Err: err}
@@ -274,96 +278,142 @@ type frameSpan struct {
 	complete   bool
 }
 
+// frameHeader is the parsed header of a zstd frame (RFC 8878 §3.1.1.1).
+type frameHeader struct {
+	descriptor byte
+	size       int    // bytes from the magic to the first block
+	window     int    // the window descriptor byte; -1 for a single-segment frame
+	dictID     []byte // as stored (0, 1, 2 or 4 bytes)
+	contentLen uint64 // Frame_Content_Size, when the header has one
+	hasLen     bool
+}
+
+func (h frameHeader) checksum() bool { return h.descriptor&0x04 != 0 }
+
+// errShort reports data that ends inside the structure being parsed: for
+// the last frame of a file, a torn frame.
+var errShort = errors.New("zstd: data ends inside the frame")
+
+// parseFrameHeader reads the frame header at the start of b.
+func parseFrameHeader(b []byte) (frameHeader, error) {
+	if len(b) < 4 {
+		if !bytes.HasPrefix(zstdMagic, b) {
+			return frameHeader{}, fmt.Errorf("bad zstd magic")
+		}
+		return frameHeader{}, errShort
+	}
+	if !bytes.Equal(b[:4], zstdMagic) {
+		return frameHeader{}, fmt.Errorf("bad zstd magic % x", b[:4])
+	}
+	if len(b) < 5 {
+		return frameHeader{}, errShort
+	}
+	h := frameHeader{descriptor: b[4], size: 5, window: -1}
+	if h.descriptor&0x08 != 0 {
+		return frameHeader{}, fmt.Errorf("zstd frame header has the reserved bit set")
+	}
+	single := h.descriptor&0x20 != 0
+	dictLen := [4]int{0, 1, 2, 4}[h.descriptor&0x03]
+	fcsLen := [4]int{0, 2, 4, 8}[h.descriptor>>6]
+	if fcsLen == 0 && single {
+		fcsLen = 1
+	}
+	need := h.size + dictLen + fcsLen
+	if !single {
+		need++
+	}
+	if len(b) < need {
+		return frameHeader{}, errShort
+	}
+	p := h.size
+	if !single {
+		h.window = int(b[p])
+		p++
+	}
+	h.dictID = b[p : p+dictLen]
+	p += dictLen
+	if fcsLen > 0 {
+		var v uint64
+		for i := fcsLen - 1; i >= 0; i-- {
+			v = v<<8 | uint64(b[p+i])
+		}
+		if fcsLen == 2 {
+			v += 256 // the two-byte field is offset (RFC 8878)
+		}
+		h.contentLen, h.hasLen = v, true
+	}
+	h.size = need
+	return h, nil
+}
+
+// nextBlock reads the block header at b[0:3] and returns the length of
+// the whole block (header and body) and whether it is the frame's last.
+func nextBlock(b []byte) (n int, last bool, err error) {
+	if len(b) < 3 {
+		return 0, false, errShort
+	}
+	bh := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
+	size := int(bh >> 3)
+	if size > maxBlockSize {
+		return 0, false, fmt.Errorf("zstd block of %d bytes exceeds the maximum", size)
+	}
+	n = 3 + size // raw and compressed blocks: size bytes follow
+	switch (bh >> 1) & 3 {
+	case 1: // RLE: one byte, repeated size times
+		n = 4
+	case 3:
+		return 0, false, fmt.Errorf("zstd block has the reserved type")
+	}
+	if len(b) < n {
+		return 0, false, errShort
+	}
+	return n, bh&1 != 0, nil
+}
+
 // walkFrames finds the frame boundaries of a zstd file by reading frame
 // and block headers, without decompressing. It stops at the first
 // structural error (bad magic, a reserved bit or block type, an oversized
 // block) and returns the frames before it with the error's offset; the
-// last frame returned may be incomplete (EOF inside it).
+// last frame returned may be incomplete (the data ends inside it).
 //
-// It is written against RFC 8878 rather than taken from the library: the
-// decoder consumes a whole stream and reports an error, but the scan rules
-// need to know where every frame starts and whether the last one is cut.
+// It is written against RFC 8878 rather than left to the library: the
+// decoder consumes a stream and reports an error, but the scan rules need
+// to know where every frame starts and whether the last one is cut.
 func walkFrames(data []byte) (frames []frameSpan, errAt int64, err error) {
-	n := int64(len(data))
-	for p := int64(0); p < n; {
+	for p := 0; p < len(data); {
 		start := p
-		torn := func() ([]frameSpan, int64, error) {
-			return append(frames, frameSpan{start: start, end: n}), 0, nil
-		}
-		if n-p < 4 {
-			if !bytes.HasPrefix(zstdMagic, data[p:]) {
-				return frames, start, fmt.Errorf("bad zstd magic")
-			}
-			return torn()
-		}
-		if !bytes.Equal(data[p:p+4], zstdMagic) {
-			return frames, start, fmt.Errorf("bad zstd magic % x", data[p:p+4])
-		}
-		p += 4
-		if p >= n {
-			return torn()
-		}
-		fhd := data[p]
-		p++
-		if fhd&0x08 != 0 {
-			return frames, start, fmt.Errorf("zstd frame header has the reserved bit set")
-		}
-		single := fhd&0x20 != 0
-		hasChecksum := fhd&0x04 != 0
-		hdr := int64([4]int{0, 1, 2, 4}[fhd&0x03]) // dictionary id
-		switch fcs := fhd >> 6; {
-		case fcs == 0 && single:
-			hdr++
-		case fcs > 0:
-			hdr += 1 << fcs // 2, 4 or 8 bytes
-		}
-		if !single {
-			hdr++ // window descriptor
-		}
-		p += hdr
-		for last := false; !last; {
-			if p+3 > n {
-				return torn()
-			}
-			bh := uint32(data[p]) | uint32(data[p+1])<<8 | uint32(data[p+2])<<16
-			p += 3
-			last = bh&1 != 0
-			size := int64(bh >> 3)
-			if size > maxBlockSize {
-				return frames, start, fmt.Errorf("zstd block of %d bytes exceeds the maximum", size)
-			}
-			switch (bh >> 1) & 3 {
-			case 0, 2: // raw, compressed: size bytes follow
-				p += size
-			case 1: // RLE: one byte, repeated size times
-				p++
-			case 3:
-				return frames, start, fmt.Errorf("zstd block has the reserved type")
-			}
-			if p > n {
-				return torn()
+		h, err := parseFrameHeader(data[p:])
+		if err == nil {
+			p = start + h.size
+			for last := false; err == nil && !last; {
+				var n int
+				n, last, err = nextBlock(data[p:])
+				p += n
 			}
 		}
-		if hasChecksum {
+		if err == nil && h.checksum() {
 			p += 4
+			if p > len(data) {
+				err = errShort
+			}
 		}
-		if p > n {
-			return torn()
+		switch {
+		case err == errShort:
+			return append(frames, frameSpan{start: int64(start), end: int64(len(data))}), 0, nil
+		case err != nil:
+			return frames, int64(start), err
 		}
-		frames = append(frames, frameSpan{start: start, end: p, complete: true})
+		frames = append(frames, frameSpan{start: int64(start), end: int64(p), complete: true})
 	}
 	return frames, 0, nil
 }
 
 var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil, zstdDecoderOptions...)
+	return zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxMemory(maxFrameContent),
+		zstd.WithDecoderMaxWindow(maxFrameContent))
 })
-
-var zstdDecoderOptions = []zstd.DOption{
-	zstd.WithDecoderConcurrency(1), // stateless DecodeAll, and a synchronous stream decoder
-	zstd.WithDecoderMaxMemory(maxFrameContent),
-	zstd.WithDecoderMaxWindow(maxFrameContent),
-}
 
 // decodeFrame decodes one complete frame, checking its checksum.
 func decodeFrame(frame []byte) ([]byte, error) {
@@ -374,16 +424,49 @@ func decodeFrame(frame []byte) ([]byte, error) {
 	return d.DecodeAll(frame, nil)
 }
 
-// decodeTorn decodes as much of a cut frame as it can: the blocks that are
-// whole. The error that ends it is expected and ignored.
-func decodeTorn(frame []byte) []byte {
-	d, err := zstd.NewReader(bytes.NewReader(frame), zstdDecoderOptions...)
+// salvageFrame decodes as much of a cut frame as it can: the whole blocks
+// before the cut. The library's stream decoder cannot do this (it holds a
+// frame's output back until the frame, checksum included, is complete), so
+// the salvage builds a complete frame out of the whole blocks: the same
+// header without checksum or content size (both describe the lost
+// whole), a window descriptor in place of the single-segment flag, and
+// the last whole block marked last. If that does not decode (the cut
+// left a damaged block that looks whole), fewer blocks are tried.
+func salvageFrame(raw []byte) []byte {
+	h, err := parseFrameHeader(raw)
 	if err != nil {
 		return nil
 	}
-	defer d.Close()
-	out, _ := io.ReadAll(io.LimitReader(d, maxFrameContent))
-	return out
+	var starts, ends []int // of each whole block
+	for p, last := h.size, false; !last; {
+		n, l, err := nextBlock(raw[p:])
+		if err != nil {
+			break
+		}
+		starts, ends = append(starts, p), append(ends, p+n)
+		p, last = p+n, l
+	}
+	window := h.window
+	if window < 0 {
+		// A single-segment frame's window is its content size: use the
+		// smallest power of two (at least 1 KiB) that holds it.
+		exp := 0
+		for exp < 31 && uint64(1)<<(10+exp) < h.contentLen {
+			exp++
+		}
+		window = exp << 3
+	}
+	const maxTries = 16
+	head := append(append([]byte{}, zstdMagic...), h.descriptor&0x13, byte(window)) // keep the dictionary flag
+	head = append(head, h.dictID...)
+	for k := len(ends); k > 0 && k > len(ends)-maxTries; k-- {
+		frame := append(slices.Clip(head), raw[h.size:ends[k-1]]...)
+		frame[len(head)+starts[k-1]-h.size] |= 1 // last block
+		if out, err := decodeFrame(frame); err == nil {
+			return out
+		}
+	}
+	return nil
 }
 
 func (f *File) parseZstd(data []byte) error {
@@ -420,7 +503,7 @@ func (f *File) parseZstd(data []byte) error {
 		idx := i + 1
 		raw := data[fr.start:fr.end]
 		if !fr.complete {
-			content = decodeTorn(raw)
+			content = salvageFrame(raw)
 			content = content[:bytes.LastIndexByte(content, '\n')+1] // the cut line goes with the frame
 			t = tail{at: fr.start, err: errTornFrame, frame: idx, exists: true}
 		} else if content, err = decodeFrame(raw); err != nil {

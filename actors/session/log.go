@@ -42,6 +42,10 @@ func (e *UnsupportedTypeError) Error() string {
 	return fmt.Sprintf("session: unknown event type %q at seq %d (not marked ignorable)", e.Type, e.Seq)
 }
 
+// Is makes every UnsupportedTypeError match ErrInvalid, which marks every
+// refusal of an event, an unknown type included.
+func (e *UnsupportedTypeError) Is(target error) bool { return target == ErrInvalid }
+
 // Log is one session's append-only event log and everything folded from
 // it: the surface, the derived messages, the request header and context.
 // It is the pure core of the session actor: no goroutines, no clock, no
@@ -137,15 +141,21 @@ func (l *Log) Append(d Draft, now int64) (Event, error) {
 	return e, nil
 }
 
-// build stamps a draft as the next event and decodes its payload if the
-// draft did not bring one.
+// build stamps a draft as the next event and decodes its payload.
+//
+// The data is decoded even when the draft came from a typed constructor
+// (TurnStart{}.Draft(), ...): the typed value is the caller's, and only
+// decoding the data proves it well formed (a message's role, a tool result
+// answering its own call, a model source) and yields the canonical payload
+// (a header whose empty tool list reads as none). Trusting the typed value
+// let all of those through unchecked.
 func (l *Log) build(d Draft, now int64) (Event, error) {
 	e := Event{typ: d.typ, seq: int64(len(l.events)), time: now, data: d.data, op: d.op,
-		sources: d.sources, hasSources: d.hasSources, ignorable: d.ignorable, payload: d.payload}
+		sources: d.sources, hasSources: d.hasSources, ignorable: d.ignorable}
 	if e.data.IsZero() {
 		return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: fmt.Errorf("event carries no data")}
 	}
-	if e.payload == nil && e.typ.IsCore() {
+	if e.typ.IsCore() {
 		p, err := decodePayload(e.typ, e.data)
 		if err != nil {
 			return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
@@ -172,7 +182,14 @@ func (l *Log) commit(e Event) error {
 		return fail(fmt.Errorf("time %d is not a safe integer", e.time))
 	}
 	if e.typ.IsCore() && e.payload == nil {
-		return fail(fmt.Errorf("core event without a decoded payload"))
+		// A seed event built outside a log (hand-made, or by a decoder
+		// that leaves the payload to the log) gets the seed's shape checks
+		// here; an event taken from another log keeps its payload.
+		p, err := decodePayload(e.typ, e.data)
+		if err != nil {
+			return fail(err)
+		}
+		e.payload = p
 	}
 	t, err := l.surface.validateNext(l.events, &e)
 	if err != nil {

@@ -210,39 +210,39 @@ func turnStep(o *messages.ObjectBuilder, turn, step int64) {
 // Draft returns the event draft.
 func (p TurnStart) Draft() Draft {
 	var o messages.ObjectBuilder
-	return Draft{typ: TypeTurnStart, data: o.Int("turn", p.Turn).Build(), payload: p}
+	return Draft{typ: TypeTurnStart, data: o.Int("turn", p.Turn).Build()}
 }
 
 // Draft returns the event draft.
 func (p TurnEnd) Draft() Draft {
 	var o messages.ObjectBuilder
-	return Draft{typ: TypeTurnEnd, data: o.Int("turn", p.Turn).Raw("reason", p.Reason.JSON()).Build(), payload: p}
+	return Draft{typ: TypeTurnEnd, data: o.Int("turn", p.Turn).Raw("reason", p.Reason.JSON()).Build()}
 }
 
 // Draft returns the event draft.
 func (p StepStart) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
-	return Draft{typ: TypeStepStart, data: o.Build(), payload: p}
+	return Draft{typ: TypeStepStart, data: o.Build()}
 }
 
 // Draft returns the event draft.
 func (p StepEnd) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
-	return Draft{typ: TypeStepEnd, data: o.Build(), payload: p}
+	return Draft{typ: TypeStepEnd, data: o.Build()}
 }
 
 // Draft returns the event draft, with an append surface operation.
 func (p UserMessage) Draft() Draft {
-	return Draft{typ: TypeUserMessage, data: p.Message.JSON(), op: AppendOp(), payload: p}
+	return Draft{typ: TypeUserMessage, data: p.Message.JSON(), op: AppendOp()}
 }
 
 // Draft returns the event draft.
 func (p AssistantChunk) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
-	return Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build(), payload: p}
+	return Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build()}
 }
 
 // Draft returns the event draft, with an append surface operation.
@@ -256,7 +256,7 @@ func (p AssistantMessage) Draft() Draft {
 	if p.Interrupted {
 		o.Bool("interrupted", true)
 	}
-	return Draft{typ: TypeAssistantMessage, data: o.Build(), op: AppendOp(), payload: p}
+	return Draft{typ: TypeAssistantMessage, data: o.Build(), op: AppendOp()}
 }
 
 // Draft returns the event draft.
@@ -264,7 +264,7 @@ func (p ToolCall) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
 	o.String("callId", p.CallID).String("name", p.Name).String("arguments", p.Arguments)
-	return Draft{typ: TypeToolCall, data: o.Build(), payload: p}
+	return Draft{typ: TypeToolCall, data: o.Build()}
 }
 
 // Draft returns the event draft, with an append surface operation.
@@ -277,14 +277,14 @@ func (p ToolResult) Draft() Draft {
 		o.Raw("error", e.String("name", p.Error.Name).String("code", p.Error.Code).Build())
 	}
 	o.Raw("meta", p.Meta)
-	return Draft{typ: TypeToolResult, data: o.Build(), op: AppendOp(), payload: p}
+	return Draft{typ: TypeToolResult, data: o.Build(), op: AppendOp()}
 }
 
 // Draft returns the event draft.
 func (p RequestHeader) Draft() Draft {
 	var o messages.ObjectBuilder
 	o.Raw("header", p.Header.JSON()).String("reason", string(p.Reason))
-	return Draft{typ: TypeRequestHeader, data: o.Build(), payload: p}
+	return Draft{typ: TypeRequestHeader, data: o.Build()}
 }
 
 // Draft returns the event draft.
@@ -294,7 +294,7 @@ func (p RequestContext) Draft() Draft {
 	if v, ok := p.ContextWindow.Get(); ok {
 		o.Int("contextWindow", v)
 	}
-	return Draft{typ: TypeRequestContext, data: o.Build(), payload: p}
+	return Draft{typ: TypeRequestContext, data: o.Build()}
 }
 
 // Draft returns the event draft.
@@ -312,12 +312,12 @@ func (p InboxSpliced) Draft() Draft {
 	if p.Outcome != "" {
 		o.String("outcome", p.Outcome)
 	}
-	return Draft{typ: TypeInboxSpliced, data: o.Build(), payload: p}
+	return Draft{typ: TypeInboxSpliced, data: o.Build()}
 }
 
 // Draft returns the event draft.
-func (p EndSeed) Draft() Draft {
-	return Draft{typ: TypeEndSeed, data: messages.MustParseJSON("{}"), payload: p}
+func (EndSeed) Draft() Draft {
+	return Draft{typ: TypeEndSeed, data: messages.MustParseJSON("{}")}
 }
 
 // Draft returns the event draft.
@@ -328,7 +328,7 @@ func (p TodoWrite) Draft() Draft {
 		raws[i] = o.String("content", t.Content).String("status", t.Status).Build()
 	}
 	var o messages.ObjectBuilder
-	return Draft{typ: TypeTodoWrite, data: o.Raw("todos", messages.ArrayOf(raws...)).Build(), payload: p}
+	return Draft{typ: TypeTodoWrite, data: o.Raw("todos", messages.ArrayOf(raws...)).Build()}
 }
 
 // decodePayload checks the data of a core event and returns its typed view.

@@ -1,0 +1,488 @@
+package session
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// Scenario 12: a log seeded with another log's events derives the same
+// messages; the seed gets a session/end-seed, and the live part starts
+// after the seed.
+func TestReplaysIdenticallyFromSeededEventLog(t *testing.T) {
+	orig := sampleLog(t)
+	seed := orig.Events().Slice()
+
+	seeded, err := NewSeeded(logHeader("session-replay"), seed, testNow)
+	require.NoError(t, err)
+
+	requireSameMessages(t, orig.DeriveMessages().Slice(), seeded.DeriveMessages().Slice())
+	require.Equal(t, orig.SurfaceNodes(), seeded.SurfaceNodes())
+	require.Equal(t, orig.Len()+1, seeded.Len())
+	require.Equal(t, orig.Len(), seeded.FirstLiveSeq())
+	requireSameEvents(t, seed, seeded.Events().Slice()[:len(seed)])
+	last, _ := seeded.Last()
+	require.Equal(t, TypeEndSeed, last.Type())
+	require.Equal(t, orig.Len(), last.Seq())
+	require.Equal(t, testNow, last.Time())
+	require.Equal(t, "{}", last.Data().String())
+
+	wantHeader, _ := orig.RequestHeader()
+	gotHeader, ok := seeded.RequestHeader()
+	require.True(t, ok)
+	require.True(t, wantHeader.Equal(gotHeader))
+
+	// Restore replays without appending anything.
+	restored, err := Restore(logHeader("session-replay"), seed)
+	require.NoError(t, err)
+	require.Equal(t, orig.Len(), restored.Len())
+	require.Equal(t, orig.Len(), restored.FirstLiveSeq())
+	requireSameMessages(t, orig.DeriveMessages().Slice(), restored.DeriveMessages().Slice())
+	require.NoError(t, CheckTrace(seeded.Events().Slice()))
+}
+
+// Scenario 13: an empty seed is marked with session/end-seed at seq 0; a
+// fresh session is not; reopening an untouched seeded log adds no second
+// marker.
+func TestMarksExplicitlyEmptySeedWithoutMarkingFreshSession(t *testing.T) {
+	empty, err := NewSeeded(logHeader("session-empty"), []Event{}, testNow)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), empty.Len())
+	require.Equal(t, int64(0), empty.FirstLiveSeq())
+	e, _ := empty.Event(0)
+	require.Equal(t, TypeEndSeed, e.Type())
+	require.Equal(t, int64(0), e.Seq())
+
+	nilSeed, err := NewSeeded(logHeader("session-nil"), nil, testNow)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), nilSeed.Len())
+
+	fresh := newTestLog(t)
+	require.Equal(t, int64(0), fresh.Len())
+	require.Equal(t, 0, fresh.Events().Len())
+
+	reopened, err := NewSeeded(logHeader("session-empty"), empty.Events().Slice(), testNow+1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), reopened.Len(), "reopening added a second end-seed")
+	require.Equal(t, int64(1), reopened.FirstLiveSeq())
+
+	// Once the session has moved on, a reopen marks the new seed end.
+	appendOK(t, reopened, UserMessage{Message: userText(t, "more")}.Draft())
+	again, err := NewSeeded(logHeader("session-empty"), reopened.Events().Slice(), testNow+2)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), again.Len())
+	last, _ := again.Last()
+	require.Equal(t, TypeEndSeed, last.Type())
+}
+
+// Scenario 14: a request/header without provider/model and an assistant
+// message without an identity are refused on a seed, a load and an
+// append.
+func TestRejectsPreProviderRequestHeadersAndAssistantMessagesOnSeed(t *testing.T) {
+	cases := []struct {
+		name string
+		typ  EventType
+		data string
+		want string
+	}{
+		{"header without provider", TypeRequestHeader,
+			`{"header":{"config":{"model":"deepseek-chat"}},"reason":"initial"}`, "lacks provider/model"},
+		{"header with empty model", TypeRequestHeader,
+			`{"header":{"config":{"provider":"deepseek","model":""}},"reason":"initial"}`, "lacks provider/model"},
+		{"header without config", TypeRequestHeader, `{"header":{},"reason":"initial"}`, "lacks provider/model"},
+		{"assistant message without id", TypeAssistantMessage,
+			`{"turn":1,"step":1,"message":{"role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}}`,
+			"lacks an identified message"},
+		{"assistant message with empty id", TypeAssistantMessage,
+			`{"turn":1,"step":1,"message":{"id":"","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}}`,
+			"lacks an identified message"},
+		{"assistant message with pre-provider source", TypeAssistantMessage,
+			`{"turn":1,"step":1,"message":{"id":"m1","role":"assistant","content":[],"source":{"kind":"model","model":"m"}}}`,
+			"lacks provider/model"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Restore(logHeader("s"), []Event{seedEvent(tc.typ, 0, tc.data)})
+			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorContains(t, err, tc.want)
+			var ee *EventError
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, int64(0), ee.Seq)
+			require.Equal(t, tc.typ, ee.Type)
+
+			_, err = NewSeeded(logHeader("s"), []Event{seedEvent(tc.typ, 0, tc.data)}, testNow)
+			require.ErrorContains(t, err, tc.want)
+
+			line := `{"type":"` + string(tc.typ) + `","seq":0,"time":0,"data":` + tc.data + `}`
+			// A load refuses it too, whether the decoder or the log checks.
+			e, err := DecodeEvent([]byte(line))
+			if err == nil {
+				_, err = Restore(logHeader("s"), []Event{e})
+			}
+			require.ErrorContains(t, err, tc.want)
+
+			l := newTestLog(t)
+			_, err = l.Append(NewDraft(tc.typ, messages.MustParseJSON(tc.data)), testNow)
+			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, int64(0), l.Len())
+		})
+	}
+}
+
+// Scenario 15: data that is not lossless JSON cannot become event data
+// (messages.JSON refuses it), and a draft without data is refused with
+// the log unchanged.
+func TestRejectsNonJSONEventData(t *testing.T) {
+	for _, text := range []string{`[1,,2]`, `-0`, `NaN`, `{"a":1,"a":2}`, `1e400`, `[1,2`, ``} {
+		_, err := messages.ParseJSONString(text)
+		require.ErrorIs(t, err, messages.ErrNotJSON, "%q", text)
+	}
+
+	l := sampleLog(t)
+	before := stateOf(l)
+	for _, typ := range []EventType{TypeTodoWrite, TypeUserMessage, "session/title", TypeEndSeed} {
+		d := NewDraft(typ, messages.JSON{})
+		if typ.IsSurface() {
+			d = d.WithSurface(AppendOp())
+		}
+		_, err := l.Append(d, testNow)
+		require.ErrorIs(t, err, ErrInvalid, "%s", typ)
+		require.ErrorContains(t, err, "no data")
+		requireUnchanged(t, l, before)
+	}
+	// The zero message has no JSON either.
+	_, err := l.Append(UserMessage{}.Draft(), testNow)
+	require.ErrorIs(t, err, ErrInvalid)
+	requireUnchanged(t, l, before)
+}
+
+// Scenario 16: a surface type appended without a surfaceOp is refused.
+func TestRejectsSurfaceAppendWithoutSurfaceOp(t *testing.T) {
+	l := newTestLog(t)
+	s := beginTurn(t, l, "hi")
+	appendOK(t, l, StepStart{Turn: s.Turn, Step: 1}.Draft())
+	before := stateOf(l)
+
+	m := userText(t, "no marker")
+	for name, d := range map[string]Draft{
+		"raw user message":   NewDraft(TypeUserMessage, m.JSON()),
+		"typed user message": UserMessage{Message: m}.Draft().WithSurface(SurfaceOp{}),
+		"assistant message":  AssistantMessage{Turn: s.Turn, Step: 1, Message: assistantOf(t, messages.TextBlock("x"))}.Draft().WithSurface(SurfaceOp{}),
+		"tool result":        ToolResult{Turn: s.Turn, Step: 1, Message: toolResultOf("c", "x")}.Draft().WithSurface(SurfaceOp{}),
+	} {
+		_, err := l.Append(d, testNow)
+		require.ErrorIs(t, err, ErrInvalid, name)
+		require.ErrorContains(t, err, "surfaceOp", name)
+		requireUnchanged(t, l, before)
+	}
+}
+
+// Scenario 17: a seed must be contiguous from 0.
+func TestRejectsNonContiguousSeed(t *testing.T) {
+	events := sampleLog(t).Events().Slice()
+	for name, seed := range map[string][]Event{
+		"gap":           append(append([]Event{}, events[:3]...), events[4:]...),
+		"starts at one": events[1:],
+		"repeats a seq": append(append([]Event{}, events[:3]...), events[2:]...),
+	} {
+		_, err := Restore(logHeader("s"), seed)
+		require.ErrorIs(t, err, ErrInvalid, name)
+		require.ErrorContains(t, err, "contiguous from 0", name)
+		_, err = NewSeeded(logHeader("s"), seed, testNow)
+		require.ErrorContains(t, err, "contiguous from 0", name)
+	}
+}
+
+// Scenario 18: surface metadata on a log-only event is refused, on an
+// append and in a seed.
+func TestRejectsSurfaceMetadataOnNonSurfaceAppendAndSeedEvents(t *testing.T) {
+	l := newTestLog(t)
+	s := beginTurn(t, l, "hi")
+	before := stateOf(l)
+	for name, d := range map[string]Draft{
+		"surfaceOp append":  StepStart{Turn: s.Turn, Step: 1}.Draft().WithSurface(AppendOp()),
+		"surfaceOp replace": NewTodoWrite(nil).Draft().WithSurface(ReplaceOp(s.User, s.User)),
+		"sourceEventSeqs":   StepStart{Turn: s.Turn, Step: 1}.Draft().WithSources([]int64{0}),
+		"empty sources":     NewTodoWrite(nil).Draft().WithSources([]int64{}),
+		"foreign type":      NewDraft("session/title", messages.MustParseJSON(`{"title":"t"}`)).WithSurface(AppendOp()),
+	} {
+		_, err := l.Append(d, testNow)
+		require.ErrorIs(t, err, ErrInvalid, name)
+		require.ErrorContains(t, err, "non-surface", name)
+		requireUnchanged(t, l, before)
+	}
+
+	events := sampleLog(t).Events().Slice()
+	withOp := append([]Event{}, events...)
+	withOp[0].op = AppendOp() // turn/start
+	_, err := Restore(logHeader("s"), withOp)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "non-surface")
+
+	withSources := append([]Event{}, events...)
+	withSources[2].sources, withSources[2].hasSources = []int64{1}, true // step/start
+	_, err = NewSeeded(logHeader("s"), withSources, testNow)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "non-surface")
+}
+
+// Scenario 19: event and message views are snapshots: they do not grow
+// when the log does.
+func TestEventViewsDoNotGrowAfterAppend(t *testing.T) {
+	l := sampleLog(t)
+	n := l.Len()
+	all, from, msgs := l.Events(), l.EventsFrom(2), l.DeriveMessages()
+	first := all.At(0)
+
+	appendTextTurn(t, l, "again", "sure")
+
+	require.Equal(t, int(n), all.Len())
+	require.Equal(t, int(n)-2, from.Len())
+	require.Greater(t, l.Events().Len(), all.Len())
+	require.Greater(t, l.DeriveMessages().Len(), msgs.Len())
+	require.True(t, first.Equal(all.At(0)))
+	count := 0
+	for range all.All() {
+		count++
+	}
+	require.Equal(t, int(n), count)
+	// A second view of the same length shares nothing a holder can clobber.
+	s := all.Slice()
+	s[0] = Event{}
+	require.False(t, all.At(0).IsZero())
+	require.Equal(t, 0, l.EventsFrom(l.Len()+5).Len())
+}
+
+// Scenario 21: todo/write is a log-only event: it yields no derived
+// message and no surface node.
+func TestTodoWriteIsNotASurfaceEvent(t *testing.T) {
+	l := newTestLog(t)
+	s := beginTurn(t, l, "plan it")
+	before := stateOf(l)
+	todos := []Todo{{Content: "read", Status: "completed"}, {Content: "write", Status: "in_progress"}}
+	e := appendOK(t, l, NewTodoWrite(todos).Draft())
+
+	require.False(t, TypeTodoWrite.IsSurface())
+	require.Equal(t, OpNone, e.SurfaceOp().Kind())
+	require.Equal(t, before.nodes, l.SurfaceNodes())
+	requireSameMessages(t, before.msgs, l.DeriveMessages().Slice())
+	require.JSONEq(t, `{"todos":[{"content":"read","status":"completed"},{"content":"write","status":"in_progress"}]}`, e.Data().String())
+	p, ok := e.Payload().(TodoWrite)
+	require.True(t, ok)
+	require.Equal(t, todos, p.Todos())
+	_, ok = e.Message()
+	require.False(t, ok)
+	endTurn(t, l, s.Turn)
+}
+
+// Bad input is refused with ErrInvalid (or *UnsupportedTypeError) and
+// leaves the log exactly as it was.
+func TestBadAppendLeavesLogUnchanged(t *testing.T) {
+	l := newTestLog(t)
+	appendTextTurn(t, l, "hello", "hi there")
+	lastResult := appendToolTurn(t, l, "call-1").Result
+	s := beginTurn(t, l, "open")
+	appendOK(t, l, StepStart{Turn: s.Turn, Step: 1}.Draft())
+	nodes := l.SurfaceNodes()
+
+	mismatched, err := messages.ImportMessage(messages.MustParseJSON(
+		`{"id":"r1","role":"user","source":{"kind":"tool","callId":"a"},"content":[{"type":"tool-result","toolCallId":"b","content":[],"isError":false}]}`))
+	require.NoError(t, err)
+	twoBlocks, err := messages.ImportMessage(messages.MustParseJSON(
+		`{"id":"r2","role":"user","source":{"kind":"tool","callId":"a"},"content":[{"type":"tool-result","toolCallId":"a","content":[]},{"type":"text","text":"x"}]}`))
+	require.NoError(t, err)
+	userSourced, err := messages.ImportMessage(messages.MustParseJSON(
+		`{"id":"a1","role":"assistant","source":{"kind":"user"},"content":[]}`))
+	require.NoError(t, err)
+	turn, step := s.Turn, int64(1)
+
+	cases := []struct {
+		name        string
+		d           Draft
+		unsupported bool
+		want        string
+	}{
+		{name: "missing surfaceOp on a surface type", d: UserMessage{Message: userText(t, "x")}.Draft().WithSurface(SurfaceOp{}), want: "lacks its surfaceOp"},
+		{name: "stray surfaceOp on a log-only type", d: NewTodoWrite(nil).Draft().WithSurface(AppendOp()), want: "non-surface"},
+		{name: "stray sourceEventSeqs on a log-only type", d: StepEnd{Turn: turn, Step: step}.Draft().WithSources([]int64{1}), want: "non-surface"},
+		{name: "replace naming a non-surface seq", d: UserMessage{Message: userText(t, "x")}.Draft().WithSurface(ReplaceOp(0, 0)), want: "not a current surface node"},
+		{name: "replace naming a future seq", d: UserMessage{Message: userText(t, "x")}.Draft().WithSurface(ReplaceOp(s.User, 999)), want: "not a current surface node"},
+		{name: "sources citing the event itself", d: UserMessage{Message: userText(t, "x")}.Draft().WithSources([]int64{l.Len()}), want: "not an earlier seq"},
+		{name: "sources repeating a seq", d: UserMessage{Message: userText(t, "x")}.Draft().WithSources([]int64{1, 1}), want: "repeats"},
+		{name: "replace sources omitting a shadowed node", d: UserMessage{Message: userText(t, "x")}.Draft().WithSurface(ReplaceOp(nodes[0], nodes[1])).WithSources([]int64{nodes[0]}), want: "omits shadowed node"},
+		{name: "unknown non-ignorable type", d: NewDraft("team/unheard-of", messages.MustParseJSON(`{}`)), unsupported: true},
+		{name: "legacy type even when ignorable", d: NewDraft("mode/set", messages.MustParseJSON(`{}`)).AsIgnorable(), want: "removed from the format"},
+		{name: "no type", d: NewDraft("", messages.MustParseJSON(`{}`)), want: "no type"},
+		{name: "turn/start without turn", d: NewDraft(TypeTurnStart, messages.MustParseJSON(`{}`)), want: `"turn"`},
+		{name: "turn/start with fractional turn", d: NewDraft(TypeTurnStart, messages.MustParseJSON(`{"turn":1.5}`)), want: `"turn"`},
+		{name: "turn/start legacy trigger", d: NewDraft(TypeTurnStart, messages.MustParseJSON(`{"turn":3,"trigger":{"kind":"message"}}`)), want: "trigger"},
+		{name: "core data not an object", d: NewDraft(TypeStepEnd, messages.MustParseJSON(`[1]`)), want: "not an object"},
+		{name: "turn/end with unknown reason", d: NewDraft(TypeTurnEnd, messages.MustParseJSON(`{"turn":3,"reason":{"kind":"refusal"}}`)), want: "unknown"},
+		{name: "tool/result answering another call (typed draft)", d: ToolResult{Turn: turn, Step: step, Message: mismatched}.Draft(), want: "answers"},
+		{name: "tool/result answering another call (raw draft)", d: NewDraft(TypeToolResult, messages.MustParseJSON(`{"turn":3,"step":1,"message":`+mismatched.JSON().String()+`}`)).WithSurface(AppendOp()), want: "answers"},
+		{name: "tool/result with two blocks", d: ToolResult{Turn: turn, Step: step, Message: twoBlocks}.Draft(), want: "exactly one tool-result block"},
+		{name: "tool/result with a user message", d: ToolResult{Turn: turn, Step: step, Message: userText(t, "x")}.Draft(), want: "tool source"},
+		{name: "assistant/message with a user role (typed draft)", d: AssistantMessage{Turn: turn, Step: step, Message: userText(t, "x")}.Draft(), want: "want assistant"},
+		{name: "assistant/message with a user role (raw draft)", d: NewDraft(TypeAssistantMessage, messages.MustParseJSON(`{"turn":3,"step":1,"message":`+userText(t, "x").JSON().String()+`}`)).WithSurface(AppendOp()), want: "want assistant"},
+		{name: "assistant/message without a model source", d: AssistantMessage{Turn: turn, Step: step, Message: userSourced}.Draft(), want: "model source"},
+		{name: "user/message with an assistant role", d: UserMessage{Message: assistantOf(t, messages.TextBlock("x"))}.Draft(), want: "want user"},
+		{name: "assistant/message interrupted false", d: NewDraft(TypeAssistantMessage, messages.MustParseJSON(`{"turn":3,"step":1,"interrupted":false,"message":`+assistantOf(t).JSON().String()+`}`)).WithSurface(AppendOp()), want: "interrupted"},
+		{name: "tool-result replace of a user message", d: ToolResult{Turn: turn, Step: step, Message: toolResultOf("call-1", "x")}.Draft().WithSurface(ReplaceOp(s.User, s.User)), want: "not a tool/result"},
+		{name: "tool-result replace changing the call", d: ToolResult{Turn: 2, Step: 1, Message: toolResultOf("call-1", "x")}.Draft().WithSurface(ReplaceOp(lastResult, lastResult)), want: "changes more than the result content"},
+		{name: "request/header reason fallback", d: RequestHeader{Header: testEpochHeader("s"), Reason: "fallback"}.Draft(), want: "fallback"},
+		{name: "request/header unknown reason", d: RequestHeader{Header: testEpochHeader("s"), Reason: "later"}.Draft(), want: "later"},
+		{name: "inbox splice bad target", d: NewInboxSpliced("now", 0, messages.OptInt{}, nil, "").Draft(), want: "target"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := stateOf(l)
+			_, err := l.Append(tc.d, testNow)
+			require.Error(t, err)
+			require.ErrorIs(t, err, ErrInvalid)
+			var ut *UnsupportedTypeError
+			require.Equal(t, tc.unsupported, errors.As(err, &ut), "%v", err)
+			if tc.unsupported {
+				require.Equal(t, EventType("team/unheard-of"), ut.Type)
+				require.Equal(t, before.n, ut.Seq)
+			} else {
+				var ee *EventError
+				require.ErrorAs(t, err, &ee)
+				require.Equal(t, before.n, ee.Seq)
+			}
+			require.ErrorContains(t, err, tc.want)
+			requireUnchanged(t, l, before)
+		})
+	}
+
+	// The log still takes good events after all of that.
+	appendOK(t, l, StepEnd{Turn: turn, Step: step}.Draft())
+	endTurn(t, l, turn)
+	require.NoError(t, CheckTrace(l.Events().Slice()))
+}
+
+// An unknown type marked ignorable is accepted and kept verbatim as a
+// log-only event; an unknown type in a seed is refused unless ignorable.
+func TestKeepsUnknownIgnorableEvents(t *testing.T) {
+	l := sampleLog(t)
+	before := stateOf(l)
+	data := messages.MustParseJSON(`{"z":1,"a":[true,null],"nested":{"k":"v"}}`)
+	e := appendOK(t, l, NewDraft("plugin/from-the-future", data).AsIgnorable())
+
+	require.True(t, e.Ignorable())
+	require.Equal(t, before.n, e.Seq())
+	require.Equal(t, data.String(), e.Data().String())
+	require.Nil(t, e.Payload())
+	require.Equal(t, before.nodes, l.SurfaceNodes())
+	requireSameMessages(t, before.msgs, l.DeriveMessages().Slice())
+
+	// Known foreign types need no marker and are kept verbatim too.
+	title := appendOK(t, l, NewDraft("session/title", messages.MustParseJSON(`{"title":"t","messageSeqs":[1]}`)))
+	require.True(t, title.Type().IsForeign())
+	require.Nil(t, title.Payload())
+
+	seed := l.Events().Slice()
+	restored, err := Restore(logHeader("s"), seed)
+	require.NoError(t, err)
+	requireSameEvents(t, seed, restored.Events().Slice())
+
+	seed[e.Seq()].ignorable = false
+	_, err = Restore(logHeader("s"), seed)
+	var ut *UnsupportedTypeError
+	require.ErrorAs(t, err, &ut)
+	require.Equal(t, e.Seq(), ut.Seq)
+	require.ErrorContains(t, err, "plugin/from-the-future")
+}
+
+// Values handed to and out of the log are copies: mutating them after the
+// fact never changes the log.
+func TestValuesAreImmutableFromOutside(t *testing.T) {
+	l := newTestLog(t)
+	s := beginTurn(t, l, "hi")
+
+	// Slices passed in are copied.
+	sources := []int64{s.User}
+	d := UserMessage{Message: userText(t, "cites")}.Draft().WithSources(sources)
+	sources[0] = 0
+	e := appendOK(t, l, d)
+	got, ok := e.SourceEventSeqs()
+	require.True(t, ok)
+	require.Equal(t, []int64{s.User}, got)
+
+	inserted := []messages.Message{userText(t, "queued")}
+	want := inserted[0]
+	splice := NewInboxSpliced("next-turn", 0, messages.Some(0), inserted, "")
+	inserted[0] = userText(t, "clobbered")
+	spliced := appendOK(t, l, splice.Draft())
+	require.True(t, splice.Inserted()[0].Equal(want))
+	sp := spliced.Payload().(InboxSpliced)
+	require.True(t, sp.Inserted()[0].Equal(want))
+
+	todos := []Todo{{Content: "a", Status: "pending"}}
+	tw := NewTodoWrite(todos)
+	todos[0].Status = "completed"
+	todoEvent := appendOK(t, l, tw.Draft())
+	require.Equal(t, "pending", tw.Todos()[0].Status)
+	require.JSONEq(t, `{"todos":[{"content":"a","status":"pending"}]}`, todoEvent.Data().String())
+
+	tools := []messages.ToolSchema{{Name: "read", Description: "reads", Parameters: messages.MustParseJSON(`{"type":"object"}`)}}
+	h := testEpochHeader("sys", tools...)
+	hs := NewEpochHeader(h.Config, AdapterDefaults{}, "sys", tools)
+	tools[0].Name = "clobbered"
+	require.Equal(t, "read", hs.Tools()[0].Name)
+	appendOK(t, l, StepStart{Turn: s.Turn, Step: 1}.Draft())
+	appendOK(t, l, RequestHeader{Header: hs, Reason: ReasonInitial}.Draft())
+	appendOK(t, l, AssistantMessage{Turn: s.Turn, Step: 1, Message: assistantOf(t, messages.TextBlock("ok"))}.Draft())
+	appendOK(t, l, StepEnd{Turn: s.Turn, Step: 1}.Draft())
+	endTurn(t, l, s.Turn)
+
+	// Slices handed out are copies.
+	before := stateOf(l)
+	beforeHeader, _ := l.RequestHeader()
+	headerJSON := beforeHeader.JSON().String()
+
+	got[0] = 999
+	again, _ := l.Event(e.Seq())
+	src, _ := again.SourceEventSeqs()
+	require.Equal(t, []int64{s.User}, src)
+
+	ins := sp.Inserted()
+	ins[0] = messages.Message{}
+	sp2 := mustEvent(t, l, spliced.Seq()).Payload().(InboxSpliced)
+	require.True(t, sp2.Inserted()[0].Equal(want))
+
+	td := mustEvent(t, l, todoEvent.Seq()).Payload().(TodoWrite).Todos()
+	td[0].Content = "clobbered"
+	require.Equal(t, "a", mustEvent(t, l, todoEvent.Seq()).Payload().(TodoWrite).Todos()[0].Content)
+
+	ht := beforeHeader.Tools()
+	ht[0] = messages.ToolSchema{Name: "clobbered"}
+	h2, _ := l.RequestHeader()
+	require.Equal(t, headerJSON, h2.JSON().String())
+
+	evs := l.Events().Slice()
+	evs[0] = Event{}
+	msgs := l.DeriveMessages().Slice()
+	msgs[0] = messages.Message{}
+	nodes := l.SurfaceNodes()
+	nodes[0] = 12345
+	view := l.DeriveMessages()
+	viewCopy := view.Slice()
+	viewCopy[0] = messages.Message{}
+
+	requireUnchanged(t, l, before)
+	require.False(t, view.At(0).IsZero())
+	h3, _ := l.RequestHeader()
+	require.Equal(t, headerJSON, h3.JSON().String())
+	require.NoError(t, CheckTrace(l.Events().Slice()))
+}
+
+func mustEvent(t testing.TB, l *Log, seq int64) Event {
+	t.Helper()
+	e, ok := l.Event(seq)
+	require.True(t, ok, "no event at seq %d", seq)
+	return e
+}
