@@ -202,6 +202,10 @@ type Draft struct {
 	sources    []int64
 	hasSources bool
 	ignorable  bool
+	// payload is the typed value a typed constructor encoded data from, so
+	// the log need not decode its own encoding again; it is checked with
+	// checkPayload instead. Nil for NewDraft: the data is decoded.
+	payload payload
 }
 
 // NewDraft returns a draft of type t carrying data. The data of a core type

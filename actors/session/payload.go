@@ -210,39 +210,39 @@ func turnStep(o *messages.ObjectBuilder, turn, step int64) {
 // Draft returns the event draft.
 func (p TurnStart) Draft() Draft {
 	var o messages.ObjectBuilder
-	return Draft{typ: TypeTurnStart, data: o.Int("turn", p.Turn).Build()}
+	return Draft{typ: TypeTurnStart, data: o.Int("turn", p.Turn).Build(), payload: p}
 }
 
 // Draft returns the event draft.
 func (p TurnEnd) Draft() Draft {
 	var o messages.ObjectBuilder
-	return Draft{typ: TypeTurnEnd, data: o.Int("turn", p.Turn).Raw("reason", p.Reason.JSON()).Build()}
+	return Draft{typ: TypeTurnEnd, data: o.Int("turn", p.Turn).Raw("reason", p.Reason.JSON()).Build(), payload: p}
 }
 
 // Draft returns the event draft.
 func (p StepStart) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
-	return Draft{typ: TypeStepStart, data: o.Build()}
+	return Draft{typ: TypeStepStart, data: o.Build(), payload: p}
 }
 
 // Draft returns the event draft.
 func (p StepEnd) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
-	return Draft{typ: TypeStepEnd, data: o.Build()}
+	return Draft{typ: TypeStepEnd, data: o.Build(), payload: p}
 }
 
 // Draft returns the event draft, with an append surface operation.
 func (p UserMessage) Draft() Draft {
-	return Draft{typ: TypeUserMessage, data: p.Message.JSON(), op: AppendOp()}
+	return Draft{typ: TypeUserMessage, data: p.Message.JSON(), op: AppendOp(), payload: p}
 }
 
 // Draft returns the event draft.
 func (p AssistantChunk) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
-	return Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build()}
+	return Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build(), payload: p}
 }
 
 // Draft returns the event draft, with an append surface operation.
@@ -256,7 +256,7 @@ func (p AssistantMessage) Draft() Draft {
 	if p.Interrupted {
 		o.Bool("interrupted", true)
 	}
-	return Draft{typ: TypeAssistantMessage, data: o.Build(), op: AppendOp()}
+	return Draft{typ: TypeAssistantMessage, data: o.Build(), op: AppendOp(), payload: p}
 }
 
 // Draft returns the event draft.
@@ -264,7 +264,7 @@ func (p ToolCall) Draft() Draft {
 	var o messages.ObjectBuilder
 	turnStep(&o, p.Turn, p.Step)
 	o.String("callId", p.CallID).String("name", p.Name).String("arguments", p.Arguments)
-	return Draft{typ: TypeToolCall, data: o.Build()}
+	return Draft{typ: TypeToolCall, data: o.Build(), payload: p}
 }
 
 // Draft returns the event draft, with an append surface operation.
@@ -277,14 +277,15 @@ func (p ToolResult) Draft() Draft {
 		o.Raw("error", e.String("name", p.Error.Name).String("code", p.Error.Code).Build())
 	}
 	o.Raw("meta", p.Meta)
-	return Draft{typ: TypeToolResult, data: o.Build(), op: AppendOp()}
+	return Draft{typ: TypeToolResult, data: o.Build(), op: AppendOp(), payload: p}
 }
 
 // Draft returns the event draft.
 func (p RequestHeader) Draft() Draft {
+	p.Header = p.Header.Canonical()
 	var o messages.ObjectBuilder
 	o.Raw("header", p.Header.JSON()).String("reason", string(p.Reason))
-	return Draft{typ: TypeRequestHeader, data: o.Build()}
+	return Draft{typ: TypeRequestHeader, data: o.Build(), payload: p}
 }
 
 // Draft returns the event draft.
@@ -294,7 +295,7 @@ func (p RequestContext) Draft() Draft {
 	if v, ok := p.ContextWindow.Get(); ok {
 		o.Int("contextWindow", v)
 	}
-	return Draft{typ: TypeRequestContext, data: o.Build()}
+	return Draft{typ: TypeRequestContext, data: o.Build(), payload: p}
 }
 
 // Draft returns the event draft.
@@ -312,12 +313,12 @@ func (p InboxSpliced) Draft() Draft {
 	if p.Outcome != "" {
 		o.String("outcome", p.Outcome)
 	}
-	return Draft{typ: TypeInboxSpliced, data: o.Build()}
+	return Draft{typ: TypeInboxSpliced, data: o.Build(), payload: p}
 }
 
 // Draft returns the event draft.
-func (EndSeed) Draft() Draft {
-	return Draft{typ: TypeEndSeed, data: messages.MustParseJSON("{}")}
+func (p EndSeed) Draft() Draft {
+	return Draft{typ: TypeEndSeed, data: emptyObject, payload: p}
 }
 
 // Draft returns the event draft.
@@ -328,7 +329,91 @@ func (p TodoWrite) Draft() Draft {
 		raws[i] = o.String("content", t.Content).String("status", t.Status).Build()
 	}
 	var o messages.ObjectBuilder
-	return Draft{typ: TypeTodoWrite, data: o.Raw("todos", messages.ArrayOf(raws...)).Build()}
+	return Draft{typ: TypeTodoWrite, data: o.Raw("todos", messages.ArrayOf(raws...)).Build(), payload: p}
+}
+
+var emptyObject = messages.MustParseJSON("{}")
+
+// checkPayload enforces on a typed value the rules decodePayload enforces
+// on JSON: the role and source of each message, the tool-result shape, the
+// closed vocabularies of reasons, targets and causes. Values the messages
+// constructors built are well formed already; what is checked here is how
+// they were put together.
+func checkPayload(p payload) error {
+	switch p := p.(type) {
+	case TurnEnd:
+		switch p.Reason.Kind {
+		case EndCompleted, EndBlocked, EndMaxTokens, EndInterrupted:
+		case EndAborted:
+			switch p.Reason.Cause.Kind {
+			case CauseUser, CauseParent, CauseDisposed, CauseLegacy, CauseHook:
+			default:
+				return fmt.Errorf("turn/end cause %q is unknown", p.Reason.Cause.Kind)
+			}
+		case EndError:
+			if err := p.Reason.Error.Validate(); err != nil {
+				return fmt.Errorf("turn/end error: %w", err)
+			}
+		default:
+			return fmt.Errorf("turn/end reason %q is unknown", p.Reason.Kind)
+		}
+	case UserMessage:
+		return checkRole(p.Message, messages.RoleUser)
+	case AssistantChunk:
+		if p.Chunk.Type() == "" {
+			return fmt.Errorf("assistant/chunk carries no chunk")
+		}
+	case AssistantMessage:
+		if err := checkRole(p.Message, messages.RoleAssistant); err != nil {
+			return err
+		}
+		if p.Message.Source().Kind() != messages.SourceModel {
+			return fmt.Errorf("assistant message %s lacks a model source", p.Message.ID())
+		}
+	case ToolResult:
+		if err := checkRole(p.Message, messages.RoleUser); err != nil {
+			return err
+		}
+		return checkToolResultMessage(p.Message)
+	case RequestHeader:
+		switch p.Reason {
+		case ReasonInitial, ReasonResume, ReasonChange:
+		case "fallback":
+			return fmt.Errorf("request/header reason \"fallback\" was removed from the format")
+		default:
+			return fmt.Errorf("request/header reason %q is not initial, resume or change", p.Reason)
+		}
+		if err := p.Header.Config.Validate(); err != nil {
+			return fmt.Errorf("request/header lacks provider/model: %w", err)
+		}
+		if p.Header.AdapterDefaults.ReasoningEffort && p.Header.Config.ReasoningEffort == "" ||
+			p.Header.AdapterDefaults.MaxTokens && p.Header.Config.MaxTokens == (messages.OptInt{}) {
+			return fmt.Errorf("request/header adapterDefaults marks no present config field")
+		}
+	case InboxSpliced:
+		if p.Target != "next-turn" && p.Target != "next-step" {
+			return fmt.Errorf("agent/inbox/spliced target %q is not next-turn or next-step", p.Target)
+		}
+		if p.Outcome != "" && p.Outcome != "canceled" {
+			return fmt.Errorf("agent/inbox/spliced outcome %q is not \"canceled\"", p.Outcome)
+		}
+		for _, m := range p.inserted {
+			if err := checkRole(m, messages.RoleUser); err != nil {
+				return fmt.Errorf("agent/inbox/spliced inserted: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkRole(m messages.Message, role messages.Role) error {
+	if m.IsZero() {
+		return fmt.Errorf("lacks an identified message")
+	}
+	if m.Role() != role {
+		return fmt.Errorf("message %s has role %s, want %s", m.ID(), m.Role(), role)
+	}
+	return nil
 }
 
 // decodePayload checks the data of a core event and returns its typed view.
