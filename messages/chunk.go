@@ -156,19 +156,35 @@ const (
 // one with the constructors below or ParseStreamChunk; it keeps its
 // canonical JSON. Safe for concurrent use.
 type StreamChunk struct {
-	typ         ChunkType
-	index       int
+	typ   ChunkType
+	index int
+	text  string      // text-delta, reasoning-delta; argumentsDelta for tool-call-delta
+	id    string      // tool-call-delta
+	extra *chunkExtra // the fields of the rarer chunk types; nil for plain deltas
+	raw   JSON
+}
+
+// chunkExtra holds what only some chunk types carry, so the common delta
+// chunks stay small (they are most of a log). It is immutable once built.
+type chunkExtra struct {
 	blockType   BlockType    // block-start
-	text        string       // text-delta, reasoning-delta; argumentsDelta for tool-call-delta
-	id          string       // tool-call-delta
 	name        string       // tool-call-delta, when hasName
 	hasName     bool         // tool-call-delta
 	block       ContentBlock // block-end
 	usage       TokenUsage   // usage
 	reason      FinishReason // finish
 	replayState JSON         // finish, optional
-	raw         JSON
 }
+
+// x returns the extra fields, or a zero value when there are none.
+func (c StreamChunk) x() *chunkExtra {
+	if c.extra == nil {
+		return &noExtra
+	}
+	return c.extra
+}
+
+var noExtra chunkExtra
 
 func chunkHead(o *ObjectBuilder, t ChunkType, index int) {
 	o.String("type", string(t)).Int("index", int64(index))
@@ -179,7 +195,7 @@ func BlockStartChunk(index int, bt BlockType) StreamChunk {
 	var o ObjectBuilder
 	chunkHead(&o, ChunkBlockStart, index)
 	o.String("blockType", string(bt))
-	return StreamChunk{typ: ChunkBlockStart, index: index, blockType: bt, raw: o.Build()}
+	return StreamChunk{typ: ChunkBlockStart, index: index, extra: &chunkExtra{blockType: bt}, raw: o.Build()}
 }
 
 // TextDeltaChunk appends text to text block index.
@@ -212,7 +228,7 @@ func NamedToolCallDeltaChunk(index int, id, name, argumentsDelta string) StreamC
 	var o ObjectBuilder
 	chunkHead(&o, ChunkToolCallDelta, index)
 	o.String("id", id).String("name", name).String("argumentsDelta", argumentsDelta)
-	return StreamChunk{typ: ChunkToolCallDelta, index: index, id: id, name: name, hasName: true,
+	return StreamChunk{typ: ChunkToolCallDelta, index: index, id: id, extra: &chunkExtra{name: name, hasName: true},
 		text: argumentsDelta, raw: o.Build()}
 }
 
@@ -221,14 +237,14 @@ func BlockEndChunk(index int, block ContentBlock) StreamChunk {
 	var o ObjectBuilder
 	chunkHead(&o, ChunkBlockEnd, index)
 	o.Raw("block", block.raw)
-	return StreamChunk{typ: ChunkBlockEnd, index: index, block: block, raw: o.Build()}
+	return StreamChunk{typ: ChunkBlockEnd, index: index, extra: &chunkExtra{block: block}, raw: o.Build()}
 }
 
 // UsageChunk reports the call's token usage.
 func UsageChunk(u TokenUsage) StreamChunk {
 	var o ObjectBuilder
 	o.String("type", string(ChunkUsage)).Raw("usage", u.JSON())
-	return StreamChunk{typ: ChunkUsage, usage: u, raw: o.Build()}
+	return StreamChunk{typ: ChunkUsage, extra: &chunkExtra{usage: u}, raw: o.Build()}
 }
 
 // FinishChunk ends the stream. replayState, when not zero, is the adapter's
@@ -236,7 +252,7 @@ func UsageChunk(u TokenUsage) StreamChunk {
 func FinishChunk(reason FinishReason, replayState JSON) StreamChunk {
 	var o ObjectBuilder
 	o.String("type", string(ChunkFinish)).Raw("reason", reason.JSON()).Raw("replayState", replayState)
-	return StreamChunk{typ: ChunkFinish, reason: reason, replayState: replayState, raw: o.Build()}
+	return StreamChunk{typ: ChunkFinish, extra: &chunkExtra{reason: reason, replayState: replayState}, raw: o.Build()}
 }
 
 // ParseStreamChunk reads a chunk from its JSON form and checks its fields.
@@ -265,7 +281,7 @@ func ParseStreamChunk(j JSON) (StreamChunk, error) {
 		if bt == "" {
 			return StreamChunk{}, fmt.Errorf("messages: block-start chunk lacks a blockType")
 		}
-		c.blockType = BlockType(bt)
+		c.extra = &chunkExtra{blockType: BlockType(bt)}
 	case ChunkTextDelta, ChunkReasoningDelta:
 		if err := needIndex(); err != nil {
 			return StreamChunk{}, err
@@ -284,10 +300,11 @@ func ParseStreamChunk(j JSON) (StreamChunk, error) {
 			return StreamChunk{}, fmt.Errorf("messages: tool-call-delta chunk lacks a string argumentsDelta")
 		}
 		if v, has := j.Field("name"); has {
-			if c.name, ok = v.AsString(); !ok {
+			name, ok := v.AsString()
+			if !ok {
 				return StreamChunk{}, fmt.Errorf("messages: tool-call-delta name is not a string")
 			}
-			c.hasName = true
+			c.extra = &chunkExtra{name: name, hasName: true}
 		}
 	case ChunkBlockEnd:
 		if err := needIndex(); err != nil {
@@ -301,22 +318,22 @@ func ParseStreamChunk(j JSON) (StreamChunk, error) {
 		if err != nil {
 			return StreamChunk{}, err
 		}
-		c.block = b
+		c.extra = &chunkExtra{block: b}
 	case ChunkUsage:
 		uj, _ := j.Field("usage")
 		u, err := ParseTokenUsage(uj)
 		if err != nil {
 			return StreamChunk{}, err
 		}
-		c.usage = u
+		c.extra = &chunkExtra{usage: u}
 	case ChunkFinish:
 		rj, _ := j.Field("reason")
 		r, err := ParseFinishReason(rj)
 		if err != nil {
 			return StreamChunk{}, err
 		}
-		c.reason = r
-		c.replayState, _ = j.Field("replayState")
+		rs, _ := j.Field("replayState")
+		c.extra = &chunkExtra{reason: r, replayState: rs}
 	default:
 		return StreamChunk{}, fmt.Errorf("messages: unknown chunk type %q", t)
 	}
@@ -330,7 +347,7 @@ func (c StreamChunk) Type() ChunkType { return c.typ }
 func (c StreamChunk) Index() int { return c.index }
 
 // BlockType returns the block type of a block-start chunk.
-func (c StreamChunk) BlockType() BlockType { return c.blockType }
+func (c StreamChunk) BlockType() BlockType { return c.x().blockType }
 
 // Text returns the text of a text or reasoning delta.
 func (c StreamChunk) Text() string { return c.text }
@@ -342,19 +359,19 @@ func (c StreamChunk) ArgumentsDelta() string { return c.text }
 func (c StreamChunk) CallID() string { return c.id }
 
 // Name returns the tool name of a tool-call delta, and whether it has one.
-func (c StreamChunk) Name() (string, bool) { return c.name, c.hasName }
+func (c StreamChunk) Name() (string, bool) { return c.x().name, c.x().hasName }
 
 // Block returns the assembled block of a block-end chunk.
-func (c StreamChunk) Block() ContentBlock { return c.block }
+func (c StreamChunk) Block() ContentBlock { return c.x().block }
 
 // Usage returns the usage of a usage chunk.
-func (c StreamChunk) Usage() TokenUsage { return c.usage }
+func (c StreamChunk) Usage() TokenUsage { return c.x().usage }
 
 // Reason returns the finish reason of a finish chunk.
-func (c StreamChunk) Reason() FinishReason { return c.reason }
+func (c StreamChunk) Reason() FinishReason { return c.x().reason }
 
 // ReplayState returns the replay envelope of a finish chunk (zero if none).
-func (c StreamChunk) ReplayState() JSON { return c.replayState }
+func (c StreamChunk) ReplayState() JSON { return c.x().replayState }
 
 // IsTokenDelta reports whether the chunk marks the first-token boundary: a
 // non-empty text or reasoning delta, or a tool-call delta with arguments or
@@ -364,7 +381,7 @@ func (c StreamChunk) IsTokenDelta() bool {
 	case ChunkTextDelta, ChunkReasoningDelta:
 		return c.text != ""
 	case ChunkToolCallDelta:
-		return c.text != "" || c.hasName
+		return c.text != "" || c.x().hasName
 	}
 	return false
 }
