@@ -83,3 +83,10 @@ func (t EventType) IsSurface() bool {
 }
 
 func (t EventType) isLegacy() bool { return slices.Contains(legacyTypes, t) }
+
+// rowTags are the storage tags of packed chunk rows (chunkrows.go). They
+// are never event types: a reader would take such an event for a malformed
+// row, so the log refuses them even when marked ignorable.
+var rowTags = []EventType{"text-chunks", "reasoning-chunks", "tool-call-chunks"}
+
+func (t EventType) isRowTag() bool { return slices.Contains(rowTags, t) }

@@ -50,8 +50,9 @@ type chunkMember struct {
 
 // packable returns e as a run member, or false when e must stay verbatim.
 func packable(e Event) (chunkMember, bool) {
-	if e.typ != TypeAssistantChunk || e.op.kind != OpNone || e.hasSources || e.ignorable {
-		return chunkMember{}, false
+	if e.typ != TypeAssistantChunk || e.op.kind != OpNone || e.hasSources || e.ignorable ||
+		e.time < -maxSafe || e.time > maxSafe || e.seq < 0 || e.seq >= maxSafe {
+		return chunkMember{}, false // the range checks keep the gap arithmetic exact
 	}
 	m := chunkMember{seq: e.seq, time: e.time}
 	var turn, step, chunk messages.JSON
@@ -235,7 +236,9 @@ func appendRow(dst []byte, run []chunkMember) []byte {
 // events, in seq order; any other line is one event (DecodeEvent). A line
 // tagged as a row that does not match the row schema exactly is an error
 // (malformed storage), as is a row whose reconstructed seq or time leaves
-// the safe-integer range. Errors are *DecodeError. The returned slice is
+// the safe-integer range. A row of one or two members is accepted: the
+// minimum run is the writer's choice, not part of the row schema. Errors
+// are *DecodeError. The returned slice is
 // owned by the caller; the caller keeps ownership of line.
 func DecodeRecord(line []byte) ([]Event, error) {
 	j, err := messages.ParseJSON(line)

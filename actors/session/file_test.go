@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dshgo/dsh/internal/fixtures"
 	"github.com/dshgo/dsh/messages"
 )
 
@@ -335,6 +337,48 @@ func TestFileZstdRecoversCompleteRecordsOfTornFrame(t *testing.T) {
 	codecRequireEvents(t, bigEvents[1:len(f.Events)], f.Torn.Recovered)
 }
 
+// TestFileZstdSalvagesEveryHeaderShape cuts frames of the three header
+// shapes an encoder writes (no content size; single segment; window and
+// content size) and checks that what comes back is a prefix of the content
+// and, when only the checksum is cut, all of it.
+func TestFileZstdSalvagesEveryHeaderShape(t *testing.T) {
+	small, err := zstdEncoder()
+	require.NoError(t, err)
+	windowed, err := zstd.NewWriter(nil, zstd.WithWindowSize(1<<20), zstd.WithEncoderCRC(true))
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name    string
+		enc     *zstd.Encoder
+		size    int
+		single  bool
+		hasSize bool
+	}{
+		{"tiny", small, 10, false, false},
+		{"single segment", small, 300 << 10, true, true},
+		{"window and content size", windowed, 2 << 20, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var content []byte
+			for i := 0; len(content) < c.size; i++ {
+				content = fmt.Appendf(content, "line %d %x\n", i, i*2654435761)
+			}
+			frame := c.enc.EncodeAll(content, nil)
+			h, err := parseFrameHeader(frame)
+			require.NoError(t, err)
+			require.Equal(t, c.single, h.window < 0)
+			require.Equal(t, c.hasSize, h.hasLen)
+			require.Equal(t, content, salvageFrame(frame[:len(frame)-1]))
+			for _, cut := range []int{len(frame) / 3, len(frame) / 2, len(frame) - 6} {
+				got := salvageFrame(frame[:cut])
+				require.True(t, bytes.HasPrefix(content, got), "cut %d", cut)
+				if c.size > 200<<10 && cut > len(frame)/2 {
+					require.NotEmpty(t, got, "whole blocks before cut %d", cut)
+				}
+			}
+		})
+	}
+}
+
 // Scenario 94: a complete frame holding a partial line is corruption.
 func TestFileZstdRejectsCompleteFrameContainingTornRecord(t *testing.T) {
 	lines := fileSession()
@@ -485,32 +529,15 @@ func TestFileLog(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// fixtureRoot is the interop corpus (see its README).
-const fixtureRoot = "../../../shared/fixtures/harness"
-
-// substituteFixture fills in the corpus placeholders as its README says.
-func substituteFixture(data []byte) []byte {
-	s := string(data)
-	s = strings.ReplaceAll(s, `"{{system}}"`, `"You are a test."`)
-	s = strings.ReplaceAll(s, `"{{tools}}"`, `[]`)
-	s = strings.ReplaceAll(s, "{{sessionId}}", "sess-fixture")
-	s = strings.ReplaceAll(s, "{{cwd}}", "/work/fixture-cwd")
-	return []byte(s)
-}
-
-// fixtureFiles returns every *.jsonl of the corpus.
-func fixtureFiles(t testing.TB) []string {
+// fixtureFiles returns every *.jsonl of the corpus (testdata/harness).
+func fixtureFiles(t testing.TB) (root string, paths []string) {
 	t.Helper()
-	var paths []string
-	err := filepath.WalkDir(fixtureRoot, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".jsonl") {
-			paths = append(paths, p)
-		}
-		return err
-	})
-	require.NoError(t, err, "the corpus must be at %s", fixtureRoot)
+	root, err := fixtures.CorpusDir()
+	require.NoError(t, err)
+	paths, err = fixtures.CorpusFiles()
+	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(paths), 60, "the corpus walk found too few files")
-	return paths
+	return root, paths
 }
 
 // TestCorpusRoundTrip reads every log of the interop corpus, checks each
@@ -518,11 +545,12 @@ func fixtureFiles(t testing.TB) []string {
 // every log back in both framings.
 func TestCorpusRoundTrip(t *testing.T) {
 	rows := 0
-	for _, path := range fixtureFiles(t) {
-		t.Run(strings.TrimPrefix(path, fixtureRoot+"/"), func(t *testing.T) {
+	root, paths := fixtureFiles(t)
+	for _, path := range paths {
+		t.Run(strings.TrimPrefix(path, root+"/"), func(t *testing.T) {
 			raw, err := os.ReadFile(path)
 			require.NoError(t, err)
-			data := substituteFixture(raw)
+			data := fixtures.Substitute(raw)
 			f, err := ParseFile(data, path)
 			require.NoError(t, err)
 			require.Nil(t, f.Torn)
@@ -577,14 +605,15 @@ func TestCorpusRoundTrip(t *testing.T) {
 // FuzzScanLog feeds arbitrary bytes to the scanner: it never panics, and
 // what it accepts is a header and events contiguous from seq 0.
 func FuzzScanLog(f *testing.F) {
-	for _, p := range fixtureFiles(f) {
+	_, paths := fixtureFiles(f)
+	for _, p := range paths {
 		raw, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)
 		}
 		// Small seeds keep mutation and minimisation quick; a large file
 		// contributes its first 4 KiB, which is a torn tail.
-		data := substituteFixture(raw)
+		data := fixtures.Substitute(raw)
 		if len(data) > 8<<10 {
 			data = data[:4<<10]
 		}

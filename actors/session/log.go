@@ -182,6 +182,8 @@ func (l *Log) commit(e Event) error {
 	switch {
 	case e.typ == "":
 		return fail(fmt.Errorf("event has no type"))
+	case e.typ.isRowTag():
+		return fail(fmt.Errorf("event type %q is reserved for packed chunk rows", e.typ))
 	case e.typ.isLegacy():
 		return fail(fmt.Errorf("event type %q was removed from the format", e.typ))
 	case !e.typ.IsKnown() && !e.ignorable:

@@ -486,3 +486,14 @@ func mustEvent(t testing.TB, l *Log, seq int64) Event {
 	require.True(t, ok, "no event at seq %d", seq)
 	return e
 }
+
+func TestRefusesRowTagsAsEventTypes(t *testing.T) {
+	l, err := New(Header{ID: "s", CreatedAt: 1})
+	require.NoError(t, err)
+	for _, tag := range []EventType{"text-chunks", "reasoning-chunks", "tool-call-chunks"} {
+		_, err := l.Append(NewDraft(tag, messages.MustParseJSON(`{}`)).AsIgnorable(), 1)
+		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorContains(t, err, "reserved for packed chunk rows")
+	}
+	require.Equal(t, int64(0), l.Len())
+}

@@ -73,7 +73,7 @@ func TestVerifyRejectsInvalidFilesWithOneLineEach(t *testing.T) {
 		{"non-JSON data", write("nonjson.jsonl", header, `{"type":"user/message","seq":0,"time":0,"data":{"a":-0},"surfaceOp":"append"}`+"\n"),
 			"negative zero"},
 		{"replace of a non-surface seq", write("replace.jsonl", header, first,
-			`{"type":"todo/write","seq":1,"time":0,"data":{"todos":[]}}`,
+			`{"type":"session/title","seq":1,"time":0,"data":{"title":"t"}}`,
 			strings.NewReplacer(`"seq":0`, `"seq":2`, `"surfaceOp":"append"`, `"surfaceOp":{"op":"replace","start":1,"end":1}`).Replace(first)+"\n"),
 			"replace start 1 is not a current surface node"},
 	}
