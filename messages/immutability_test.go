@@ -257,17 +257,19 @@ func TestNoExportedMutableFields(t *testing.T) {
 
 	t.Run("the check fires", func(t *testing.T) {
 		type inner struct {
-			Fn  func()
+			Fn func()
+			//lint:ignore U1000 read only through reflection: an unexported slice is allowed
 			ok  []int
 			Arr [2][]byte
 		}
 		type bad struct {
-			S     []string
-			M     map[string]int
-			P     *int
-			A     any
-			C     chan int
-			In    inner
+			S  []string
+			M  map[string]int
+			P  *int
+			A  any
+			C  chan int
+			In inner
+			//lint:ignore U1000 read only through reflection: an unexported slice is allowed
 			fine  []int
 			Plain string
 		}
