@@ -83,8 +83,7 @@ const (
 // budget of events is spent, then reports done.
 type pump struct {
 	sessions []*actor.PID
-	scripts  []*turnScript
-	budget   []int64 // events still to send, per session
+	batches  [][][]Draft // per session, prebuilt outside the timed region
 	inflight int
 	done     chan struct{}
 	failed   atomic.Value
@@ -116,13 +115,32 @@ func (p *pump) Receive(ctx actor.Context) {
 }
 
 func (p *pump) send(ctx actor.Context, i int) {
-	if p.budget[i] <= 0 {
+	if len(p.batches[i]) == 0 {
 		return
 	}
-	k := int(min(p.budget[i], benchBatch))
-	p.budget[i] -= int64(k)
+	b := p.batches[i][0]
+	p.batches[i] = p.batches[i][1:]
 	p.inflight++
-	ctx.Request(p.sessions[i], NewAppend(uint64(i), p.scripts[i].batch(k)...))
+	ctx.Request(p.sessions[i], Append{Ref: uint64(i), drafts: b})
+}
+
+// prebuild splits n events over sessions into batches of at most
+// benchBatch drafts each, following each session's turn script.
+func prebuild(n, sessions int) [][][]Draft {
+	out := make([][][]Draft, sessions)
+	for i := range out {
+		budget := n / sessions
+		if i < n%sessions {
+			budget++
+		}
+		s := newTurnScript(200)
+		for budget > 0 {
+			k := min(budget, benchBatch)
+			out[i] = append(out[i], s.batch(k))
+			budget -= k
+		}
+	}
+	return out
 }
 
 // BenchmarkAppend measures acknowledged appends through session actors
@@ -154,25 +172,17 @@ func benchActorAppend(b *testing.B, sessions int) {
 	defer sys.Shutdown()
 	logs := newBenchLogs(b, sessions)
 	pids := make([]*actor.PID, sessions)
-	scripts := make([]*turnScript, sessions)
 	for i := range pids {
 		props, err := Props(Config{Log: logs[i], Clock: func() int64 { return 1 }})
 		if err != nil {
 			b.Fatal(err)
 		}
 		pids[i] = sys.Root.Spawn(props)
-		scripts[i] = newTurnScript(200)
 	}
+	// Total events = b.N, spread over the sessions.
+	p := &pump{sessions: pids, batches: prebuild(b.N, sessions), done: make(chan struct{})}
 	b.ReportAllocs()
 	b.ResetTimer()
-	// Total events = b.N, spread over the sessions.
-	p := &pump{sessions: pids, scripts: scripts, budget: make([]int64, sessions), done: make(chan struct{})}
-	for i := range p.budget {
-		p.budget[i] = int64(b.N / sessions)
-		if i < b.N%sessions {
-			p.budget[i]++
-		}
-	}
 	start := time.Now()
 	pumpPID := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }))
 	sys.Root.Send(pumpPID, pumpStart{})
@@ -194,40 +204,49 @@ func benchActorAppend(b *testing.B, sessions int) {
 func benchMutexAppend(b *testing.B, sessions int) {
 	logs := newBenchLogs(b, sessions)
 	type guarded struct {
-		mu     sync.Mutex
-		log    *Log
-		script *turnScript
+		mu      sync.Mutex
+		log     *Log
+		batches [][]Draft
 	}
 	gs := make([]*guarded, sessions)
-	for i := range gs {
-		gs[i] = &guarded{log: logs[i], script: newTurnScript(200)}
+	for i, bs := range prebuild(b.N, sessions) {
+		gs[i] = &guarded{log: logs[i], batches: bs}
 	}
 	workers := runtime.GOMAXPROCS(0)
-	var next atomic.Int64 // batches handed out
-	batches := int64((b.N + benchBatch - 1) / benchBatch)
+	var next atomic.Int64 // sessions handed out, round robin
+	var appended atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for {
-				n := next.Add(1) - 1
-				if n >= batches {
-					return
-				}
-				g := gs[n%int64(sessions)]
+			idle := 0
+			for idle < sessions {
+				g := gs[(next.Add(1)-1)%int64(sessions)]
 				g.mu.Lock()
-				_, err := g.log.AppendBatch(g.script.batch(benchBatch), 1)
+				if len(g.batches) == 0 {
+					g.mu.Unlock()
+					idle++
+					continue
+				}
+				idle = 0
+				batch := g.batches[0]
+				g.batches = g.batches[1:]
+				_, err := g.log.AppendBatch(batch, 1)
 				g.mu.Unlock()
 				if err != nil {
 					panic(err)
 				}
+				appended.Add(int64(len(batch)))
 			}
 		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	b.ReportMetric(float64(batches*benchBatch)/elapsed.Seconds(), "events/s")
+	if appended.Load() != int64(b.N) {
+		b.Fatalf("appended %d of %d events", appended.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 }

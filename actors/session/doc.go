@@ -1,0 +1,61 @@
+// Package session is the session event log: the append-only, immutable
+// record of one agent session from which everything a model ever sees is
+// rebuilt, and the actor that owns it.
+//
+// # The pure core
+//
+// [Log] holds the events and everything folded from them: the surface (the
+// ordered seqs of model-visible events), the derived messages
+// ([Log.DeriveMessages], incremental and O(1) to hand out), the folded
+// request header and context. [Log.Append] and [Log.AppendBatch] validate
+// before they commit (the envelope, the catalog, the surface and provenance
+// rules, the typed shape of core events; with -tags invariants or -race also
+// the trace invariants of [TraceChecker]) and change nothing on error.
+// [NewSeeded] and [Restore] build a log from stored events; [Log.Fork] and
+// [Log.ForkPrefix] fork it at an inclusive boundary outside an open turn;
+// [InterruptedTurnClosers] is crash repair as a pure function. The core has
+// no goroutines, no clock and no I/O: time comes in as an argument.
+//
+// The line format lives here too: [AppendEvent] and [DecodeEvent] for one
+// event line, [AppendRecords] and [DecodeRecord] for batches with packed
+// chunk rows, [ReadFile]/[ParseFile] for a whole .jsonl or .jsonl.zstd file
+// (its torn-tail and corruption rules), [WriteFile] for tests and tools.
+//
+// # The actor
+//
+// The session actor ([Props]) is the only writer of its log. It answers to
+// ctx.Sender():
+//
+//	message          reply                        effect
+//	Append           AppendReply | AppendFailed   commits the drafts atomically
+//	Subscribe        Subscribed                   sends EventsCommitted from a seq on
+//	Unsubscribe      —                            ends a subscription
+//	QueryMessages    MessagesReply                the derived messages
+//	QueryEvents      EventsReply                  the events from a seq
+//	QueryHeader      HeaderReply                  session header, folded request header/context
+//	Fork             ForkReply | ForkFailed       the seed of a child session
+//
+// Committed events go, in order and after the commit point, first to the
+// in-process observers of [Config] (synchronously; a failure or panic is
+// contained and reported, and an observer cannot append: [ErrReentrantAppend]),
+// then to subscribers as EventsCommitted, then the append is acknowledged.
+// Nothing blocks inside Receive: every request is answered from memory.
+//
+// # Ownership and concurrency
+//
+// A Log is not safe for concurrent use; inside the actor it is touched only
+// by Receive. Everything it hands out — [Event], [Events], [Messages], the
+// payload values — is immutable and safe to share: views have a fixed
+// length and never see later appends. Drafts and messages passed in are
+// copied or immutable already.
+//
+// # Errors and crashes
+//
+// A refused append is an expected failure: the actor replies AppendFailed
+// with an error matching [ErrInvalid] (an [*EventError] or
+// [*UnsupportedTypeError]). Reading a log reports [*CorruptError] for damage
+// in its committed region and [*FormatVersionError] for another format
+// version; a torn tail is not an error but [File.Torn]. The actor panics only
+// on a broken invariant of its own; the log is the truth and an append is
+// atomic, so a restarted actor continues on the same log.
+package session
