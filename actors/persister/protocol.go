@@ -1,0 +1,84 @@
+package persister
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// The persister actor's protocol. Every message is an immutable value.
+// Requests are answered to ctx.Sender(); Ref is the caller's correlation
+// id, echoed in the reply.
+
+// Track asks the persister to persist a session: it registers the header
+// with the store (lazily: nothing is written before the first event),
+// subscribes to the session actor from seq From (the stored next seq: 0
+// for a new session, the loaded length for a resumed one) and writes its
+// committed events behind. Owner, if set, is told about write failures
+// (WriteFailed) and durability progress (Durable). Reply: Tracked.
+type Track struct {
+	Ref     uint64
+	Header  session.Header
+	Session *actor.PID
+	From    int64
+	Owner   *actor.PID
+}
+
+// Tracked acknowledges a Track.
+type Tracked struct {
+	Ref uint64
+	ID  session.SessionID
+}
+
+// Flush asks for a durability barrier: every event of the session
+// committed before the persister received this message is written and
+// fsynced before the reply. Reply: Flushed, or FlushFailed (the events are
+// kept and retried; see WriteFailed).
+type Flush struct {
+	Ref uint64
+	ID  session.SessionID
+	// UpTo, when ≥ 0, makes the barrier wait until the persister has
+	// received (from the session actor) and made durable every event up to
+	// and including this seq, even if it had not arrived yet. -1 means
+	// "what has arrived so far".
+	UpTo int64
+}
+
+// Flushed says the session is durable up to and including seq Durable
+// (-1: nothing stored yet).
+type Flushed struct {
+	Ref     uint64
+	ID      session.SessionID
+	Durable int64
+}
+
+// FlushFailed says a barrier's write failed. Durable is what was durable
+// before the failure; the failed events stay queued.
+type FlushFailed struct {
+	Ref     uint64
+	ID      session.SessionID
+	Durable int64
+	Err     error
+}
+
+// Durable is sent to a session's owner whenever its durable watermark
+// advances: every event up to and including Seq is written and fsynced.
+type Durable struct {
+	ID  session.SessionID
+	Seq int64
+}
+
+// WriteFailed is sent to a session's owner when a write fails. The events
+// are kept at the front of the queue and retried with the next write; no
+// event is ever dropped while the process lives.
+type WriteFailed struct {
+	ID  session.SessionID
+	Err error
+}
+
+// Untrack asks the persister to flush a session and forget it (the session
+// is stopping or passivating). Reply: Flushed or FlushFailed (on failure
+// the session stays tracked).
+type Untrack struct {
+	Ref uint64
+	ID  session.SessionID
+}

@@ -1,0 +1,110 @@
+package persister
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// Store is where session logs live: the semantics of the reference's
+// persistence service (spec §3.1–§3.2). Two implementations share one
+// conformance suite: MemStore and JSONLStore. Implementations are safe for
+// concurrent use; operations on one session id are serialised.
+type Store interface {
+	Writer
+	Reader
+}
+
+// Writer is the write side of a store.
+type Writer interface {
+	// Create registers a session lazily: nothing is stored (and List does
+	// not show it) until its first Append. ErrExists if the id is already
+	// registered or stored.
+	Create(h session.Header) error
+	// Append durably appends events to a created or stored session. The
+	// first event's seq must be the stored next seq and the rest
+	// contiguous, or nothing is written and the error is a *FenceError
+	// (this is what keeps two writers from interleaving). On the first
+	// append the header and the batch are made durable together. When
+	// Append returns nil the events are durable (written and fsynced);
+	// on any error nothing of the batch is stored.
+	Append(ctx context.Context, id session.SessionID, events []session.Event) error
+}
+
+// Reader is the read side of a store.
+type Reader interface {
+	// Load returns the stored log balanced, and commits crash repair: a
+	// torn tail is truncated (recovered records re-appended) and an open
+	// turn is closed with the closers of session.InterruptedTurnClosers.
+	// Damage before the last turn/end is corruption (IsCorruption), never
+	// repaired. ErrNotFound if nothing is stored.
+	Load(ctx context.Context, id session.SessionID) (Stored, error)
+	// Inspect is Load with the repair done in memory only: nothing is
+	// truncated or appended and the revision does not change.
+	Inspect(ctx context.Context, id session.SessionID) (Stored, error)
+	// ReadFrom returns the stored events from seq from on, as stored: no
+	// repair, no closers. A from past the end returns none.
+	ReadFrom(ctx context.Context, id session.SessionID, from int64) ([]session.Event, error)
+	// List returns the sessions that have been materialized (appended to
+	// at least once), with their revisions, sorted by id.
+	List(ctx context.Context) ([]Listed, error)
+	// Close releases the store. Later calls fail with ErrClosed.
+	Close() error
+}
+
+// Revision is an opaque token that changes whenever a stored log changes.
+type Revision string
+
+// Stored is a loaded or inspected log. The caller owns it.
+type Stored struct {
+	Header session.Header
+	// Events is the balanced log: the stored events (after any torn tail
+	// was dropped) followed by Closers.
+	Events []session.Event
+	// Closers are the repair events appended to close an open turn:
+	// committed by Load, in memory only for Inspect.
+	Closers []session.Event
+	// Torn describes the torn tail that was (Load) or would be (Inspect)
+	// truncated; nil if the log ended cleanly.
+	Torn *session.TornTail
+	// Revision is the stored revision after the operation.
+	Revision Revision
+}
+
+// Listed is one entry of List.
+type Listed struct {
+	Header   session.Header
+	Revision Revision
+}
+
+// Errors of the stores. Match them with errors.Is.
+var (
+	ErrNotFound = errors.New("persister: session not found")
+	ErrExists   = errors.New("persister: session already exists")
+	ErrClosed   = errors.New("persister: store closed")
+	ErrFenced   = errors.New("persister: append fenced")
+)
+
+// FenceError refuses an append whose first seq is not the stored next seq,
+// or whose seqs are not contiguous. errors.Is(err, ErrFenced) holds.
+type FenceError struct {
+	ID   session.SessionID
+	Want int64 // the seq the append had to carry
+	Got  int64 // the seq it carried
+}
+
+func (e *FenceError) Error() string {
+	return fmt.Sprintf("persister: append to %s: seq %d, want %d (another writer, or a gap)", e.ID, e.Got, e.Want)
+}
+
+// Is makes every FenceError match ErrFenced.
+func (e *FenceError) Is(target error) bool { return target == ErrFenced }
+
+// IsCorruption reports whether err says a stored log is damaged in its
+// committed region.
+func IsCorruption(err error) bool {
+	var ce *session.CorruptError
+	return errors.As(err, &ce)
+}
