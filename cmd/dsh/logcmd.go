@@ -14,7 +14,7 @@ import (
 
 func runLog(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("log: missing subcommand (verify, show, messages)")
+		return usagef("log: missing subcommand (verify, show, messages, stats)")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -26,6 +26,8 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 		return logShow(args[1:], stdout, stderr)
 	case "messages":
 		return logMessages(args[1:], stdout, stderr)
+	case "stats":
+		return logStatsCmd(args[1:], stdout, stderr)
 	default:
 		return usagef("log: unknown subcommand %q", args[0])
 	}
@@ -152,6 +154,26 @@ func plural(n int64, word string) string {
 		return fmt.Sprintf("1 %s", word)
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func statsFlags(args []string, stdout io.Writer) (fixture, asJSON bool, path string, err error) {
+	fs := flag.NewFlagSet("dsh log stats", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&fixture, "fixture", false, "substitute the reference snapshot placeholders before reading")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage: dsh log stats [--fixture] [--json] FILE\n\nFlags:\n")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return false, false, "", errHelp
+		}
+		return false, false, "", usagef("log stats: %v", err)
+	}
+	if fs.NArg() != 1 || strings.HasPrefix(fs.Arg(0), "-") {
+		return false, false, "", usagef("log stats: want exactly one file (flags first)")
+	}
+	return fixture, asJSON, fs.Arg(0), nil
 }
 
 func oneFile(name string, args []string, stdout io.Writer) (bool, string, error) {

@@ -48,6 +48,7 @@ Usage:
   dsh log verify [--fixture] FILE...   check session logs; one summary line per file
   dsh log show [--fixture] FILE        print a readable transcript
   dsh log messages [--fixture] FILE    print the derived (model-visible) messages as JSON lines
+  dsh log stats [--json] FILE          sizes, compression, turns, tokens and event counts
 
 Run 'dsh COMMAND --help' for a command's flags.
 `

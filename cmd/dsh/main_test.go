@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"bytes"
 	"os"
 	"path/filepath"
@@ -183,4 +184,22 @@ func readLines(t *testing.T, path string) []string {
 	}
 	require.NoError(t, sc.Err())
 	return lines
+}
+
+func TestStatsCountsTheLog(t *testing.T) {
+	path := filepath.Join(mustCorpus(t), "acp", "packed-chunks", "session.jsonl")
+	code, out, errOut := runDsh("log", "stats", "--json", "--fixture", path)
+	require.Equal(t, exitOK, code, errOut)
+	var st logStats
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, int64(124), st.Events)
+	require.Equal(t, int64(105), st.ByType["assistant/chunk"])
+	require.Equal(t, int64(1), st.TurnEnds["completed"])
+	require.Equal(t, int64(2), st.Steps)
+	require.Equal(t, int64(1), st.ToolCalls)
+	require.Equal(t, 35, st.PackedRecords, "the file's own packing, reproduced")
+
+	code, out, _ = runDsh("log", "stats", "--fixture", path)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "turns      1, 1 completed, 2 steps, 5 derived messages")
 }
