@@ -396,7 +396,7 @@ func decodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, error) {
 		if err != nil {
 			return fail("member %d: %w", len(events), err)
 		}
-		e.payload = p
+		e.setPayload(p)
 		events = append(events, e)
 	}
 	if len(events) == 0 {

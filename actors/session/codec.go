@@ -205,6 +205,6 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 	if err != nil {
 		return fail("%s: %w", typ, err)
 	}
-	e.payload = p
+	e.setPayload(p)
 	return e, nil
 }

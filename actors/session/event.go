@@ -100,6 +100,28 @@ type Event struct {
 	payload    payload // typed view of data for core types; nil for foreign events
 }
 
+// chunkMarker stands in for the payload of an assistant/chunk event. Chunks
+// are most of a log, so their typed view is not kept (it would double their
+// memory); turn and step, which the core needs on every chunk, sit in the
+// otherwise unused range of the event's SurfaceOp (a chunk is never a
+// surface event, so its op kind stays OpNone), and Payload decodes the rest
+// from data on demand. A zero-size marker boxes without allocating.
+type chunkMarker struct{}
+
+func (chunkMarker) eventType() EventType { return TypeAssistantChunk }
+
+// setPayload installs p as e's typed view (see chunkMarker).
+func (e *Event) setPayload(p payload) {
+	// A chunk carrying surface metadata (invalid: the log refuses it) keeps
+	// its op, so the refusal can say why, and its boxed payload.
+	if c, ok := p.(AssistantChunk); ok && e.op.kind == OpNone {
+		e.op = SurfaceOp{start: c.Turn, end: c.Step}
+		e.payload = chunkMarker{}
+		return
+	}
+	e.payload = p
+}
+
 // Compile-time shape guard: adding a field to Event breaks this line until
 // the codec (codec.go), the draft path (Log.Append) and Equal are updated.
 var _ = Event(struct {
@@ -128,7 +150,12 @@ func (e Event) Time() int64 { return e.time }
 func (e Event) Data() messages.JSON { return e.data }
 
 // SurfaceOp returns the surface operation (OpNone for log-only events).
-func (e Event) SurfaceOp() SurfaceOp { return e.op }
+func (e Event) SurfaceOp() SurfaceOp {
+	if e.op.kind == OpNone {
+		return SurfaceOp{}
+	}
+	return e.op
+}
 
 // SourceEventSeqs returns a copy of the cited seqs, and whether the event
 // carries the field at all (absent means "provenance unknown"; an empty
@@ -160,7 +187,19 @@ func (e Event) Message() (messages.Message, bool) {
 // AssistantMessage, ToolCall, ToolResult, RequestHeader, RequestContext,
 // InboxSpliced, EndSeed, TodoWrite, or Opaque for core types whose data the
 // log core does not interpret. It returns nil for foreign events.
-func (e Event) Payload() any { return e.payload }
+//
+// The payload of an assistant/chunk is decoded from data on each call (the
+// log does not keep it; see chunkMarker).
+func (e Event) Payload() any {
+	if _, ok := e.payload.(chunkMarker); ok {
+		p, err := decodePayload(e.typ, e.data)
+		if err != nil {
+			return nil // unreachable: the data was decoded at commit
+		}
+		return p
+	}
+	return e.payload
+}
 
 // TurnStep returns the turn and step an event names, when its data has
 // them.
@@ -170,6 +209,8 @@ func (e Event) TurnStep() (turn, step int64, ok bool) {
 		return p.Turn, p.Step, true
 	case StepEnd:
 		return p.Turn, p.Step, true
+	case chunkMarker:
+		return e.op.start, e.op.end, true
 	case AssistantChunk:
 		return p.Turn, p.Step, true
 	case AssistantMessage:
@@ -185,7 +226,7 @@ func (e Event) TurnStep() (turn, step int64, ok bool) {
 // Equal reports whether two events have the same envelope and JSON-equal
 // data.
 func (e Event) Equal(o Event) bool {
-	return e.typ == o.typ && e.seq == o.seq && e.time == o.time && e.op == o.op &&
+	return e.typ == o.typ && e.seq == o.seq && e.time == o.time && e.SurfaceOp() == o.SurfaceOp() &&
 		e.hasSources == o.hasSources && slices.Equal(e.sources, o.sources) &&
 		e.ignorable == o.ignorable && e.data.Equal(o.data)
 }

@@ -76,6 +76,8 @@ func (c *TraceChecker) Check(e *Event) error {
 		}
 	case StepEnd:
 		return needStep(p.Turn, p.Step)
+	case chunkMarker:
+		return needStep(e.op.start, e.op.end)
 	case AssistantChunk:
 		return needStep(p.Turn, p.Step)
 	case AssistantMessage:

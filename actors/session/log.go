@@ -164,13 +164,13 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 		if err := checkPayload(d.payload); err != nil {
 			return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
 		}
-		e.payload = d.payload
+		e.setPayload(d.payload)
 	case e.typ.IsCore():
 		p, err := decodePayload(e.typ, e.data)
 		if err != nil {
 			return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
 		}
-		e.payload = p
+		e.setPayload(p)
 	}
 	return e, nil
 }
@@ -201,7 +201,7 @@ func (l *Log) commit(e Event) error {
 		if err != nil {
 			return fail(err)
 		}
-		e.payload = p
+		e.setPayload(p)
 	}
 	t, err := l.surface.validateNext(l.events, &e)
 	if err != nil {

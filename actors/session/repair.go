@@ -76,8 +76,10 @@ func InterruptedTurnClosers(events []Event) []Event {
 		if err != nil {
 			panic(fmt.Sprintf("session: repair built an invalid %s: %v", d.typ, err)) // a bug in this file
 		}
-		out = append(out, Event{typ: d.typ, seq: seq, time: at, data: d.data, op: d.op,
-			sources: d.sources, hasSources: d.hasSources, payload: p})
+		e := Event{typ: d.typ, seq: seq, time: at, data: d.data, op: d.op,
+			sources: d.sources, hasSources: d.hasSources}
+		e.setPayload(p)
+		out = append(out, e)
 		seq++
 	}
 	if stepOpen {
