@@ -1,0 +1,325 @@
+package persister
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
+)
+
+// Crash tests of the JSONL store on MemFS (pebble's metamorphic/errorfs
+// style). A workload of appends to a few sessions runs against a store;
+// the file system "crashes" before its k-th mutating operation, for every
+// k: the crash clone (only what was synced, optionally plus a torn prefix
+// of what was not) is opened by a fresh store and every session loaded.
+// The check: the loaded log validates, obeys the session trace, holds
+// every event whose Append returned nil, holds nothing that was never
+// appended, and ends with exactly the closers of the prefix it kept.
+
+// crashSession is one session of a workload: its whole log, and the
+// batches it is appended in.
+type crashSession struct {
+	header  session.Header
+	events  []session.Event
+	batches [][]session.Event
+}
+
+// crashWorkload builds n sessions of a few turns each; about half end in
+// a turn a crash left open. Batches are random cuts of the log.
+func crashWorkload(t testing.TB, rng *rand.Rand, n int) []*crashSession {
+	t.Helper()
+	w := make([]*crashSession, n)
+	for i := range w {
+		b := newJL(t, session.SessionID(fmt.Sprintf("crash-%d", i)))
+		for turn := range 1 + rng.IntN(3) {
+			b.textTurn(fmt.Sprintf("turn %d", turn), rng.IntN(6))
+		}
+		switch rng.IntN(3) {
+		case 0:
+			b.openToolTurn("call-open")
+		case 1:
+			b.begin("left open")
+		}
+		cs := &crashSession{header: b.header(), events: b.events()}
+		for rest := cs.events; len(rest) > 0; {
+			k := min(1+rng.IntN(8), len(rest))
+			cs.batches, rest = append(cs.batches, rest[:k]), rest[k:]
+		}
+		w[i] = cs
+	}
+	return w
+}
+
+// playCrashWorkload creates every session, then appends the batches
+// round-robin. It stops at the first error and reports, per session, the
+// number of events acknowledged and the number passed to Append.
+func playCrashWorkload(t testing.TB, s Store, w []*crashSession) (acked, attempted []int) {
+	ctx := t.Context()
+	acked, attempted = make([]int, len(w)), make([]int, len(w))
+	for _, cs := range w {
+		if err := s.Create(cs.header); err != nil {
+			return acked, attempted
+		}
+	}
+	for round := 0; ; round++ {
+		progress := false
+		for i, cs := range w {
+			if round >= len(cs.batches) {
+				continue
+			}
+			progress = true
+			batch := cs.batches[round]
+			attempted[i] += len(batch)
+			if err := s.Append(ctx, cs.header.ID, batch); err != nil {
+				return acked, attempted
+			}
+			acked[i] += len(batch)
+		}
+		if !progress {
+			return acked, attempted
+		}
+	}
+}
+
+// mutating reports whether op changes the file system.
+func mutating(op vfs.Op) bool {
+	switch op {
+	case vfs.OpRead, vfs.OpStat, vfs.OpReadDir:
+		return false
+	}
+	return true
+}
+
+var errCrashed = errors.New("crashed")
+
+// crasher crashes m before its at-th mutating operation: it takes the
+// crash clone then, and fails every operation after it, as a dead process
+// does nothing more. keep (optional) chooses what unsynced data the clone
+// keeps.
+type crasher struct {
+	m     *vfs.MemFS
+	at    int
+	keep  func(synced, current []byte) []byte
+	n     int
+	clone *vfs.MemFS
+}
+
+func (c *crasher) install() {
+	c.m.InjectError(func(op vfs.Op, _ string) error {
+		if c.clone != nil {
+			return errCrashed
+		}
+		if !mutating(op) {
+			return nil
+		}
+		if c.n == c.at {
+			c.clone = c.m.CrashCloneWith(c.keep)
+			return errCrashed
+		}
+		c.n++
+		return nil
+	})
+}
+
+// tornKeep returns a keep function that, for a file whose unsynced bytes
+// extend its synced ones, keeps a random prefix of the extension: the OS
+// wrote some of it back before the power went. One time in three the cut
+// is in the last three bytes, inside the final zstd frame's checksum,
+// where every record of the frame is recoverable.
+func tornKeep(rng *rand.Rand) func(synced, current []byte) []byte {
+	return func(synced, current []byte) []byte {
+		ext := len(current) - len(synced)
+		if ext <= 0 || !bytes.HasPrefix(current, synced) {
+			return synced
+		}
+		if rng.IntN(3) == 0 {
+			return current[:len(current)-1-rng.IntN(min(3, ext))]
+		}
+		return current[:len(synced)+rng.IntN(ext+1)]
+	}
+}
+
+// verifyRecovered opens a store over fsys and checks every session of w
+// against what was acknowledged and attempted: List, then two Loads of
+// each session (the second must find nothing to repair).
+func verifyRecovered(t testing.TB, fsys vfs.FS, plain bool, w []*crashSession, acked, attempted []int) {
+	t.Helper()
+	ctx := t.Context()
+	s := newJSONLOn(t, fsys, memRoot, JSONLConfig{Plain: plain})
+	defer s.Close()
+	listed, err := s.List(ctx)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(listed), len(w))
+	for i, cs := range w {
+		got, err := s.Load(ctx, cs.header.ID)
+		if errors.Is(err, ErrNotFound) {
+			require.Zero(t, acked[i], "%s: acknowledged events lost with the whole file", cs.header.ID)
+			continue
+		}
+		require.NoError(t, err, cs.header.ID)
+		require.Equal(t, cs.header, got.Header)
+		// The longest prefix of the workload's log; what follows it can
+		// only be the closers of that prefix (committed by this Load, or
+		// by an earlier one).
+		k := 0
+		for k < len(got.Events) && k < len(cs.events) && cs.events[k].Equal(got.Events[k]) {
+			k++
+		}
+		require.GreaterOrEqual(t, k, acked[i], "%s: an acknowledged event is lost", cs.header.ID)
+		require.LessOrEqual(t, k, attempted[i], "%s: holds events never appended", cs.header.ID)
+		jlRequireEvents(t, session.InterruptedTurnClosers(cs.events[:k]), got.Events[k:])
+		require.LessOrEqual(t, len(got.Closers), len(got.Events)-k)
+		require.NoError(t, session.CheckTrace(got.Events))
+
+		again, err := s.Load(ctx, cs.header.ID)
+		require.NoError(t, err)
+		require.Nil(t, again.Torn)
+		require.Empty(t, again.Closers, "the repair was committed")
+		jlRequireEvents(t, got.Events, again.Events)
+	}
+}
+
+func TestJSONLCrashAtEveryOperation(t *testing.T) {
+	for _, enc := range encodings {
+		t.Run(enc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(42, uint64(len(enc.name))))
+			w := crashWorkload(t, rng, 3)
+
+			// A dry run counts the mutating operations.
+			dry := &crasher{m: vfs.NewMem(), at: -1}
+			dry.install()
+			s := newJSONLOn(t, dry.m, memRoot, JSONLConfig{Plain: enc.plain})
+			acked, _ := playCrashWorkload(t, s, w)
+			require.NoError(t, s.Close())
+			for i, cs := range w {
+				require.Len(t, cs.events, acked[i])
+			}
+			total := dry.n
+			t.Logf("%d mutating operations", total)
+
+			for at := 0; at <= total; at++ {
+				for _, torn := range []bool{false, true} {
+					c := &crasher{m: vfs.NewMem(), at: at}
+					if torn {
+						c.keep = tornKeep(rng)
+					}
+					c.install()
+					s := newJSONLOn(t, c.m, memRoot, JSONLConfig{Plain: enc.plain})
+					acked, attempted := playCrashWorkload(t, s, w)
+					_ = s.Close()
+					if c.clone == nil {
+						c.clone = c.m.CrashClone() // at == total: no crash
+					}
+					ok := t.Run(fmt.Sprintf("crash=%d/torn=%v", at, torn), func(t *testing.T) {
+						// A crash during the recovery itself: at every
+						// operation of a Load of every session.
+						loads := &crasher{m: c.clone.CrashClone(), at: -1}
+						loads.install()
+						verifyRecovered(t, loads.m, enc.plain, w, acked, attempted)
+						for j := range loads.n {
+							lc := &crasher{m: c.clone.CrashClone(), at: j}
+							lc.install()
+							// The operations of verifyRecovered, unchecked.
+							ls := newJSONLOn(t, lc.m, memRoot, JSONLConfig{Plain: enc.plain})
+							_, _ = ls.List(t.Context())
+							for _, cs := range w {
+								_, _ = ls.Load(t.Context(), cs.header.ID)
+								_, _ = ls.Load(t.Context(), cs.header.ID)
+							}
+							_ = ls.Close()
+							require.NotNil(t, lc.clone, "j=%d of %d, lc.n=%d", j, loads.n, lc.n)
+							verifyRecovered(t, lc.clone, enc.plain, w, acked, attempted)
+						}
+						verifyRecovered(t, c.clone, enc.plain, w, acked, attempted)
+					})
+					if !ok {
+						return
+					}
+				}
+			}
+		})
+	}
+}
+
+// Random write, sync, truncate, link, directory and read failures, with
+// every failed operation retried until it succeeds: no retry is ever
+// fenced (a failed append stored nothing), and in the end the store holds
+// exactly the workload, durably.
+func TestJSONLRandomFailuresWithRetries(t *testing.T) {
+	for _, enc := range encodings {
+		for seed := range uint64(12) {
+			t.Run(fmt.Sprintf("%s/seed=%d", enc.name, seed), func(t *testing.T) {
+				ctx := t.Context()
+				rng := rand.New(rand.NewPCG(seed, 7))
+				w := crashWorkload(t, rng, 3)
+				m := vfs.NewMem()
+				failures := 0
+				m.InjectError(func(op vfs.Op, _ string) error {
+					if rng.Float64() >= 0.12 {
+						return nil
+					}
+					failures++
+					if op == vfs.OpWrite && rng.IntN(2) == 0 {
+						return &vfs.ShortWrite{N: rng.IntN(64)}
+					}
+					return vfs.ErrInjected
+				})
+				s := newJSONLOn(t, m, memRoot, JSONLConfig{Plain: enc.plain, MaxOpenFiles: 2})
+				defer s.Close()
+				retry := func(what string, f func() error) {
+					t.Helper()
+					for attempt := 0; ; attempt++ {
+						err := f()
+						if err == nil {
+							return
+						}
+						require.NotErrorIs(t, err, ErrFenced, "%s: a retry was fenced: the failed attempt stored something", what)
+						require.NotErrorIs(t, err, ErrExists, what)
+						require.ErrorIs(t, err, vfs.ErrInjected, what)
+						require.Less(t, attempt, 1000, what)
+					}
+				}
+				for _, cs := range w {
+					retry("create", func() error { return s.Create(cs.header) })
+				}
+				acked := make([]int, len(w))
+				for round := 0; ; round++ {
+					progress := false
+					for i, cs := range w {
+						if round >= len(cs.batches) {
+							continue
+						}
+						progress = true
+						batch := cs.batches[round]
+						retry("append", func() error { return s.Append(ctx, cs.header.ID, batch) })
+						acked[i] += len(batch)
+						// A look at the session between appends sees exactly
+						// what was acknowledged.
+						retry("inspect", func() error {
+							in, err := s.Inspect(ctx, cs.header.ID)
+							if err != nil {
+								return err
+							}
+							jlRequireEvents(t, cs.events[:acked[i]], in.Events[:acked[i]])
+							jlRequireEvents(t, session.InterruptedTurnClosers(cs.events[:acked[i]]), in.Events[acked[i]:])
+							return nil
+						})
+					}
+					if !progress {
+						break
+					}
+				}
+				m.InjectError(nil)
+				require.Positive(t, failures)
+				verifyRecovered(t, m.CrashClone(), enc.plain, w, acked, acked)
+				verifyRecovered(t, m, enc.plain, w, acked, acked)
+			})
+		}
+	}
+}

@@ -1,0 +1,1080 @@
+package persister
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
+)
+
+// This file is the JSONL store (spec §3.8): one log file per session, in
+// the harness's interop format, written append-only through a vfs.FS.
+//
+// On-disk format (format version 0; layout.go has the directory layout).
+// A log is logical lines, each ending in "\n":
+//
+//	line 1     {"type":"session","version":0,"id":...,"createdAt":...,
+//	            "cwd"?,"parentSession"?,"seedLength"?,"origin"?,
+//	            "delegationDepth":...,"agentPreset"?}
+//	line 2..   one storage record each: a session event as JSON
+//	           {"seq","time","type","data",...}, or a packed chunk row
+//	           (spec §2.13) standing for a run of ≥3 chunk events of one batch
+//
+// session.jsonl holds the lines as they are. session.jsonl.zstd (the
+// default) holds them in independent zstd frames, each with a content
+// checksum, so a reader can tell a frame cut short from a damaged one:
+//
+//	offset 0                                                          EOF
+//	+--------------+----------------+----------------+-----+----------------+
+//	| frame 0      | frame 1        | frame 2        | ... | frame n        |
+//	| header line  | batch 1 lines  | batch 2 lines  |     | batch n lines  |
+//	+--------------+----------------+----------------+-----+----------------+
+//	frame = 28 B5 2F FD | frame header | blocks | xxhash64 checksum (4 bytes)
+//
+// Frame 0 holds exactly the header line; each later frame is one durable
+// append batch (one Append, or one repair), decoding to whole lines.
+// Recovery: a final frame (plain: a final line) cut short by a crash is a
+// torn tail, as is damage after the last turn/end; Load truncates it (the
+// zstd truncation point is the start of the torn frame; the complete
+// records decoded from that frame are re-appended) and closes an open
+// turn. Damage followed by a turn/end is corruption and is reported,
+// never repaired.
+//
+// Write path. The first append of a session publishes the file whole: the
+// header and the first batch go to "<artifact>.<hex>.tmp", which is
+// fsynced and then hard-linked to the artifact name (link fails with
+// EEXIST rather than replace, so two writers cannot both publish), the
+// directory is fsynced and the temp name removed. A crash at any point
+// leaves either no artifact or one holding header and batch; never a
+// header alone. Later appends write one encoded batch (one checksummed
+// zstd frame, or the plain lines) at the end and fsync. A failed write or
+// fsync truncates the file back to its size before the batch and fsyncs,
+// so a retry of the same batch cannot store its seqs twice. Bytes once
+// acknowledged are never rewritten; the only rewrite is crash repair
+// truncating a tail that was never acknowledged.
+//
+// Read path. Load and Inspect read the whole file and apply the scan rules
+// of session.ParseFile: a torn tail (a final record without newline, a
+// final zstd frame cut short, damage after the last turn/end) is dropped,
+// damage before the last turn/end is corruption. Load commits crash
+// repair: it truncates the torn tail and appends, as one batch, the
+// complete records recovered from a torn zstd frame plus the closers of
+// session.InterruptedTurnClosers. List reads only each file's header.
+//
+// Rejected alternative: rewriting the file through a temp file on every
+// append (atomic, simple to reason about) copies the whole log per append
+// and rewrites acknowledged bytes; appending plus truncate-on-failure is
+// what the reference does and what an append-only log is for.
+
+// DefaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default.
+const DefaultMaxOpenFiles = 256
+
+// JSONLConfig configures a JSONLStore. Every field but Root may be left
+// zero.
+type JSONLConfig struct {
+	// Root is the directory holding the sessions. Required. It is created
+	// (mode 0700) on the first write if missing.
+	Root string
+	// FS is the file system written through. Default vfs.OS().
+	FS vfs.FS
+	// Plain writes plain session.jsonl files. Default false: the harness's
+	// default session.jsonl.zstd, one checksummed zstd frame for the header
+	// line and one per durable batch. A root holds one encoding only.
+	Plain bool
+	// NoPack writes every chunk event on its own line. Default false: runs
+	// of three or more chunk deltas within a batch are packed into one row
+	// (spec §2.13), as the harness's packChunks=true does. Reading accepts
+	// both either way.
+	NoPack bool
+	// MaxOpenFiles bounds the append handles kept open between appends,
+	// least recently used closed first. Default DefaultMaxOpenFiles. An
+	// operation in progress holds its own handle on top of the bound, and
+	// reads open and close theirs.
+	MaxOpenFiles int
+}
+
+// Validate checks the configuration.
+func (c JSONLConfig) Validate() error {
+	switch {
+	case c.Root == "":
+		return errors.New("persister: jsonl config: Root is required")
+	case c.MaxOpenFiles < 0:
+		return fmt.Errorf("persister: jsonl config: MaxOpenFiles %d is negative", c.MaxOpenFiles)
+	}
+	return nil
+}
+
+// JSONLStore is the Store of JSONL files. It is safe for concurrent use:
+// operations on one id are serialised by a per-id mutex (the store is a
+// library under the persister actor, not an actor itself), operations on
+// different ids run in parallel. It assumes it is the only writer of its
+// root's sessions in the process (spec §3.8 "one live writer per session
+// per process"); a change made behind its back is noticed (the file's size
+// differs from what the store last wrote) and the file is read again
+// before an append is fenced.
+type JSONLStore struct {
+	fs       vfs.FS
+	root     string
+	artifact string // file name of the encoding written
+	other    string // file name of the other encoding, refused
+	zstd     bool
+	pack     bool
+
+	// Lock order: jsonlSession.mu before mu, never the reverse. mu is held
+	// only for map and list updates, never across I/O.
+	mu       sync.Mutex
+	closed   bool                                // guarded by mu
+	sessions map[session.SessionID]*jsonlSession // guarded by mu
+	handles  handleCache                         // guarded by mu
+	synced   map[string]bool                     // dirs whose entry in their parent was synced; guarded by mu
+	orphans  map[string]bool                     // every jsonlSession.orphan; guarded by mu
+}
+
+// jsonlSession is what the store knows about one id. mu serialises every
+// operation on the id and guards every other field.
+type jsonlSession struct {
+	mu   sync.Mutex
+	id   session.SessionID
+	refs int // operations holding or waiting for mu; guarded by the store's mu
+
+	header     session.Header // from Create, or from the file once read
+	registered bool           // created, and nothing stored yet
+	path       string         // the artifact, once found on disk or published
+
+	// known says next and size describe the file: the stored next seq and
+	// the byte size, with no torn tail. Otherwise the file must be read.
+	known bool
+	next  int64
+	size  int64
+	// dirty says a failed append left bytes past size that truncating back
+	// failed to remove; they are removed before anything else is done.
+	dirty bool
+	// orphan is an artifact published by a first append that then failed
+	// (its directory sync did) and that could not be unlinked: it is
+	// removed before anything else is done, and List skips it meanwhile.
+	orphan string
+}
+
+// NewJSONLStore opens the store at cfg.Root. It checks the root's layout
+// (ErrLayout for the other encoding or the flat layout) by walking its
+// project and session directories; it reads no log.
+func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.OS()
+	}
+	if cfg.MaxOpenFiles == 0 {
+		cfg.MaxOpenFiles = DefaultMaxOpenFiles
+	}
+	s := &JSONLStore{
+		fs:       cfg.FS,
+		root:     filepath.Clean(cfg.Root),
+		artifact: zstdArtifact,
+		other:    plainArtifact,
+		zstd:     !cfg.Plain,
+		pack:     !cfg.NoPack,
+		sessions: map[session.SessionID]*jsonlSession{},
+		handles:  newHandleCache(cfg.MaxOpenFiles),
+		synced:   map[string]bool{},
+		orphans:  map[string]bool{},
+	}
+	if cfg.Plain {
+		s.artifact, s.other = plainArtifact, zstdArtifact
+	}
+	if err := s.walk(context.Background(), nil); err != nil {
+		return nil, fmt.Errorf("persister: open %s: %w", s.root, err)
+	}
+	return s, nil
+}
+
+// Locate returns the path of the session's artifact: where it is, or will
+// be once appended to. No I/O.
+func (s *JSONLStore) Locate(h session.Header) string {
+	return filepath.Join(sessionDir(s.root, h), s.artifact)
+}
+
+// Create registers h lazily: nothing is written until the first Append.
+// ErrExists if the id is registered or stored (under any project).
+func (s *JSONLStore) Create(h session.Header) error {
+	if err := h.Validate(); err != nil {
+		return fmt.Errorf("persister: create: %w", err)
+	}
+	st, err := s.lock(h.ID)
+	if err != nil {
+		return err
+	}
+	defer s.unlock(st)
+	if st.registered || st.path != "" {
+		return fmt.Errorf("persister: create %s: %w", h.ID, ErrExists)
+	}
+	found, err := s.find(context.Background(), st)
+	switch {
+	case err != nil:
+		return fmt.Errorf("persister: create %s: %w", h.ID, err)
+	case found:
+		return fmt.Errorf("persister: create %s: %w", h.ID, ErrExists)
+	}
+	st.header, st.registered = h, true
+	return nil
+}
+
+// Append durably appends events (see Writer). The first append publishes
+// the file with the header; later ones write one batch and fsync.
+func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []session.Event) error {
+	st, err := s.lock(id)
+	if err != nil {
+		return err
+	}
+	defer s.unlock(st)
+	if err := ctxErr(ctx); err != nil {
+		return fmt.Errorf("persister: append %s: %w", id, err)
+	}
+	if err := s.appendLocked(ctx, st, events); err != nil {
+		return fmt.Errorf("persister: append %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events []session.Event) error {
+	found, err := s.find(ctx, st)
+	if err != nil {
+		return err
+	}
+	if !found {
+		if !st.registered {
+			return ErrNotFound
+		}
+		if err := fence(st.id, events, 0); err != nil || len(events) == 0 {
+			return err
+		}
+		return s.publish(st, events)
+	}
+	f, err := s.acquire(st.path)
+	if err != nil {
+		return err
+	}
+	keep := false
+	defer func() { s.release(st.path, f, keep) }()
+	if err := s.settle(st, f); err != nil {
+		return err
+	}
+	if err := fence(st.id, events, st.next); err != nil || len(events) == 0 {
+		keep = true
+		return err
+	}
+	if err := s.writeBatch(st, f, events); err != nil {
+		return err
+	}
+	keep = true
+	return nil
+}
+
+// fence checks that events carry the seqs next, next+1, ... (and that
+// none is the zero Event, which has no encoding).
+func fence(id session.SessionID, events []session.Event, next int64) error {
+	for i, e := range events {
+		if e.IsZero() {
+			return fmt.Errorf("event %d of the batch is zero: %w", i, session.ErrInvalid)
+		}
+		if want := next + int64(i); e.Seq() != want {
+			return &FenceError{ID: id, Want: want, Got: e.Seq()}
+		}
+	}
+	return nil
+}
+
+// publish makes the first write of a session: header and batch in a temp
+// file, fsync, link to the artifact name, fsync the directory. On error
+// nothing is published (a linked artifact whose directory sync failed is
+// unlinked again), so a retry starts over.
+func (s *JSONLStore) publish(st *jsonlSession, events []session.Event) error {
+	path := s.Locate(st.header)
+	dir := filepath.Dir(path)
+	if _, err := s.fs.Stat(filepath.Join(dir, s.other)); err == nil {
+		return fmt.Errorf("%w: %s holds a %s", ErrLayout, dir, s.other)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := s.mkdirDurable(dir); err != nil {
+		return err
+	}
+	data := s.encodeBatch(s.encodeHeader(nil, st.header), events)
+
+	tmp := fmt.Sprintf("%s.%016x.tmp", path, rand.Uint64())
+	f, err := s.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = s.fs.Remove(tmp)
+		return err
+	}
+	if err := s.fs.Link(tmp, path); err != nil {
+		_ = s.fs.Remove(tmp)
+		if errors.Is(err, fs.ErrExist) {
+			// Another writer published this session first. Its file is
+			// the truth from now on.
+			st.registered, st.path, st.known = false, path, false
+			return fmt.Errorf("%w: %s was published by another writer", ErrExists, path)
+		}
+		return err
+	}
+	if err := s.fs.SyncDir(dir); err != nil {
+		// The batch must not count as stored after an error, or a retry
+		// would be fenced. Unlink it; if even that fails, the next
+		// operation on the id does before anything else.
+		if rerr := s.fs.Remove(path); rerr != nil {
+			s.setOrphan(st, path)
+		}
+		_ = s.fs.Remove(tmp)
+		return err
+	}
+	// A temp name that fails to go is garbage nothing reads; the append
+	// is durable either way.
+	_ = s.fs.Remove(tmp)
+	st.registered, st.path = false, path
+	st.known, st.next, st.size = true, int64(len(events)), int64(len(data))
+	return nil
+}
+
+// mkdirDurable creates dir (and its parents, mode 0700) and makes every
+// directory from the root down to dir durable in its parent, syncing each
+// parent at most once per store lifetime. A directory under the root that
+// merely exists is not trusted to be durable: it may be the leftover of a
+// write whose directory sync failed, or of a process that crashed before
+// syncing. Above the root, only the directories this call creates are
+// made durable: what existed before is the operator's.
+func (s *JSONLStore) mkdirDurable(dir string) error {
+	var chain []string // dir, its parent, ..., the root, then missing dirs above it
+	for d := dir; ; d = filepath.Dir(d) {
+		chain = append(chain, d)
+		if d == s.root || filepath.Dir(d) == d {
+			break
+		}
+	}
+	if !s.isSynced(s.root) {
+		for d := filepath.Dir(s.root); filepath.Dir(d) != d; d = filepath.Dir(d) {
+			if _, err := s.fs.Stat(d); err == nil {
+				break
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			chain = append(chain, d)
+		}
+	}
+	if err := s.fs.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, d := range slices.Backward(chain) {
+		parent := filepath.Dir(d)
+		if parent == d || s.isSynced(d) {
+			continue
+		}
+		if err := s.fs.SyncDir(parent); err != nil {
+			return err
+		}
+		s.markSynced(d)
+	}
+	return nil
+}
+
+// setOrphan records (path) or clears ("") st's orphan.
+func (s *JSONLStore) setOrphan(st *jsonlSession, path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.orphans, st.orphan)
+	if path != "" {
+		s.orphans[path] = true
+	}
+	st.orphan = path
+}
+
+func (s *JSONLStore) isOrphan(path string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.orphans[path]
+}
+
+func (s *JSONLStore) isSynced(dir string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced[dir]
+}
+
+func (s *JSONLStore) markSynced(dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.synced[dir] = true
+}
+
+// settle brings st in line with the file before an append or a repair:
+// it removes what a failed append left (dirty), notices a change made
+// behind the store's back (size differs), reads the file when st is not
+// known, and truncates a torn tail found there (re-appending the records
+// recovered from a torn zstd frame, but no closers: an append continues
+// the log as it is).
+func (s *JSONLStore) settle(st *jsonlSession, f vfs.File) error {
+	if st.dirty {
+		if err := truncateBack(f, st.size); err != nil {
+			return err
+		}
+		st.dirty = false
+	}
+	if st.known {
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.Size() == st.size {
+			return nil
+		}
+		st.known = false
+	}
+	file, _, size, err := s.read(st)
+	if err != nil {
+		return err
+	}
+	st.known, st.next, st.size = file.Torn == nil, int64(len(file.Events)), size
+	if file.Torn != nil {
+		return s.repair(st, f, file.Torn, nil)
+	}
+	return nil
+}
+
+// repair truncates the torn tail (if any) and appends, as one batch, the
+// events recovered from it followed by extra. st.size must be the file's
+// size.
+func (s *JSONLStore) repair(st *jsonlSession, f vfs.File, torn *session.TornTail, extra []session.Event) error {
+	batch := extra
+	if torn != nil {
+		st.known = false
+		if err := f.Truncate(torn.Offset); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		st.known, st.size, st.next = true, torn.Offset, torn.NextSeq-int64(len(torn.Recovered))
+		batch = append(slices.Clip(torn.Recovered), extra...)
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	return s.writeBatch(st, f, batch)
+}
+
+// writeBatch appends one encoded batch and fsyncs; on failure it truncates
+// the file back to st.size (and fsyncs) so that nothing of the batch
+// stays, or marks st dirty when even that fails.
+func (s *JSONLStore) writeBatch(st *jsonlSession, f vfs.File, events []session.Event) error {
+	bp := getScratch()
+	defer putScratch(bp)
+	buf := s.encodeBatch((*bp)[:0], events)
+	*bp = buf
+	_, err := f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		if terr := truncateBack(f, st.size); terr != nil {
+			st.dirty = true
+			return errors.Join(err, terr)
+		}
+		return err
+	}
+	st.size += int64(len(buf))
+	st.next += int64(len(events))
+	return nil
+}
+
+// truncateBack cuts f to size and makes that durable.
+func truncateBack(f vfs.File, size int64) error {
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("truncate back to %d: %w", size, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("truncate back to %d: %w", size, err)
+	}
+	return nil
+}
+
+// encodeHeader appends the header in the store's encoding to dst: the
+// line, or a frame holding exactly the line.
+func (s *JSONLStore) encodeHeader(dst []byte, h session.Header) []byte {
+	line := append([]byte(h.JSON().String()), '\n')
+	if !s.zstd {
+		return append(dst, line...)
+	}
+	return session.AppendZstdFrame(dst, line)
+}
+
+// encodeBatch appends one batch in the store's encoding to dst: its lines
+// (chunk runs packed unless NoPack), or one frame holding them.
+func (s *JSONLStore) encodeBatch(dst []byte, events []session.Event) []byte {
+	if !s.zstd {
+		return session.AppendRecords(dst, events, s.pack)
+	}
+	bp := getScratch()
+	defer putScratch(bp)
+	*bp = session.AppendRecords((*bp)[:0], events, s.pack)
+	return session.AppendZstdFrame(dst, *bp)
+}
+
+// scratch holds encoding buffers, so that a steady stream of appends does
+// not allocate a batch-sized buffer or two per append. A buffer grown past
+// maxScratch by an outsized batch is dropped rather than kept.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxScratch = 1 << 20
+
+func getScratch() *[]byte { return scratch.Get().(*[]byte) }
+
+func putScratch(bp *[]byte) {
+	if cap(*bp) <= maxScratch {
+		scratch.Put(bp)
+	}
+}
+
+// repairMode says whether a load commits its repair.
+type repairMode uint8
+
+const (
+	commitRepair repairMode = iota // Load
+	memoryRepair                   // Inspect
+)
+
+// Load returns the log balanced and commits crash repair (see Reader).
+func (s *JSONLStore) Load(ctx context.Context, id session.SessionID) (Stored, error) {
+	return s.load(ctx, id, commitRepair)
+}
+
+// Inspect is Load with the repair in memory only: the file is not
+// touched and the revision is the one read.
+func (s *JSONLStore) Inspect(ctx context.Context, id session.SessionID) (Stored, error) {
+	return s.load(ctx, id, memoryRepair)
+}
+
+func (s *JSONLStore) load(ctx context.Context, id session.SessionID, mode repairMode) (Stored, error) {
+	st, err := s.lock(id)
+	if err != nil {
+		return Stored{}, err
+	}
+	defer s.unlock(st)
+	if err := ctxErr(ctx); err != nil {
+		return Stored{}, fmt.Errorf("persister: load %s: %w", id, err)
+	}
+	out, err := s.loadLocked(ctx, st, mode)
+	if err != nil {
+		return Stored{}, fmt.Errorf("persister: load %s: %w", id, err)
+	}
+	return out, nil
+}
+
+func (s *JSONLStore) loadLocked(ctx context.Context, st *jsonlSession, mode repairMode) (Stored, error) {
+	if err := s.readable(ctx, st); err != nil {
+		return Stored{}, err
+	}
+	file, fi, size, err := s.read(st)
+	if err != nil {
+		return Stored{}, err
+	}
+	if _, err := session.Restore(file.Header, file.Events); err != nil {
+		return Stored{}, invalidLog(file.Path, err)
+	}
+	closers := session.InterruptedTurnClosers(file.Events)
+	n := int64(len(file.Events))
+	out := Stored{
+		Header:   file.Header,
+		Events:   append(slices.Clip(file.Events), closers...),
+		Closers:  closers,
+		Torn:     file.Torn,
+		Revision: fileRevision(fi),
+	}
+	if file.Torn == nil {
+		st.known, st.next, st.size = true, n, size
+	}
+	if mode == memoryRepair || (file.Torn == nil && len(closers) == 0) {
+		return out, nil
+	}
+	f, err := s.acquire(st.path)
+	if err != nil {
+		return Stored{}, err
+	}
+	st.size = size
+	err = s.repair(st, f, file.Torn, closers)
+	s.release(st.path, f, err == nil)
+	if err != nil {
+		return Stored{}, fmt.Errorf("commit repair: %w", err)
+	}
+	if fi, err = s.fs.Stat(st.path); err != nil {
+		return Stored{}, err
+	}
+	out.Revision = fileRevision(fi)
+	return out, nil
+}
+
+// invalidLog reports a stored log that parses but does not validate as a
+// log: corruption (a *session.CorruptError, so IsCorruption holds),
+// except an unknown event type, which is a log this build cannot read
+// rather than a damaged one.
+func invalidLog(path string, err error) error {
+	var unsupported *session.UnsupportedTypeError
+	if errors.As(err, &unsupported) {
+		return err
+	}
+	seq := int64(-1)
+	var ee *session.EventError
+	if errors.As(err, &ee) {
+		seq = ee.Seq
+	}
+	return &session.CorruptError{Path: path, Offset: -1, Seq: seq, Err: err}
+}
+
+// ReadFrom returns the stored events from seq from on (see Reader): the
+// valid prefix of the file as it is, with no repair and no closers. The
+// events of a torn tail are not returned, except the complete records of
+// a torn final zstd frame, which are stored bytes (and which Load would
+// re-append). A from past the end returns none.
+func (s *JSONLStore) ReadFrom(ctx context.Context, id session.SessionID, from int64) ([]session.Event, error) {
+	st, err := s.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.unlock(st)
+	if err := ctxErr(ctx); err != nil {
+		return nil, fmt.Errorf("persister: read %s: %w", id, err)
+	}
+	if from < 0 {
+		return nil, fmt.Errorf("persister: read %s from seq %d: negative seq", id, from)
+	}
+	if err := s.readable(ctx, st); err != nil {
+		return nil, fmt.Errorf("persister: read %s: %w", id, err)
+	}
+	file, _, _, err := s.read(st)
+	if err != nil {
+		return nil, fmt.Errorf("persister: read %s: %w", id, err)
+	}
+	if from >= int64(len(file.Events)) {
+		return nil, nil
+	}
+	return file.Events[from:], nil
+}
+
+// readable finds st's file for a read, ErrNotFound if nothing is stored,
+// and removes what a failed append left (which must not be read as
+// stored).
+func (s *JSONLStore) readable(ctx context.Context, st *jsonlSession) error {
+	found, err := s.find(ctx, st)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return ErrNotFound
+	}
+	if !st.dirty {
+		return nil
+	}
+	f, err := s.acquire(st.path)
+	if err != nil {
+		return err
+	}
+	err = truncateBack(f, st.size)
+	if err == nil {
+		st.dirty = false
+	}
+	s.release(st.path, f, err == nil)
+	return err
+}
+
+// maxReadAttempts bounds the re-reads of a file that changes while read.
+const maxReadAttempts = 5
+
+// read reads and parses st's file whole. Like the reference it retries
+// until the file's stat before the read equals the one after, so the
+// bytes and the revision belong together. It checks that the header is
+// the session's and maps to the path it was found at, and records it in
+// st. It returns the stat and the byte size read.
+func (s *JSONLStore) read(st *jsonlSession) (*session.File, fs.FileInfo, int64, error) {
+	var data []byte
+	var fi fs.FileInfo
+	for attempt := 1; ; attempt++ {
+		before, err := s.fs.Stat(st.path)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if data, err = vfs.ReadFile(s.fs, st.path); err != nil {
+			return nil, nil, 0, err
+		}
+		if fi, err = s.fs.Stat(st.path); err != nil {
+			return nil, nil, 0, err
+		}
+		if fileRevision(before) == fileRevision(fi) && fi.Size() == int64(len(data)) {
+			break
+		}
+		if attempt == maxReadAttempts {
+			return nil, nil, 0, fmt.Errorf("%s kept changing while read", st.path)
+		}
+	}
+	file, err := session.ParseFile(data, st.path)
+	if errors.Is(err, session.ErrNoHeader) {
+		// The artifact is published whole, header first, so a missing
+		// header is damage, not a write in progress.
+		return nil, nil, 0, &session.CorruptError{Path: st.path, Line: 1, Seq: -1, Err: err}
+	}
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if file.Header.ID != st.id || s.Locate(file.Header) != st.path {
+		return nil, nil, 0, &session.CorruptError{Path: st.path, Line: 1, Seq: -1,
+			Err: fmt.Errorf("%w: header of session %q (cwd %q) does not belong at this path", ErrLayout, file.Header.ID, file.Header.Cwd)}
+	}
+	st.header = file.Header
+	return file, fi, int64(len(data)), nil
+}
+
+// find locates st's artifact on disk, caching the path: it looks for the
+// id's directory in every project directory, since the path depends on
+// the cwd, which only the header knows. Found twice is ErrLayout; the
+// other encoding is ErrLayout.
+func (s *JSONLStore) find(ctx context.Context, st *jsonlSession) (bool, error) {
+	if st.orphan != "" {
+		if err := s.fs.Remove(st.orphan); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("unlink the artifact of a failed first append: %w", err)
+		}
+		s.setOrphan(st, "")
+	}
+	if st.path != "" {
+		return true, nil
+	}
+	projects, err := s.fs.ReadDir(s.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	seg := EncodeSegment(string(st.id))
+	var found string
+	for _, p := range projects {
+		if err := ctxErr(ctx); err != nil {
+			return false, err
+		}
+		if !p.IsDir() {
+			continue
+		}
+		dir := filepath.Join(s.root, p.Name(), seg)
+		if _, err := s.fs.Stat(filepath.Join(dir, s.other)); err == nil {
+			return false, fmt.Errorf("%w: %s holds a %s", ErrLayout, dir, s.other)
+		}
+		path := filepath.Join(dir, s.artifact)
+		_, err := s.fs.Stat(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return false, err
+		case found != "":
+			return false, fmt.Errorf("%w: session %s is stored twice: %s and %s", ErrLayout, st.id, found, path)
+		}
+		found = path
+	}
+	if found == "" {
+		return false, nil
+	}
+	// A file published after Create (by another store) wins over the
+	// registration.
+	st.path, st.known, st.registered = found, false, false
+	return true, nil
+}
+
+// List returns the materialized sessions with their revisions, sorted by
+// id (see Reader). It reads only each artifact's header: the first line,
+// or the first zstd frame. Files without a complete header (empty or
+// half-written), whose first line is not a session header, or whose header
+// frame is damaged are skipped; a header of another format version is an
+// error (a newer harness wrote into this root). A header whose id and cwd
+// do not map to its path, or an id stored twice, is ErrLayout.
+func (s *JSONLStore) List(ctx context.Context) ([]Listed, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctxErr(ctx); err != nil {
+		return nil, fmt.Errorf("persister: list: %w", err)
+	}
+	var out []Listed
+	seen := map[session.SessionID]string{}
+	err := s.walk(ctx, func(path string) error {
+		if s.isOrphan(path) {
+			return nil
+		}
+		h, fi, err := s.readHeader(path)
+		var corrupt *session.CorruptError
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, session.ErrNoHeader),
+			errors.Is(err, session.ErrNotHeader), errors.As(err, &corrupt):
+			return nil
+		case err != nil:
+			return err
+		case s.Locate(h) != path:
+			return fmt.Errorf("%w: header of session %q (cwd %q) does not belong at %s", ErrLayout, h.ID, h.Cwd, path)
+		}
+		if prev, dup := seen[h.ID]; dup {
+			return fmt.Errorf("%w: session %s is stored twice: %s and %s", ErrLayout, h.ID, prev, path)
+		}
+		seen[h.ID] = path
+		out = append(out, Listed{Header: h, Revision: fileRevision(fi)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persister: list: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Listed) int { return strings.Compare(string(a.Header.ID), string(b.Header.ID)) })
+	return out, nil
+}
+
+// headerPrefix is what readHeader reads first; a header line is far
+// shorter.
+const headerPrefix = 4 << 10
+
+// readHeader reads the header of the artifact at path from its first
+// bytes, reading on only when the header does not fit.
+func (s *JSONLStore) readHeader(path string) (session.Header, fs.FileInfo, error) {
+	f, err := s.fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return session.Header{}, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return session.Header{}, nil, err
+	}
+	for n := int64(headerPrefix); ; n *= 4 {
+		buf := make([]byte, min(n, fi.Size()))
+		k, err := f.ReadAt(buf, 0)
+		if err != nil && k < len(buf) {
+			return session.Header{}, nil, err
+		}
+		h, err := session.ParseFileHeader(buf[:k], path)
+		if err == nil || !errors.Is(err, session.ErrNoHeader) || int64(k) >= fi.Size() {
+			return h, fi, err
+		}
+	}
+}
+
+// walk visits the artifact path of every session directory under the
+// root (fn may be nil, to check the layout only; the artifact need not
+// exist). It refuses the obsolete flat layout and the other encoding.
+func (s *JSONLStore) walk(ctx context.Context, fn func(path string) error) error {
+	projects, err := s.fs.ReadDir(s.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, p := range projects {
+		if !p.IsDir() {
+			continue
+		}
+		pdir := filepath.Join(s.root, p.Name())
+		entries, err := s.fs.ReadDir(pdir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := ctxErr(ctx); err != nil {
+				return err
+			}
+			if !e.IsDir() {
+				if isFlatArtifact(e.Name()) {
+					return fmt.Errorf("%w: %s is in the obsolete flat layout <project>/<id>.jsonl", ErrLayout, filepath.Join(pdir, e.Name()))
+				}
+				continue
+			}
+			sdir := filepath.Join(pdir, e.Name())
+			if _, err := s.fs.Stat(filepath.Join(sdir, s.other)); err == nil {
+				return fmt.Errorf("%w: %s holds a %s, this store writes %s", ErrLayout, sdir, s.other, s.artifact)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			if fn != nil {
+				if err := fn(filepath.Join(sdir, s.artifact)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Close closes the cached handles. Later calls, Close included, fail with
+// ErrClosed. Operations in progress finish; their handles are closed as
+// they return them.
+func (s *JSONLStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	files := s.handles.drain()
+	s.mu.Unlock()
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, f.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("persister: close: %w", err)
+	}
+	return nil
+}
+
+func (s *JSONLStore) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// lock returns id's state with its mutex held, or ErrClosed.
+func (s *JSONLStore) lock(id session.SessionID) (*jsonlSession, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	st := s.sessions[id]
+	if st == nil {
+		st = &jsonlSession{id: id}
+		s.sessions[id] = st
+	}
+	st.refs++
+	s.mu.Unlock()
+	st.mu.Lock()
+	return st, nil
+}
+
+// unlock releases st, forgetting it when it holds nothing worth keeping
+// (an id that was only looked up) and nobody else waits for it. st.mu is
+// held while the store's mu is taken: the lock order.
+func (s *JSONLStore) unlock(st *jsonlSession) {
+	s.mu.Lock()
+	st.refs--
+	if st.refs == 0 && !st.registered && st.path == "" && st.orphan == "" && s.sessions[st.id] == st {
+		delete(s.sessions, st.id)
+	}
+	s.mu.Unlock()
+	st.mu.Unlock()
+}
+
+// acquire takes path's append handle out of the cache, or opens one. The
+// caller owns it until release. Handles in use are never in the cache, so
+// eviction never closes a handle under an append.
+func (s *JSONLStore) acquire(path string) (vfs.File, error) {
+	s.mu.Lock()
+	f := s.handles.take(path)
+	s.mu.Unlock()
+	if f != nil {
+		return f, nil
+	}
+	return s.fs.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+}
+
+// release returns a handle to the cache (keep), or closes it: after an
+// error, whatever the handle's state, the next operation opens afresh.
+func (s *JSONLStore) release(path string, f vfs.File, keep bool) {
+	var evicted []vfs.File
+	s.mu.Lock()
+	if keep && !s.closed {
+		evicted = s.handles.put(path, f)
+	} else {
+		evicted = []vfs.File{f}
+	}
+	s.mu.Unlock()
+	for _, e := range evicted {
+		_ = e.Close() // a handle only ever appended and fsynced: nothing is lost
+	}
+}
+
+// ctxErr returns the context's cause once it is done.
+func ctxErr(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// handleCache is a bounded LRU of append handles by path. Not safe for
+// concurrent use: the store's mu guards it.
+type handleCache struct {
+	max    int
+	order  *list.List // of *cachedHandle; front is the most recently used
+	byPath map[string]*list.Element
+}
+
+type cachedHandle struct {
+	path string
+	f    vfs.File
+}
+
+func newHandleCache(maxOpen int) handleCache {
+	return handleCache{max: maxOpen, order: list.New(), byPath: map[string]*list.Element{}}
+}
+
+// take removes and returns path's handle, nil if none.
+func (c *handleCache) take(path string) vfs.File {
+	el, ok := c.byPath[path]
+	if !ok {
+		return nil
+	}
+	delete(c.byPath, path)
+	return c.order.Remove(el).(*cachedHandle).f
+}
+
+// put caches f as path's handle and returns the handles to close: those
+// evicted beyond the bound, or f itself if path already has one.
+func (c *handleCache) put(path string, f vfs.File) []vfs.File {
+	if _, ok := c.byPath[path]; ok {
+		return []vfs.File{f}
+	}
+	c.byPath[path] = c.order.PushFront(&cachedHandle{path: path, f: f})
+	var evicted []vfs.File
+	for c.order.Len() > c.max {
+		h := c.order.Remove(c.order.Back()).(*cachedHandle)
+		delete(c.byPath, h.path)
+		evicted = append(evicted, h.f)
+	}
+	return evicted
+}
+
+// drain empties the cache and returns its handles.
+func (c *handleCache) drain() []vfs.File {
+	var out []vfs.File
+	for el := c.order.Front(); el != nil; el = el.Next() {
+		out = append(out, el.Value.(*cachedHandle).f)
+	}
+	c.order.Init()
+	clear(c.byPath)
+	return out
+}
+
+// Compile-time check that JSONLStore is a Store.
+var _ Store = (*JSONLStore)(nil)

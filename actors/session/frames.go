@@ -1,0 +1,89 @@
+package session
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// This file holds the pieces of the file format a store needs to write a
+// log incrementally (one zstd frame per durable batch) and to read only a
+// file's header (listing sessions), without reading the whole file.
+
+// frameEncoder is the encoder of AppendZstdFrame: the same frames as
+// encodeFile (default level, checksummed), but able to encode several
+// batches at once. The encoder of file.go allows one at a time, which is
+// right for tools and wrong for a store appending to many sessions.
+var frameEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+	return zstd.NewWriter(nil, zstd.WithEncoderCRC(true),
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+})
+
+// AppendZstdFrame appends to dst one independent, checksummed zstd frame
+// (default level) holding plain, and returns the extended buffer: the
+// physical unit of a .jsonl.zstd file (spec §3.8), one per header line and
+// one per durable batch. plain is only read; dst is owned by the caller
+// before and after. Safe for concurrent use.
+func AppendZstdFrame(dst, plain []byte) []byte {
+	enc, err := frameEncoder()
+	if err != nil {
+		// The options are constant and valid; failing here is a bug.
+		panic(fmt.Sprintf("session: zstd encoder: %v", err))
+	}
+	return enc.EncodeAll(plain, dst)
+}
+
+// ParseFileHeader reads the session header from a prefix of a log file's
+// bytes: the first line of a plain file, or the first frame of a zstd file
+// (detected as ParseFile does, from the magic or a ".zstd" name), which
+// must hold exactly the header line. When the prefix does not hold the
+// whole first line or frame the error wraps ErrNoHeader: the file is
+// empty or half-written, or the caller should read more. Other errors are
+// those of ParseFile (a *CorruptError for a damaged first frame, a wrapped
+// *FormatVersionError or ErrNotHeader from ParseHeader). data is only read.
+func ParseFileHeader(data []byte, name string) (Header, error) {
+	f := &File{Path: name}
+	if !bytes.HasPrefix(data, zstdMagic) && !strings.HasSuffix(name, ".zstd") {
+		nl := bytes.IndexByte(data, '\n')
+		if nl < 0 {
+			return Header{}, fmt.Errorf("%w: %s", ErrNoHeader, name)
+		}
+		err := f.parseHeader(data[:nl])
+		return f.Header, err
+	}
+	h, err := parseFrameHeader(data)
+	end := 0
+	if err == nil {
+		end = h.size
+		for last := false; err == nil && !last; {
+			var n int
+			n, last, err = nextBlock(data[end:])
+			end += n
+		}
+	}
+	if err == nil && h.checksum() {
+		end += 4
+		if end > len(data) {
+			err = errShort
+		}
+	}
+	switch {
+	case err == errShort:
+		return Header{}, fmt.Errorf("%w: %s", ErrNoHeader, name)
+	case err != nil:
+		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: err}
+	}
+	content, err := decodeFrame(data[:end])
+	if err != nil {
+		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: fmt.Errorf("header zstd frame: %w", err)}
+	}
+	if nl := bytes.IndexByte(content, '\n'); nl != len(content)-1 {
+		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: fmt.Errorf("header zstd frame does not hold exactly one line")}
+	}
+	err = f.parseHeader(content[:len(content)-1])
+	return f.Header, err
+}
