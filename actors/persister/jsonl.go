@@ -530,12 +530,18 @@ func (s *JSONLStore) encodeHeader(dst []byte, h session.Header) []byte {
 // encodeBatch appends one batch in the store's encoding to dst: its lines
 // (chunk runs packed unless NoPack), or one frame holding them.
 func (s *JSONLStore) encodeBatch(dst []byte, events []session.Event) []byte {
-	if !s.zstd {
-		return session.AppendRecords(dst, events, s.pack)
+	return encodeBatch(dst, events, s.zstd, s.pack)
+}
+
+// encodeBatch appends one batch to dst: its lines, or one zstd frame
+// holding them.
+func encodeBatch(dst []byte, events []session.Event, zstd, pack bool) []byte {
+	if !zstd {
+		return session.AppendRecords(dst, events, pack)
 	}
 	bp := getScratch()
 	defer putScratch(bp)
-	*bp = session.AppendRecords((*bp)[:0], events, s.pack)
+	*bp = session.AppendRecords((*bp)[:0], events, pack)
 	return session.AppendZstdFrame(dst, *bp)
 }
 

@@ -1,0 +1,637 @@
+package persister
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// The persister actor: a root that routes requests to cfg.Shards shard
+// children by a stable hash of the session id, and a bounded pool of
+// goroutines, owned by the root and shared by the shards, that runs every
+// store call. A shard owns the write-behind cores (state.go) of its
+// sessions and performs their effects:
+//
+//	effect            how
+//	write a batch     a job on the pool: Store.Append with a deadline, then
+//	                  writeDone back to the shard (never inside Receive)
+//	arm/cancel timer  cfg.AfterFunc → tick{id, gen} back to the shard; stale
+//	                  generations are ignored by the core
+//	reply             Flushed/FlushFailed to the sender remembered with the
+//	                  waiter; Durable/WriteFailed to the session's owner
+//
+// Why a root and shards rather than one actor: a shard's Receive is the
+// lock of its sessions, so sessions on different shards are enqueued,
+// batched and answered in parallel; why not an actor per session: a
+// per-session persister doubles the actors of a host for state that is a
+// few words per idle session, and the cores are cheap to keep in a map.
+//
+// Lifecycle and goroutines. Nothing in Receive blocks, with one documented
+// exception: when the root stops (after its shards have stopped) it closes
+// the pool, which cancels the context of the store calls in flight and
+// waits for the FsyncWorkers goroutines to return. Stopping drops what was
+// not written yet (it is still in the session actors' logs): a host Flushes
+// or Untracks every session before it stops the persister. Timer callbacks
+// and pool jobs reach a shard only through its gate, which the shard closes
+// in Stopping, so nothing is sent to a stopped shard (no dead letters).
+//
+// Failures. A store error is expected and is reported, never a crash
+// (WriteFailed, FlushFailed, TrackFailed). A broken invariant of the core
+// panics in -race/invariants builds; the shards are supervised with
+// Resume, because their state (which events are durable, what is queued)
+// exists nowhere else and a restarted shard would silently stop persisting
+// its sessions.
+
+// Props returns the props of a persister actor for cfg (with defaults for
+// its zero fields). Each spawned persister has its own worker pool.
+func Props(cfg Config) (*actor.Props, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	resume := actor.NewOneForOneStrategy(10, time.Second, func(any) actor.Directive { return actor.ResumeDirective })
+	return actor.PropsFromProducer(func() actor.Actor { return &rootActor{cfg: cfg} },
+		actor.WithSupervisor(resume)), nil
+}
+
+// rootActor routes requests to the shards and owns the pool.
+type rootActor struct {
+	cfg    Config
+	pool   *pool
+	shards []*actor.PID
+}
+
+// Receive routes Track, Flush and Untrack to the session's shard, keeping
+// the original sender so the shard answers it directly.
+func (r *rootActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		r.pool = newPool(r.cfg.FsyncWorkers)
+		r.shards = make([]*actor.PID, r.cfg.Shards)
+		cfg, p := r.cfg, r.pool
+		props := actor.PropsFromProducer(func() actor.Actor { return &shard{cfg: cfg, pool: p} })
+		for i := range r.shards {
+			r.shards[i] = ctx.SpawnPrefix(props, fmt.Sprintf("shard-%d", i))
+		}
+	case Track:
+		ctx.Forward(r.shardOf(m.Header.ID))
+	case Flush:
+		ctx.Forward(r.shardOf(m.ID))
+	case Untrack:
+		ctx.Forward(r.shardOf(m.ID))
+	case *actor.Restarting:
+		r.pool.close()
+	case *actor.Stopped:
+		// The shards have stopped: no job can be submitted any more. This
+		// waits for the store calls in flight (cancelled) to return.
+		r.pool.close()
+	}
+}
+
+// shardOf picks the shard of a session: FNV-1a of the id, so a session
+// always lands on the same shard for a given shard count.
+func (r *rootActor) shardOf(id session.SessionID) *actor.PID {
+	return r.shards[shardIndex(id, len(r.shards))]
+}
+
+func shardIndex(id session.SessionID, shards int) int {
+	const offset, prime = 2166136261, 16777619
+	h := uint32(offset)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= prime
+	}
+	return int(h % uint32(shards))
+}
+
+// Messages a shard sends itself (through its gate).
+type (
+	// created is the outcome of Store.Create for incarnation inc of id.
+	created struct {
+		id  session.SessionID
+		inc uint64
+		err error
+	}
+	// writeDone is the outcome of write gen of id.
+	writeDone struct {
+		id  session.SessionID
+		gen uint64
+		err error
+	}
+	// tick is the expiry of timer gen of incarnation inc of id.
+	tick struct {
+		id  session.SessionID
+		inc uint64
+		gen uint64
+	}
+)
+
+// waiter is the shard's token for a flush waiter in a core: whom to answer
+// with which ref. to may be nil (a request sent without a sender), and then
+// nobody is answered.
+type waiter struct {
+	to      *actor.PID
+	ref     uint64
+	untrack bool
+}
+
+// tracked is a shard's record of one session.
+type tracked struct {
+	id      session.SessionID
+	inc     uint64 // incarnation: tells a stale created apart
+	core    *writeBehind[waiter]
+	session *actor.PID
+	owner   *actor.PID
+	// subscribed says a Subscribe was sent to the session actor; ready
+	// that it was acknowledged (the past events it replays are then ahead
+	// of any later request in the shard's mailbox), so Track is answered.
+	subscribed bool
+	ready      bool
+	tracks     []waiter // Track requests waiting for ready
+	// stopTimer stops the armed timer (gen timerGen); nil if none.
+	stopTimer func() bool
+	timerGen  uint64
+}
+
+// shard owns the sessions whose ids hash to it. Its state is touched only
+// inside Receive.
+type shard struct {
+	cfg      Config
+	pool     *pool
+	gate     *gate
+	sessions map[session.SessionID]*tracked
+	nextInc  uint64
+}
+
+// Receive handles the protocol (forwarded by the root, so ctx.Sender() is
+// the original requester), the session actors' EventsCommitted and the
+// shard's own completions. Nothing here blocks.
+func (s *shard) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.gate = &gate{root: ctx.ActorSystem().Root, pid: ctx.Self()}
+		s.sessions = make(map[session.SessionID]*tracked)
+	case session.EventsCommitted:
+		s.onEvents(ctx, m)
+	case writeDone:
+		t := s.sessions[m.id]
+		if t == nil {
+			// Untrack waits for the session to drain, so a session is never
+			// forgotten with a write in flight.
+			ctx.Logger().Error("persister: write done for an untracked session", "session", string(m.id))
+			return
+		}
+		e, err := t.core.WriteDone(m.gen, m.err)
+		if err != nil {
+			ctx.Logger().Error("persister: stale write", "session", string(m.id), "err", err)
+			return
+		}
+		s.perform(ctx, t, e)
+	case tick:
+		t := s.sessions[m.id]
+		if t == nil || t.inc != m.inc {
+			return // stopped in vain: the session was forgotten
+		}
+		if m.gen == t.timerGen {
+			t.stopTimer = nil
+		}
+		s.perform(ctx, t, t.core.Tick(m.gen))
+	case Track:
+		s.onTrack(ctx, m)
+	case created:
+		s.onCreated(ctx, m)
+	case Flush:
+		t := s.sessions[m.ID]
+		if t == nil {
+			s.reply(ctx, flushReply[waiter]{W: waiter{to: ctx.Sender(), ref: m.Ref}, Durable: -1, Err: ErrNotTracked}, m.ID)
+			return
+		}
+		s.perform(ctx, t, t.core.Flush(waiter{to: ctx.Sender(), ref: m.Ref}, m.UpTo))
+	case Untrack:
+		t := s.sessions[m.ID]
+		if t == nil {
+			s.reply(ctx, flushReply[waiter]{W: waiter{to: ctx.Sender(), ref: m.Ref, untrack: true}, Durable: -1, Err: ErrNotTracked}, m.ID)
+			return
+		}
+		s.perform(ctx, t, t.core.Drain(waiter{to: ctx.Sender(), ref: m.Ref, untrack: true}))
+	case *actor.Stopping:
+		s.stop(ctx)
+	}
+}
+
+func (s *shard) onTrack(ctx actor.Context, m Track) {
+	w := waiter{to: ctx.Sender(), ref: m.Ref}
+	id := m.Header.ID
+	if t := s.sessions[id]; t != nil {
+		// Tracked already (a restarted session actor, a second owner):
+		// adopt the new PIDs and continue from what was received.
+		if m.Owner != nil {
+			t.owner = m.Owner
+		}
+		if m.Session != nil && !m.Session.Equal(t.session) {
+			t.session = m.Session
+			if t.ready {
+				t.subscribed = false
+			}
+		}
+		if t.ready && !t.subscribed {
+			// A new session actor, or an earlier subscription failed.
+			t.ready = false
+			t.tracks = append(t.tracks, w)
+			s.subscribe(ctx, t)
+			return
+		}
+		if !t.ready {
+			t.tracks = append(t.tracks, w)
+			return
+		}
+		s.respond(ctx, w, Tracked{Ref: m.Ref, ID: id})
+		return
+	}
+	var err error
+	switch {
+	case m.Session == nil:
+		err = errors.New("persister: track needs the session actor's PID")
+	case m.From < 0:
+		err = fmt.Errorf("persister: track from negative seq %d", m.From)
+	default:
+		err = m.Header.Validate()
+	}
+	if err != nil {
+		s.respond(ctx, w, TrackFailed{Ref: m.Ref, ID: id, Err: fmt.Errorf("persister: track %s: %w", id, err)})
+		return
+	}
+	s.nextInc++
+	t := &tracked{id: id, inc: s.nextInc, session: m.Session, owner: m.Owner, tracks: []waiter{w},
+		core: newWriteBehind[waiter](s.cfg.Policy, s.cfg.Window, s.cfg.MaxBatchEvents, m.From)}
+	s.sessions[id] = t
+	if s.cfg.Policy == PolicyNone {
+		s.onCreated(ctx, created{id: id, inc: t.inc})
+		return
+	}
+	// Create may touch the disk (a file system store checks for an
+	// existing log), so it runs on the pool like every store call.
+	store, g, h, inc := s.cfg.Store, s.gate, m.Header, t.inc
+	s.pool.submit(func(context.Context) {
+		err := store.Create(h)
+		if errors.Is(err, ErrExists) {
+			// Resuming a stored session, or tracking it again: the
+			// store's fence keeps a wrong From from writing.
+			err = nil
+		}
+		g.send(created{id: h.ID, inc: inc, err: err})
+	})
+}
+
+func (s *shard) onCreated(ctx actor.Context, m created) {
+	t := s.sessions[m.id]
+	if t == nil || t.inc != m.inc || t.subscribed {
+		return // untracked (or tracked again) while Create ran
+	}
+	if m.err != nil {
+		s.failTrack(ctx, t, m.err)
+		return
+	}
+	s.subscribe(ctx, t)
+}
+
+// subscribe asks the session actor for its committed events from the
+// first one not received yet and answers the pending Tracks once it
+// acknowledges. Waiting for the acknowledgement is what makes "Flush after
+// Tracked" cover every event committed before Track: the session sends the
+// past events before Subscribed, so they are in the shard's mailbox ahead
+// of any request that follows the Tracked reply. ReenterAfter (not a
+// blocking Result) keeps Receive free meanwhile.
+func (s *shard) subscribe(ctx actor.Context, t *tracked) {
+	t.subscribed = true
+	id, inc, pid := t.id, t.inc, t.session
+	f := ctx.RequestFuture(pid, session.Subscribe{Subscriber: ctx.Self(), From: t.core.Received() + 1}, s.cfg.WriteTimeout)
+	ctx.ReenterAfter(f, func(res any, err error) {
+		t := s.sessions[id]
+		if t == nil || t.inc != inc || t.ready {
+			return
+		}
+		if !pid.Equal(t.session) {
+			// Tracked again with another session actor meanwhile.
+			s.subscribe(ctx, t)
+			return
+		}
+		if _, ok := res.(session.Subscribed); err == nil && !ok {
+			err = fmt.Errorf("persister: session answered Subscribe with %T", res)
+		}
+		if err != nil {
+			s.failTrack(ctx, t, fmt.Errorf("subscribe: %w", err))
+			return
+		}
+		t.ready = true
+		tracks := t.tracks
+		t.tracks = nil
+		for _, w := range tracks {
+			s.respond(ctx, w, Tracked{Ref: w.ref, ID: t.id})
+		}
+	})
+}
+
+// failTrack answers the pending Tracks of t with TrackFailed. A session
+// with nothing pending is forgotten. One with events still to write (a
+// Track that re-subscribed a tracked session to a new session actor, and
+// failed) stays tracked so that they are written; a later Track retries
+// the subscription.
+func (s *shard) failTrack(ctx actor.Context, t *tracked, err error) {
+	for _, w := range t.tracks {
+		s.respond(ctx, w, TrackFailed{Ref: w.ref, ID: t.id, Err: fmt.Errorf("persister: track %s: %w", t.id, err)})
+	}
+	t.tracks = nil
+	if t.core.Pending() > 0 {
+		t.ready, t.subscribed = true, false
+		return
+	}
+	s.unsubscribe(ctx, t)
+	s.forget(ctx, t, ErrNotTracked)
+}
+
+func (s *shard) onEvents(ctx actor.Context, m session.EventsCommitted) {
+	t := s.sessions[m.Session]
+	if t == nil {
+		// Sent by the session before it saw our Unsubscribe. Untrack
+		// answered only once everything received was durable; events
+		// committed after the Untrack are the caller's to flush.
+		ctx.Logger().Warn("persister: events for an untracked session dropped", "session", string(m.Session), "events", m.Events.Len())
+		return
+	}
+	e, err := t.core.Enqueue(m.Events, s.cfg.Now())
+	var gap *seqGapError
+	if errors.As(err, &gap) {
+		// Events went missing on the way: ask the session to send again
+		// from the first missing seq (it replays its log, then goes live).
+		ctx.Logger().Warn("persister: resubscribing after a gap", "session", string(t.id), "want", gap.Want, "got", gap.Got)
+		ctx.Send(t.session, session.Subscribe{Subscriber: ctx.Self(), From: gap.Want})
+		return
+	}
+	s.perform(ctx, t, e)
+}
+
+// perform carries out a core's effects for session t.
+func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
+	if e.CancelTimer && t.stopTimer != nil {
+		t.stopTimer()
+		t.stopTimer = nil
+	}
+	if e.ArmTimer {
+		if t.stopTimer != nil {
+			t.stopTimer()
+		}
+		g, id, inc, gen := s.gate, t.id, t.inc, e.TimerGen
+		t.timerGen = gen
+		t.stopTimer = s.cfg.AfterFunc(e.TimerAt.Sub(s.cfg.Now()), func() { g.send(tick{id: id, inc: inc, gen: gen}) })
+	}
+	if e.Write != nil {
+		s.write(t.id, e.WriteGen, e.Write)
+	}
+	untracked := false
+	for _, r := range e.Replies {
+		s.reply(ctx, r, t.id)
+		untracked = untracked || (r.W.untrack && r.Err == nil)
+	}
+	if t.owner != nil {
+		if e.HasDurable {
+			ctx.Send(t.owner, Durable{ID: t.id, Seq: e.Durable})
+		}
+		if e.WriteFailed != nil {
+			ctx.Send(t.owner, WriteFailed{ID: t.id, Err: e.WriteFailed})
+		}
+	} else if e.WriteFailed != nil {
+		ctx.Logger().Warn("persister: write failed; events kept for retry", "session", string(t.id), "err", e.WriteFailed)
+	}
+	if untracked {
+		s.unsubscribe(ctx, t)
+		s.forget(ctx, t, ErrNotTracked)
+	}
+}
+
+// write runs Store.Append of batch on the pool and reports writeDone.
+// batch is owned by the core, which does not modify it until then.
+func (s *shard) write(id session.SessionID, gen uint64, batch []session.Event) {
+	store, g, timeout := s.cfg.Store, s.gate, s.cfg.WriteTimeout
+	s.pool.submit(func(base context.Context) {
+		ctx, cancel := context.WithTimeout(base, timeout)
+		err := appendSafely(ctx, store, id, batch)
+		cancel()
+		g.send(writeDone{id: id, gen: gen, err: err})
+	})
+}
+
+// appendSafely is Store.Append with a panic turned into an error: a panic
+// on a pool goroutine would take the process down, and a store bug is a
+// write failure like any other to the session (its events stay queued).
+func appendSafely(ctx context.Context, store Writer, id session.SessionID, batch []session.Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("persister: append %s: store panicked: %v", id, r)
+		}
+	}()
+	if err := store.Append(ctx, id, batch); err != nil {
+		return fmt.Errorf("persister: append %s: %w", id, err)
+	}
+	return nil
+}
+
+// forget drops session t (drained by Untrack, its Track failed, or the
+// shard is stopping): its timer stops and its remaining waiters and Tracks
+// fail with err.
+func (s *shard) forget(ctx actor.Context, t *tracked, err error) {
+	if t.stopTimer != nil {
+		t.stopTimer()
+		t.stopTimer = nil
+	}
+	for _, r := range t.core.Abandon(err) {
+		s.reply(ctx, r, t.id)
+	}
+	for _, w := range t.tracks {
+		s.respond(ctx, w, TrackFailed{Ref: w.ref, ID: t.id, Err: err})
+	}
+	t.tracks = nil
+	delete(s.sessions, t.id)
+}
+
+// unsubscribe tells the session actor to stop sending t's events.
+func (s *shard) unsubscribe(ctx actor.Context, t *tracked) {
+	if t.subscribed {
+		ctx.Send(t.session, session.Unsubscribe{Subscriber: ctx.Self()})
+		t.subscribed = false
+	}
+}
+
+// stop closes the gate (no timer or pool job reaches the shard any more),
+// fails every waiter with ErrStopped and reports what was left unwritten.
+func (s *shard) stop(ctx actor.Context) {
+	s.gate.close()
+	unwritten, sessions := 0, 0
+	for _, t := range s.sessions {
+		if n := t.core.Pending(); n > 0 {
+			unwritten += n
+			sessions++
+		}
+		// No Unsubscribe: the session may be gone already (a dead
+		// letter), and it drops a terminated subscriber itself.
+		s.forget(ctx, t, ErrStopped)
+	}
+	if unwritten > 0 {
+		ctx.Logger().Warn("persister: stopped with unwritten events (flush before stopping)", "events", unwritten, "sessions", sessions)
+	}
+}
+
+// reply answers a flush waiter, if it has a sender.
+func (s *shard) reply(ctx actor.Context, r flushReply[waiter], id session.SessionID) {
+	if r.Err != nil {
+		s.respond(ctx, r.W, FlushFailed{Ref: r.W.ref, ID: id, Durable: r.Durable, Err: r.Err})
+		return
+	}
+	s.respond(ctx, r.W, Flushed{Ref: r.W.ref, ID: id, Durable: r.Durable})
+}
+
+func (s *shard) respond(ctx actor.Context, w waiter, msg any) {
+	if w.to != nil {
+		ctx.Send(w.to, msg)
+	}
+}
+
+// gate is how goroutines outside a shard (timer callbacks, pool jobs) send
+// to it: until the shard closes the gate in Stopping. Safe for concurrent
+// use.
+//
+// Rejected alternative: sending straight to the PID and letting late
+// messages become dead letters. Dead letters are logged, and each burst
+// starts a throttle goroutine that outlives the actor by a second, which
+// goleak rightly reports.
+type gate struct {
+	root *actor.RootContext
+	pid  *actor.PID
+
+	mu     sync.Mutex // guards closed; held across Send so close waits for a send in progress
+	closed bool
+}
+
+func (g *gate) send(msg any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.root.Send(g.pid, msg)
+	}
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
+
+// pool runs jobs on a fixed set of goroutines: the bound on concurrent
+// store calls (FsyncWorkers). Jobs queue in an unbounded slice (a shard
+// never blocks on submit) and run in submission order. Safe for concurrent
+// use.
+//
+// Rejected alternative: a goroutine per write waiting on a semaphore. It
+// bounds the store calls just as well, but parks one goroutine per session
+// with a write due (thousands under load) and makes joining them on stop a
+// matter of counting; a fixed pool has exactly FsyncWorkers goroutines to
+// join.
+type pool struct {
+	ctx    context.Context // cancelled by close: aborts the store calls in flight
+	cancel context.CancelFunc
+	wake   chan struct{} // 1-buffered: "there may be jobs"
+	done   chan struct{} // closed by close
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // guards jobs, head, closed
+	jobs   []func(context.Context)
+	head   int // jobs[head:] are pending
+	closed bool
+}
+
+func newPool(workers int) *pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pool{ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	for range workers {
+		p.wg.Go(p.work)
+	}
+	return p
+}
+
+// submit queues a job; after close it is dropped.
+func (p *pool) submit(job func(context.Context)) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.jobs = append(p.jobs, job)
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *pool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) work() {
+	for {
+		job, more, ok := p.take()
+		if !ok {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.done:
+				return
+			}
+		}
+		if more {
+			p.signal() // hand the rest to an idle worker
+		}
+		job(p.ctx)
+	}
+}
+
+// take pops the oldest job. ok is false if there is none (or the pool is
+// closed); more says others remain.
+func (p *pool) take() (job func(context.Context), more, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.head == len(p.jobs) {
+		return nil, false, false
+	}
+	job = p.jobs[p.head]
+	p.jobs[p.head] = nil
+	p.head++
+	if p.head == len(p.jobs) {
+		p.jobs, p.head = p.jobs[:0], 0
+	}
+	return job, p.head < len(p.jobs), true
+}
+
+// close drops the queued jobs, cancels the running ones' context and waits
+// for the workers to return. Idempotent.
+func (p *pool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	already := p.closed
+	p.closed = true
+	p.jobs, p.head = nil, 0
+	p.mu.Unlock()
+	if already {
+		return
+	}
+	p.cancel()
+	close(p.done)
+	p.wg.Wait()
+}

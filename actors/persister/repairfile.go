@@ -1,0 +1,91 @@
+package persister
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
+)
+
+// RepairReport says what RepairFile did.
+type RepairReport struct {
+	// SizeBefore and SizeAfter are the file's sizes in bytes.
+	SizeBefore, SizeAfter int64
+	// Torn is the torn tail that was cut (nil if the file ended cleanly).
+	Torn *session.TornTail
+	// Recovered is how many events of a torn zstd frame were kept and
+	// written again.
+	Recovered int
+	// Closers are the events appended to close an open turn.
+	Closers []session.Event
+	// Events is the length of the repaired log.
+	Events int64
+}
+
+// Changed reports whether the file was modified.
+func (r RepairReport) Changed() bool { return r.Torn != nil || len(r.Closers) > 0 }
+
+// RepairFile repairs one log file in place, wherever it is (it need not
+// sit in a store's layout): the torn tail, if any, is truncated (the
+// complete records of a torn zstd frame are kept), and an open turn is
+// closed with the crash-repair closers; the re-appended records and the
+// closers go in one batch in the file's own encoding, fsynced. Damage in
+// the committed region is corruption (IsCorruption) and nothing is
+// changed. A balanced, clean file is left untouched.
+//
+// It must not run while a writer has the file open.
+func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
+	data, err := vfs.ReadFile(fsys, path)
+	if err != nil {
+		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
+	}
+	file, err := session.ParseFile(data, path)
+	if err != nil {
+		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
+	}
+	if _, err := file.Log(); err != nil {
+		return RepairReport{}, fmt.Errorf("persister: repair %s: %w", path, err)
+	}
+	r := RepairReport{SizeBefore: int64(len(data)), SizeAfter: int64(len(data)), Torn: file.Torn,
+		Closers: session.InterruptedTurnClosers(file.Events)}
+	r.Events = int64(len(file.Events) + len(r.Closers))
+	if !r.Changed() {
+		return r, nil
+	}
+	batch := slices.Clip(r.Closers)
+	size := int64(len(data))
+	if file.Torn != nil {
+		r.Recovered = len(file.Torn.Recovered)
+		batch = append(slices.Clip(file.Torn.Recovered), r.Closers...)
+		size = file.Torn.Offset
+	}
+	f, err := fsys.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
+	}
+	defer f.Close()
+	if err := truncateBack(f, size); err != nil {
+		return RepairReport{}, fmt.Errorf("persister: repair %s: %w", path, err)
+	}
+	if len(batch) > 0 {
+		buf := encodeBatch(nil, batch, file.Compressed, true)
+		_, err := f.Write(buf)
+		if err == nil {
+			err = f.Sync()
+		}
+		if err != nil {
+			// Leave no partial batch behind; the torn tail is already gone,
+			// so a second repair finds a clean file with the turn open.
+			if terr := truncateBack(f, size); terr != nil {
+				err = errors.Join(err, terr)
+			}
+			return RepairReport{}, fmt.Errorf("persister: repair %s: write: %w", path, err)
+		}
+		size += int64(len(buf))
+	}
+	r.SizeAfter = size
+	return r, nil
+}
