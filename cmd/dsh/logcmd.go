@@ -14,7 +14,7 @@ import (
 
 func runLog(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("log: missing subcommand (verify, show, messages, stats)")
+		return usagef("log: missing subcommand (verify, show, messages, stats, repair)")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -28,6 +28,8 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 		return logMessages(args[1:], stdout, stderr)
 	case "stats":
 		return logStatsCmd(args[1:], stdout, stderr)
+	case "repair":
+		return logRepair(args[1:], stdout, stderr)
 	default:
 		return usagef("log: unknown subcommand %q", args[0])
 	}

@@ -49,6 +49,8 @@ Usage:
   dsh log show [--fixture] FILE        print a readable transcript
   dsh log messages [--fixture] FILE    print the derived (model-visible) messages as JSON lines
   dsh log stats [--json] FILE          sizes, compression, turns, tokens and event counts
+  dsh log repair FILE                  cut a torn tail and close an open turn, in place
+  dsh sessions [--dir DIR] [--json]    list the sessions stored under a data directory
 
 Run 'dsh COMMAND --help' for a command's flags.
 `
@@ -82,6 +84,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return errHelp
 	case "log":
 		return runLog(args[1:], stdout, stderr)
+	case "sessions":
+		return sessionsCmd(args[1:], stdout, stderr)
 	default:
 		return usagef("unknown command %q", args[0])
 	}

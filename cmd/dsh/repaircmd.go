@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
+)
+
+// logRepair repairs one log file in place and says what it did.
+func logRepair(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("dsh log repair", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, "Usage: dsh log repair FILE\n\nTruncates a torn tail (keeping the complete records of a torn zstd frame) and\ncloses an open turn with crash-repair events. A corrupt file is never changed.\n")
+			return errHelp
+		}
+		return usagef("log repair: %v", err)
+	}
+	if fs.NArg() != 1 || strings.HasPrefix(fs.Arg(0), "-") {
+		return usagef("log repair: want exactly one file (flags first)")
+	}
+	path := fs.Arg(0)
+	r, err := persister.RepairFile(vfs.OS(), path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%s: %v", path, pe.Err)
+		}
+		return describe(path, unwrapPersister(err))
+	}
+	if !r.Changed() {
+		fmt.Fprintf(stdout, "%s: nothing to repair (%d events, balanced)\n", path, r.Events)
+		return nil
+	}
+	var did []string
+	if r.Torn != nil {
+		s := fmt.Sprintf("cut a torn tail of %s at byte %d (%v)", sizeText(r.SizeBefore-r.Torn.Offset), r.Torn.Offset, r.Torn.Err)
+		if r.Recovered > 0 {
+			s += fmt.Sprintf(", writing back the %d complete events of its frame", r.Recovered)
+		}
+		did = append(did, s)
+	}
+	if len(r.Closers) > 0 {
+		last := r.Closers[len(r.Closers)-1].Payload().(session.TurnEnd)
+		results := 0
+		for _, c := range r.Closers {
+			if c.Type() == session.TypeToolResult {
+				results++
+			}
+		}
+		s := fmt.Sprintf("closed turn %d as interrupted", last.Turn)
+		if results > 0 {
+			s += fmt.Sprintf(" (%s for unfinished tool calls)", plural(int64(results), "synthetic error result"))
+		}
+		did = append(did, s)
+	}
+	fmt.Fprintf(stdout, "%s: repaired: %s; now %d events, %s\n", path, strings.Join(did, "; "), r.Events, sizeText(r.SizeAfter))
+	return nil
+}
+
+// unwrapPersister drops the persister's own prefix so describe sees the
+// session error inside.
+func unwrapPersister(err error) error {
+	var (
+		ce *session.CorruptError
+		ee *session.EventError
+		ue *session.UnsupportedTypeError
+		ve *session.FormatVersionError
+	)
+	switch {
+	case errors.As(err, &ce):
+		return ce
+	case errors.As(err, &ee):
+		return ee
+	case errors.As(err, &ue):
+		return ue
+	case errors.As(err, &ve):
+		return ve
+	}
+	return err
+}
+
+// defaultDataDir is $XDG_DATA_HOME/dsh, else ~/.local/share/dsh (DESIGN §8).
+func defaultDataDir() (string, error) {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "dsh"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no data directory: %w (use --dir)", err)
+	}
+	return filepath.Join(home, ".local", "share", "dsh"), nil
+}
+
+// openStoreAt opens the JSONL store at dir in whichever encoding the root
+// already holds (zstd unless it holds plain logs).
+func openStoreAt(dir string) (*persister.JSONLStore, error) {
+	s, err := persister.NewJSONLStore(persister.JSONLConfig{Root: dir})
+	if err == nil || !errors.Is(err, persister.ErrLayout) {
+		return s, err
+	}
+	plain, perr := persister.NewJSONLStore(persister.JSONLConfig{Root: dir, Plain: true})
+	if perr != nil {
+		return nil, err
+	}
+	return plain, nil
+}
+
+type sessionRow struct {
+	ID            string `json:"id"`
+	CreatedAt     int64  `json:"createdAt"`
+	Cwd           string `json:"cwd,omitempty"`
+	ParentSession string `json:"parentSession,omitempty"`
+	Revision      string `json:"revision"`
+}
+
+// sessionsCmd lists the sessions stored under a data directory.
+func sessionsCmd(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("dsh sessions", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("dir", "", "data directory (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh)")
+	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, "Usage: dsh sessions [--dir DIR] [--json]\n\nFlags:\n")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return errHelp
+		}
+		return usagef("sessions: %v", err)
+	}
+	if fs.NArg() != 0 {
+		return usagef("sessions: unexpected argument %q", fs.Arg(0))
+	}
+	root := *dir
+	if root == "" {
+		d, err := defaultDataDir()
+		if err != nil {
+			return err
+		}
+		root = d
+	}
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return fmt.Errorf("%s: not a directory", root)
+	}
+	store, err := openStoreAt(root)
+	if err != nil {
+		return fmt.Errorf("%s: %v", root, strings.TrimPrefix(err.Error(), "persister: "))
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	listed, err := store.List(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %v", root, strings.TrimPrefix(err.Error(), "persister: "))
+	}
+	rows := make([]sessionRow, 0, len(listed))
+	for _, l := range listed {
+		rows = append(rows, sessionRow{ID: string(l.Header.ID), CreatedAt: l.Header.CreatedAt, Cwd: l.Header.Cwd,
+			ParentSession: l.Header.ParentSession, Revision: string(l.Revision)})
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(stdout, "no sessions under %s\n", root)
+		return nil
+	}
+	p := &printer{w: stdout}
+	p.line(0, "%-38s  %-20s  %s", "SESSION", "CREATED", "CWD")
+	for _, r := range rows {
+		cwd := r.Cwd
+		if r.ParentSession != "" {
+			cwd += "  (fork of " + r.ParentSession + ")"
+		}
+		p.line(0, "%-38s  %-20s  %s", r.ID, time.UnixMilli(r.CreatedAt).UTC().Format("2006-01-02 15:04:05"), cwd)
+	}
+	return p.err
+}
