@@ -18,63 +18,8 @@ import (
 )
 
 // This file is the JSONL store (spec §3.8): one log file per session, in
-// the harness's interop format, written append-only through a vfs.FS.
-//
-// On-disk format (format version 0; layout.go has the directory layout).
-// A log is logical lines, each ending in "\n":
-//
-//	line 1     {"type":"session","version":0,"id":...,"createdAt":...,
-//	            "cwd"?,"parentSession"?,"seedLength"?,"origin"?,
-//	            "delegationDepth":...,"agentPreset"?}
-//	line 2..   one storage record each: a session event as JSON
-//	           {"seq","time","type","data",...}, or a packed chunk row
-//	           (spec §2.13) standing for a run of ≥3 chunk events of one batch
-//
-// session.jsonl holds the lines as they are. session.jsonl.zstd (the
-// default) holds them in independent zstd frames, each with a content
-// checksum, so a reader can tell a frame cut short from a damaged one:
-//
-//	offset 0                                                          EOF
-//	+--------------+----------------+----------------+-----+----------------+
-//	| frame 0      | frame 1        | frame 2        | ... | frame n        |
-//	| header line  | batch 1 lines  | batch 2 lines  |     | batch n lines  |
-//	+--------------+----------------+----------------+-----+----------------+
-//	frame = 28 B5 2F FD | frame header | blocks | xxhash64 checksum (4 bytes)
-//
-// Frame 0 holds exactly the header line; each later frame is one durable
-// append batch (one Append, or one repair), decoding to whole lines.
-// Recovery: a final frame (plain: a final line) cut short by a crash is a
-// torn tail, as is damage after the last turn/end; Load truncates it (the
-// zstd truncation point is the start of the torn frame; the complete
-// records decoded from that frame are re-appended) and closes an open
-// turn. Damage followed by a turn/end is corruption and is reported,
-// never repaired.
-//
-// Write path. The first append of a session publishes the file whole: the
-// header and the first batch go to "<artifact>.<hex>.tmp", which is
-// fsynced and then hard-linked to the artifact name (link fails with
-// EEXIST rather than replace, so two writers cannot both publish), the
-// directory is fsynced and the temp name removed. A crash at any point
-// leaves either no artifact or one holding header and batch; never a
-// header alone. Later appends write one encoded batch (one checksummed
-// zstd frame, or the plain lines) at the end and fsync. A failed write or
-// fsync truncates the file back to its size before the batch and fsyncs,
-// so a retry of the same batch cannot store its seqs twice. Bytes once
-// acknowledged are never rewritten; the only rewrite is crash repair
-// truncating a tail that was never acknowledged.
-//
-// Read path. Load and Inspect read the whole file and apply the scan rules
-// of session.ParseFile: a torn tail (a final record without newline, a
-// final zstd frame cut short, damage after the last turn/end) is dropped,
-// damage before the last turn/end is corruption. Load commits crash
-// repair: it truncates the torn tail and appends, as one batch, the
-// complete records recovered from a torn zstd frame plus the closers of
-// session.InterruptedTurnClosers. List reads only each file's header.
-//
-// Rejected alternative: rewriting the file through a temp file on every
-// append (atomic, simple to reason about) copies the whole log per append
-// and rewrites acknowledged bytes; appending plus truncate-on-failure is
-// what the reference does and what an append-only log is for.
+// the harness's interop format, written append-only through a vfs.FS. The
+// format, the write path and the recovery rules are documented in doc.go.
 
 // DefaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default.
 const DefaultMaxOpenFiles = 256
