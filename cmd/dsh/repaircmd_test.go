@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/fixtures"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,4 +97,47 @@ func TestSessionsListsAStore(t *testing.T) {
 	code, _, errOut = runDsh("sessions", "--dir", filepath.Join(dir, "missing"))
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "not a directory")
+}
+
+func TestForkWritesASeededChild(t *testing.T) {
+	path := filepath.Join(mustCorpus(t), "acp", "multi-turn", "session.jsonl")
+	out := filepath.Join(t.TempDir(), "child.jsonl.zstd")
+	code, _, errOut := runDsh("log", "fork", "--fixture", "--at", "3", "--out", out, path)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "OPEN_TURN")
+
+	f, err := session.ParseFile(mustRead(t, path), path)
+	require.NoError(t, err)
+	var boundary int64 = -1
+	for _, e := range f.Events {
+		if e.Type() == session.TypeTurnEnd {
+			boundary = e.Seq()
+			break
+		}
+	}
+	require.Positive(t, boundary)
+	code, stdout, errOut := runDsh("log", "fork", "--fixture", "--id", "child-1", "--at", strconv.FormatInt(boundary, 10), "--out", out, path)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, stdout, "session child-1 forked from")
+
+	child, err := session.ReadFile(out)
+	require.NoError(t, err)
+	require.True(t, child.Compressed)
+	require.Equal(t, session.SessionID("child-1"), child.Header.ID)
+	require.Equal(t, boundary+1, child.Header.SeedLength.Or(-1))
+	require.Len(t, child.Events, int(boundary+2))
+	require.Equal(t, session.TypeEndSeed, child.Events[len(child.Events)-1].Type())
+
+	code, _, errOut = runDsh("log", "fork", "--fixture", "--at", "0", "--out", out, path)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "already exists")
+	code, _, _ = runDsh("log", "fork", path)
+	require.Equal(t, exitUsage, code)
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return fixtures.Substitute(data)
 }

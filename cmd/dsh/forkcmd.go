@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/google/uuid"
+)
+
+// logFork writes a new log seeded with a prefix of FILE: the reference's
+// fork (spec §2.11), as a file.
+func logFork(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("dsh log fork", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	at := fs.Int64("at", session.LastEvent, "the last seq the fork inherits (inclusive; default: the last event)")
+	out := fs.String("out", "", "the file to write (required; .zstd suffix for JSONL+zstd)")
+	id := fs.String("id", "", "the new session's id (default: a fresh UUID)")
+	fixture := fs.Bool("fixture", false, "substitute the reference snapshot placeholders before reading")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, "Usage: dsh log fork --at SEQ --out OUT [--id ID] FILE\n\nFlags:\n")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return errHelp
+		}
+		return usagef("log fork: %v", err)
+	}
+	if fs.NArg() != 1 || strings.HasPrefix(fs.Arg(0), "-") {
+		return usagef("log fork: want exactly one file (flags first)")
+	}
+	if *out == "" {
+		return usagef("log fork: --out is required")
+	}
+	path := fs.Arg(0)
+	if _, err := os.Stat(*out); err == nil {
+		return fmt.Errorf("%s: already exists (refusing to overwrite)", *out)
+	}
+	_, l, err := loadFile(path, *fixture)
+	if err != nil {
+		return err
+	}
+	child := *id
+	if child == "" {
+		child = uuid.NewString()
+	}
+	now := time.Now().UnixMilli()
+	forked, err := l.Fork(session.SessionID(child), *at, now, now)
+	if err != nil {
+		var fe *session.ForkError
+		if errors.As(err, &fe) {
+			return fmt.Errorf("%s: cannot fork at %d: %s", path, *at, strings.TrimPrefix(fe.Error(), "session: fork "))
+		}
+		return describe(path, err)
+	}
+	opts := session.WriteOptions{Pack: true, Zstd: strings.HasSuffix(*out, ".zstd")}
+	if err := session.WriteFile(*out, forked.Header(), forked.Events().Slice(), opts); err != nil {
+		return fmt.Errorf("%s: %v", *out, strings.TrimPrefix(err.Error(), "session: "))
+	}
+	fmt.Fprintf(stdout, "%s: session %s forked from %s at seq %d (%d inherited events + session/end-seed)\n",
+		*out, child, l.ID(), forked.FirstLiveSeq()-1, forked.FirstLiveSeq())
+	return nil
+}
