@@ -1,0 +1,478 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// PreStepInput is what the pre-step hook sees (agent/pre-step).
+type PreStepInput struct {
+	Turn, Step int64
+	// Messages is the claimed batch; the hook owns the slice.
+	Messages []messages.Message
+}
+
+// PreStepHook decides what enters a step (spec §4.5 step 2.1). It runs in
+// a goroutine owned by the agent and may block; ctx is cancelled when the
+// turn is aborted or the agent stops. An error ends the turn in error.
+type PreStepHook interface {
+	PreStep(ctx context.Context, in PreStepInput) (PreStepDecision, error)
+}
+
+// TurnStoppingInput is what the turn-stopping hook sees. Steer queues
+// steering that forces another step (it reaches the inbox before the
+// hook's end is handled).
+type TurnStoppingInput struct {
+	Turn  int64
+	Steer func(messages.Message)
+}
+
+// TurnStoppingHook runs when a turn is about to end with nothing owed
+// (spec §4.5 step 2.8). It runs in a goroutine owned by the agent and may
+// block; ctx is cancelled on abort or stop. An error ends the turn in
+// error.
+type TurnStoppingHook interface {
+	TurnStopping(ctx context.Context, in TurnStoppingInput) error
+}
+
+// RequestHook is agent/request: it may replace the call config seed (to
+// switch models). It is called synchronously inside the agent's Receive
+// and must not block.
+type RequestHook interface {
+	Request(in RequestInput) (messages.CallConfig, error)
+}
+
+// RequestErrorHook is agent/request-error: it decides whether a failed
+// call is retried. Called synchronously inside Receive; must not block.
+type RequestErrorHook interface {
+	RequestError(in RequestErrorInput) (RequestErrorDecision, error)
+}
+
+// Hooks are the extension points an embedder registers (spec §4.11). Any
+// may be nil. Implementations must be safe for concurrent use.
+type Hooks struct {
+	PreStep      PreStepHook
+	TurnStopping TurnStoppingHook
+	Request      RequestHook
+	RequestError RequestErrorHook
+}
+
+// Config configures an agent actor. Session and Provider are required,
+// and so is Model.
+type Config struct {
+	// Session is the session actor the agent writes to.
+	Session *actor.PID
+	// Inbox configures the inbox actor the agent spawns as its child.
+	Inbox inbox.Config
+	// Provider makes the model calls; its Name is the request's provider.
+	Provider llm.Provider
+	// Model is the model id of every request (unless a Request hook
+	// switches it).
+	Model string
+	// MaxTokens, when present, seeds the request config.
+	MaxTokens messages.OptInt
+	// System is the system prompt ("" for none).
+	System string
+	// Tools are the tools offered to the model (nil: none).
+	Tools *Registry
+	// MaxParallelTools bounds the parallel pool. Default 10.
+	MaxParallelTools int
+	// Retry is the retry policy of failed model calls (zero: defaults).
+	Retry llm.RetryPolicy
+	// NoRetry disables retries (unless a RequestError hook asks).
+	NoRetry bool
+	// StreamTimeout bounds one model call (llm.StreamConfig.Timeout).
+	StreamTimeout time.Duration
+	// Hooks are the embedder's hooks.
+	Hooks Hooks
+	// Observer, when set, receives StatusChanged and TurnFailed.
+	Observer *actor.PID
+}
+
+// Validate reports a missing session, provider or model.
+func (c Config) Validate() error {
+	switch {
+	case c.Session == nil:
+		return errors.New("agent: config needs a session PID")
+	case c.Provider == nil:
+		return errors.New("agent: config needs a provider")
+	case c.Model == "":
+		return errors.New("agent: config needs a model")
+	}
+	return c.driverConfig().Validate()
+}
+
+func (c Config) driverConfig() DriverConfig {
+	dc := DriverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
+		Tools: c.Tools.Schemas(), Modes: c.Tools.modeOf, MaxParallelTools: c.MaxParallelTools, Retry: c.Retry,
+		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil}
+	if h := c.Hooks.Request; h != nil {
+		dc.Request = h.Request
+	}
+	if h := c.Hooks.RequestError; h != nil {
+		dc.RequestError = h.RequestError
+	}
+	return dc
+}
+
+// Props returns the props of an agent actor.
+func Props(cfg Config) (*actor.Props, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return actor.PropsFromProducer(func() actor.Actor { return &agentActor{cfg: cfg} }), nil
+}
+
+// Messages the shell sends itself from the goroutines and timers it owns.
+type (
+	toolDone struct {
+		ref    uint64
+		result Result
+	}
+	toolEmitted struct {
+		ref   uint64
+		draft session.Draft
+	}
+	preStepDone struct {
+		ref uint64
+		dec PreStepDecision
+		err error
+	}
+	turnStoppingDone struct {
+		ref uint64
+		err error
+	}
+	retryTick struct{ gen uint64 }
+)
+
+type caller struct {
+	pid *actor.PID
+	ref uint64
+}
+
+// agentActor is the shell around Driver. Everything is touched only in
+// Receive, except what the goroutines capture (immutable values, the
+// root context, and wg, which is safe for concurrent use).
+type agentActor struct {
+	cfg   Config
+	d     *Driver
+	inbox *actor.PID
+	self  *actor.PID
+	root  *actor.RootContext
+
+	refs        uint64
+	headerRef   uint64
+	pendingRef  uint64
+	header      session.Header
+	past        []session.Event
+	pendingSeen bool
+	pendingTurn int
+	pendingStep int
+	booted      bool
+	buffered    []any // inputs that arrived before boot, replayed in order
+
+	sends   map[uint64]caller // forwarded sends by inbox ref
+	waiters []caller
+	stream  *actor.PID
+
+	life         context.Context // cancelled at Stopping
+	lifeCancel   context.CancelFunc
+	signal       context.Context // the running turn's abort signal
+	signalCancel context.CancelFunc
+	timer        *time.Timer
+	wg           sync.WaitGroup // tool and hook goroutines
+}
+
+func (a *agentActor) nextRef() uint64 {
+	a.refs++
+	return a.refs
+}
+
+// Receive never blocks, except in Stopped, which joins the tool and hook
+// goroutines it has just cancelled (tools must honour their context).
+func (a *agentActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *actor.Stopping:
+		a.lifeCancel()
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+		ctx.Send(a.cfg.Session, session.Unsubscribe{Subscriber: ctx.Self()})
+	case *actor.Stopped:
+		a.wg.Wait()
+	case *actor.Restarting, *actor.Terminated:
+	case session.HeaderReply:
+		if m.Ref == a.headerRef {
+			a.header = m.Session
+		}
+	case session.EventsCommitted:
+		if a.d == nil {
+			a.past = append(a.past, m.Events.Slice()...)
+			return
+		}
+		if err := a.d.Committed(m.Events.Slice()); err != nil {
+			panic(err)
+		}
+	case session.Subscribed:
+		if a.d == nil {
+			d, err := NewDriver(a.cfg.driverConfig(), a.header, a.past)
+			if err != nil {
+				panic(err)
+			}
+			a.d, a.past = d, nil
+			a.boot(ctx)
+		}
+	case inbox.Pending:
+		if m.Ref == a.pendingRef {
+			a.pendingSeen = true
+			a.pendingTurn, a.pendingStep = len(m.NextTurn()), len(m.NextStep())
+			a.boot(ctx)
+		}
+	case inbox.Inserted, inbox.Discarded, inbox.ClaimedNotice:
+		// Before the boot query's answer, the counts it carries already
+		// include these changes.
+		if a.pendingSeen {
+			if !a.booted {
+				a.buffered = append(a.buffered, m)
+				return
+			}
+			a.handle(ctx, m)
+		}
+	case Followup:
+		a.forward(ctx, m.Ref, inbox.Followup(0, m.Message))
+	case Steer:
+		a.forward(ctx, m.Ref, inbox.Steer(0, m.Message))
+	case Inject:
+		a.forward(ctx, m.Ref, inbox.Inject(0, m.Message))
+	case inbox.SendReply:
+		if c, ok := a.sends[m.Ref]; ok {
+			delete(a.sends, m.Ref)
+			if c.pid != nil {
+				ctx.Send(c.pid, Sent{Ref: c.ref, ID: m.ID})
+			}
+		}
+	case inbox.SendFailed:
+		if c, ok := a.sends[m.Ref]; ok {
+			delete(a.sends, m.Ref)
+			if c.pid != nil {
+				ctx.Send(c.pid, SendFailed{Ref: c.ref, Err: m.Err})
+			}
+		}
+	case inbox.ClearReply, inbox.ClearFailed:
+		// A failed clear leaves the inbox as it was; nothing to undo.
+	case WaitIdle:
+		a.waiters = append(a.waiters, caller{pid: ctx.Sender(), ref: m.Ref})
+	default:
+		if !a.booted {
+			a.buffered = append(a.buffered, m)
+			return
+		}
+		a.handle(ctx, m)
+	}
+	a.answerWaiters(ctx)
+}
+
+func (a *agentActor) start(ctx actor.Context) {
+	a.self, a.root = ctx.Self(), ctx.ActorSystem().Root
+	a.life, a.lifeCancel = context.WithCancel(context.Background())
+	a.signal, a.signalCancel = context.WithCancel(a.life)
+	a.sends = map[uint64]caller{}
+	props, err := inbox.Props(inbox.ActorConfig{Session: a.cfg.Session, Owner: ctx.Self(), Inbox: a.cfg.Inbox})
+	if err != nil {
+		panic(err)
+	}
+	a.inbox = ctx.Spawn(props)
+	a.headerRef, a.pendingRef = a.nextRef(), a.nextRef()
+	// The header arrives before the subscription's first events (same
+	// sender, sent in this order), and the subscription replays the
+	// whole log before Subscribed.
+	ctx.Request(a.cfg.Session, session.QueryHeader{Ref: a.headerRef})
+	ctx.Request(a.cfg.Session, session.Subscribe{Subscriber: ctx.Self(), From: 0})
+	ctx.Request(a.inbox, inbox.QueryPending{Ref: a.pendingRef})
+}
+
+// boot completes once the mirror is built and the inbox counts are known,
+// then replays the inputs that waited.
+func (a *agentActor) boot(ctx actor.Context) {
+	if a.booted || a.d == nil || !a.pendingSeen {
+		return
+	}
+	a.booted = true
+	a.d.InboxPending(a.pendingTurn, a.pendingStep)
+	buf := a.buffered
+	a.buffered = nil
+	for _, m := range buf {
+		a.handle(ctx, m)
+	}
+}
+
+func (a *agentActor) forward(ctx actor.Context, callerRef uint64, s inbox.Send) {
+	s.Ref = a.nextRef()
+	a.sends[s.Ref] = caller{pid: ctx.Sender(), ref: callerRef}
+	ctx.Request(a.inbox, s)
+}
+
+// handle feeds one input to the core and performs its effects. A core
+// error means the agent's view of the log is wrong: panic, and let the
+// restart rebuild it from the log.
+func (a *agentActor) handle(ctx actor.Context, msg any) {
+	d := a.d
+	var eff Effects
+	var err error
+	switch m := msg.(type) {
+	case inbox.Woken:
+		eff = d.Wake(m.Target)
+	case inbox.Inserted:
+		d.InboxChanged(m.Target, 1)
+	case inbox.Discarded:
+		d.InboxChanged(m.Target, -1)
+	case inbox.ClaimedNotice:
+		d.InboxChanged(m.Target, -1)
+	case inbox.Claimed:
+		eff = d.Claimed(m.Ref, m.Messages())
+	case inbox.ClaimFailed:
+		err = errors.Join(errors.New("agent: claim refused"), m.Err)
+	case session.AppendReply:
+		eff, err = d.Appended(m.Ref, m.Events)
+	case session.AppendFailed:
+		err = d.AppendFailed(m.Ref, m.Err)
+	case llm.ChunkReceived:
+		eff = d.StreamChunk(m.Ref, m.Chunk)
+	case llm.StreamEnded:
+		eff = d.StreamEnded(m.Ref, m.Finish, m.Cancelled)
+	case toolDone:
+		eff = d.ToolDone(m.ref, m.result)
+	case toolEmitted:
+		eff = d.ToolEmitted(m.ref, m.draft)
+	case preStepDone:
+		eff = d.PreStepDone(m.ref, m.dec, m.err)
+	case turnStoppingDone:
+		eff = d.TurnStoppingDone(m.ref, m.err)
+	case retryTick:
+		eff = d.RetryTimerFired(m.gen)
+	case Cancel:
+		eff = d.Cancel(m.Cause, m.KeepInbox)
+	}
+	if err != nil {
+		panic(err)
+	}
+	a.perform(ctx, eff)
+}
+
+func (a *agentActor) perform(ctx actor.Context, eff Effects) {
+	for _, e := range eff {
+		switch e := e.(type) {
+		case AppendEffect:
+			ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...))
+		case ClaimEffect:
+			ctx.Request(a.inbox, inbox.Claim{Ref: e.Ref, Target: e.Target, Turn: e.Turn})
+		case ClearInboxEffect:
+			ctx.Request(a.inbox, inbox.Clear{Ref: a.nextRef()})
+		case PushContextEffect:
+			ctx.Send(a.inbox, inbox.Send{Message: e.Message, Target: inbox.NextStep, Origin: inbox.Loop})
+		case StartStreamEffect:
+			props, err := llm.StreamProps(llm.StreamConfig{Provider: a.cfg.Provider, Request: e.Request, Ref: e.Ref,
+				Timeout: a.cfg.StreamTimeout})
+			if err != nil {
+				panic(err)
+			}
+			a.stream = ctx.Spawn(props)
+		case CancelStreamEffect:
+			if a.stream != nil {
+				ctx.Send(a.stream, llm.CancelStream{Ref: e.Ref})
+			}
+		case RunToolEffect:
+			a.runTool(e)
+		case RunPreStepEffect:
+			a.runPreStep(e)
+		case RunTurnStoppingEffect:
+			a.runTurnStopping(e)
+		case StartTimerEffect:
+			root, self, gen := a.root, a.self, e.Gen
+			if a.timer != nil {
+				a.timer.Stop()
+			}
+			a.timer = time.AfterFunc(e.Delay, func() { root.Send(self, retryTick{gen: gen}) })
+		case NewSignalEffect:
+			a.signalCancel()
+			a.signal, a.signalCancel = context.WithCancel(a.life)
+		case AbortEffect:
+			a.signalCancel()
+			if a.timer != nil {
+				a.timer.Stop()
+			}
+		case StatusEffect:
+			if a.cfg.Observer != nil {
+				ctx.Send(a.cfg.Observer, StatusChanged(e))
+			}
+		case TurnErrorEffect:
+			if a.cfg.Observer != nil {
+				ctx.Send(a.cfg.Observer, TurnFailed(e))
+			}
+		}
+	}
+}
+
+func (a *agentActor) answerWaiters(ctx actor.Context) {
+	if len(a.waiters) == 0 || !a.booted || !a.d.Idle() {
+		return
+	}
+	for _, w := range a.waiters {
+		if w.pid != nil {
+			ctx.Send(w.pid, Idle{Ref: w.ref})
+		}
+	}
+	a.waiters = nil
+}
+
+// runTool runs a tool body in a goroutine owned by the actor, under the
+// turn's abort signal. Emits and the result come back as messages, in
+// that order (one goroutine sends both).
+func (a *agentActor) runTool(e RunToolEffect) {
+	root, self, sig, ref := a.root, a.self, a.signal, e.Ref
+	t, _ := a.cfg.Tools.Lookup(e.Call.Name)
+	call := e.Call
+	var mu sync.Mutex // guards open
+	open := true
+	call.emit = func(dr session.Draft) {
+		mu.Lock()
+		defer mu.Unlock()
+		if open {
+			root.Send(self, toolEmitted{ref: ref, draft: dr})
+		}
+	}
+	a.wg.Go(func() {
+		r := runTool(sig, t, call)
+		mu.Lock()
+		open = false
+		mu.Unlock()
+		root.Send(self, toolDone{ref: ref, result: r})
+	})
+}
+
+func (a *agentActor) runPreStep(e RunPreStepEffect) {
+	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.PreStep
+	a.wg.Go(func() {
+		dec, err := h.PreStep(sig, PreStepInput{Turn: e.Turn, Step: e.Step, Messages: e.Messages})
+		root.Send(self, preStepDone{ref: e.Ref, dec: dec, err: err})
+	})
+}
+
+func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
+	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.TurnStopping
+	steer := func(m messages.Message) { root.Send(self, Steer{Message: m}) }
+	a.wg.Go(func() {
+		err := h.TurnStopping(sig, TurnStoppingInput{Turn: e.Turn, Steer: steer})
+		root.Send(self, turnStoppingDone{ref: e.Ref, err: err})
+	})
+}

@@ -1,0 +1,78 @@
+// Package agent is a session's turn/step driver (DESIGN §4; spec
+// §4.4–§4.10): it claims input from the inbox, records turns, steps,
+// user messages, request headers, raw chunks, completion anchors and tool
+// calls/results in the session log, streams model calls through a child
+// stream actor, runs tools, retries failed calls inside their step, and
+// handles cancellation.
+//
+// # Layers
+//
+// [Driver] (state.go) is the pure core: a state machine with no
+// goroutines, clock or I/O. Each input (Wake, Appended, Claimed,
+// StreamChunk, StreamEnded, ToolDone, PreStepDone, TurnStoppingDone,
+// RetryTimerFired, Cancel, inbox counts, and Committed for the log
+// mirror) returns [Effects]. The core keeps a mirror of the session log
+// (fed by the agent's subscription to the session) and builds every
+// request from it: messages = DeriveMessages(), config = the folded
+// request header, so a request always rebuilds from the log alone (spec
+// §2.14); invariants builds re-derive from scratch at each dispatch.
+// Appends are pipelined and acknowledged asynchronously; where seqs or a
+// settled log are needed (an anchor citing its chunks, a tool/result
+// citing its tool/call, a claim whose splice must follow our events) the
+// core waits for every append in flight.
+//
+// The actor (actor.go) is the thin shell: it owns the Driver, spawns the
+// inbox actor (owner = the agent) and one llm stream actor per model
+// call as children, runs tool bodies and blocking hooks in goroutines it
+// owns (under the turn's abort signal), and arms retry timers with
+// time.AfterFunc.
+//
+// # Messages
+//
+//	message                   from → to            reply / effect
+//	------------------------  -------------------  ------------------------------------------
+//	Followup, Steer, Inject   caller → agent       Sent | SendFailed (forwarded to the inbox)
+//	Cancel                    caller → agent       none; aborts the turn, clears the inbox
+//	WaitIdle                  caller → agent       Idle, once idle (no turn, no latch, no append)
+//	StatusChanged, TurnFailed agent → Observer     status changes, agent/error
+//	session.Append            agent → session      AppendReply | AppendFailed
+//	session.QueryHeader,      agent → session      at start: header, then the whole log and
+//	  Subscribe                                    every later event (EventsCommitted)
+//	inbox.Claim, Clear, Send  agent → inbox        Claimed, ClearReply, SendReply
+//	inbox.Woken, Inserted,    inbox → agent        wakes and inbox counts
+//	  Discarded, ClaimedNotice
+//	llm.CancelStream          agent → stream       ChunkReceived*, StreamEnded
+//
+// # Concurrency contract
+//
+// The actor is the lock: the Driver is touched only in Receive, and
+// Receive never blocks, except Stopped, which joins the tool and hook
+// goroutines it has just cancelled (tools must honour their context).
+// Tool goroutines report with Send(self, ...): a tool's emitted drafts
+// arrive before its result. Hooks that may block (PreStep, TurnStopping)
+// run in goroutines; Request and RequestError run synchronously inside
+// Receive and must not block. Tools and hooks must be safe for concurrent
+// use. Log order across the agent's and the inbox's appends is kept by
+// waiting for acknowledgements before asking the inbox to append.
+//
+// # Ownership
+//
+// Everything exchanged is immutable (messages.Message, session events,
+// drafts). A tool's Result slices belong to the agent once returned.
+//
+// # What crashes and what replies
+//
+// Expected failures are recorded, not raised: a provider failure that is
+// not retried, a hook error, a bad request config end the turn with
+// turn/end {error} (and TurnFailed); a cancel ends it {aborted, cause}.
+// Send failures (a full inbox, a duplicate id) are answered SendFailed.
+// The actor panics, so that its supervisor restarts it from the log, when
+// its view of the log is wrong: the session refuses one of its appends or
+// the inbox a claim, the mirror sees a gap, or the log it starts on has
+// an open turn (crash repair must close it first).
+//
+// # Not done yet
+//
+// Tool pre/post-execute hooks, the runtime-context snapshot, system
+// prompt changes at run time, maintenance tasks, and compaction (§4.13).
+package agent

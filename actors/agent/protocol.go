@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// The agent actor's protocol. Every message is an immutable value.
+// Requests are answered to the sender (RequestFuture at the edges,
+// ctx.Request from an actor); Ref is the caller's correlation id, echoed.
+
+// Followup queues Message (a complete message: the agent never mints its
+// id) as its own later turn (spec §4.3). Reply: Sent or SendFailed. When
+// the agent was idle, the turn has started (status running, turn/start
+// issued) by the time Sent arrives.
+type Followup struct {
+	Ref     uint64
+	Message messages.Message
+}
+
+// Steer queues Message for the next step boundary of the running turn,
+// or starts a turn when idle. Reply: Sent or SendFailed.
+type Steer struct {
+	Ref     uint64
+	Message messages.Message
+}
+
+// Inject stages Message in next-step without waking the agent: it rides
+// with the next waking input. Reply: Sent or SendFailed.
+type Inject struct {
+	Ref     uint64
+	Message messages.Message
+}
+
+// Sent acknowledges a committed Followup, Steer or Inject.
+type Sent struct {
+	Ref uint64
+	ID  messages.MessageID
+}
+
+// SendFailed refuses a Followup, Steer or Inject (inbox.ErrInboxFull,
+// inbox.ErrDuplicateID, ...); nothing changed.
+type SendFailed struct {
+	Ref uint64
+	Err error
+}
+
+// Cancel aborts the running turn with Cause (the first cause wins) and,
+// unless KeepInbox, cancels everything pending in the inbox (spec §4.9).
+// A no-op on an idle agent, except for the inbox. No reply: follow it
+// with WaitIdle.
+type Cancel struct {
+	Cause     session.CancelCause
+	KeepInbox bool
+}
+
+// WaitIdle asks to be told when the agent is idle: no turn running,
+// nothing latched, no append in flight. Reply: Idle, at once if idle.
+type WaitIdle struct{ Ref uint64 }
+
+// Idle answers WaitIdle.
+type Idle struct{ Ref uint64 }
+
+// StatusChanged tells Config.Observer the status changed.
+type StatusChanged struct{ Status Status }
+
+// TurnFailed tells Config.Observer a turn ended in error (agent/error).
+type TurnFailed struct {
+	Turn, Step int64
+	Error      messages.LlmFailure
+}

@@ -1,0 +1,1054 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/invariants"
+	"github.com/dshgo/dsh/messages"
+)
+
+// Status is the agent's externally visible status (spec §4.4).
+type Status uint8
+
+const (
+	// StatusIdle: no turn is running.
+	StatusIdle Status = iota
+	// StatusRunning: a turn is running (or converging after a cancel).
+	StatusRunning
+)
+
+func (s Status) String() string {
+	if s == StatusRunning {
+		return "running"
+	}
+	return "idle"
+}
+
+// The pure core: Driver is the turn/step state machine of spec §4.4–§4.10.
+// It has no goroutines, no clock and no I/O: each input method returns the
+// Effects the shell must perform, in order. Appends are pipelined: the
+// core issues Append effects and learns the seqs from the acknowledgements
+// (Appended), which arrive in issue order. Where it needs seqs or a
+// settled log (an anchor citing its chunks, a request built from the
+// log, an inbox request that must follow its own events), it waits until
+// every append in flight is acknowledged ("settle").
+//
+// The core keeps a mirror of the session log (a session.Log restored from
+// the events the session actor publishes to the agent's subscription),
+// and builds every request from it: messages = mirror.DeriveMessages(),
+// config = the folded header. That is the reference's behaviour (the
+// request is the log's projection), and it makes the request
+// reconstruction theorem (spec §2.14) hold by construction; invariants
+// builds additionally re-derive from scratch at every dispatch. The
+// rejected alternative, asking the session actor (QueryMessages) before
+// each dispatch, costs a round trip per request and still races with the
+// inbox's splices.
+
+// Effect is one thing the shell must do. The concrete types are below.
+type Effect interface{ effect() }
+
+// Effects is the ordered list an input produced.
+type Effects []Effect
+
+// AppendEffect appends Drafts to the session log, atomically, in order.
+type AppendEffect struct {
+	Ref    uint64
+	Drafts []session.Draft
+}
+
+// ClaimEffect claims inbox input for turn Turn.
+type ClaimEffect struct {
+	Ref    uint64
+	Target inbox.Target
+	Turn   int64
+}
+
+// ClearInboxEffect cancels everything pending in the inbox.
+type ClearInboxEffect struct{}
+
+// PushContextEffect appends Message to the inbox's next-step list with
+// loop origin (a tool's additional context).
+type PushContextEffect struct{ Message messages.Message }
+
+// StartStreamEffect starts model call Ref.
+type StartStreamEffect struct {
+	Ref     uint64
+	Request llm.Request
+}
+
+// CancelStreamEffect cancels model call Ref.
+type CancelStreamEffect struct{ Ref uint64 }
+
+// RunToolEffect runs a tool call; its result comes back as ToolDone(Ref).
+type RunToolEffect struct {
+	Ref  uint64
+	Call Call
+}
+
+// RunPreStepEffect runs the pre-step hook; the decision comes back as
+// PreStepDone(Ref).
+type RunPreStepEffect struct {
+	Ref      uint64
+	Turn     int64
+	Step     int64
+	Messages []messages.Message
+}
+
+// RunTurnStoppingEffect runs the turn-stopping hook; it comes back as
+// TurnStoppingDone(Ref).
+type RunTurnStoppingEffect struct {
+	Ref  uint64
+	Turn int64
+}
+
+// StartTimerEffect arms the retry backoff timer; it fires as
+// RetryTimerFired(Gen).
+type StartTimerEffect struct {
+	Gen   uint64
+	Delay time.Duration
+}
+
+// NewSignalEffect: a turn starts; the shell makes a fresh abort signal
+// (the context its hooks and tools run under).
+type NewSignalEffect struct{}
+
+// AbortEffect: the turn was cancelled with Cause; the shell cancels the
+// signal (in-flight hooks and tool bodies).
+type AbortEffect struct{ Cause session.CancelCause }
+
+// StatusEffect reports a status change.
+type StatusEffect struct{ Status Status }
+
+// TurnErrorEffect reports a turn that ended in error (agent/error).
+type TurnErrorEffect struct {
+	Turn, Step int64
+	Error      messages.LlmFailure
+}
+
+func (AppendEffect) effect()          {}
+func (ClaimEffect) effect()           {}
+func (ClearInboxEffect) effect()      {}
+func (PushContextEffect) effect()     {}
+func (StartStreamEffect) effect()     {}
+func (CancelStreamEffect) effect()    {}
+func (RunToolEffect) effect()         {}
+func (RunPreStepEffect) effect()      {}
+func (RunTurnStoppingEffect) effect() {}
+func (StartTimerEffect) effect()      {}
+func (NewSignalEffect) effect()       {}
+func (AbortEffect) effect()           {}
+func (StatusEffect) effect()          {}
+func (TurnErrorEffect) effect()       {}
+
+// PreStepDecision is the pre-step hook's answer: Reject closes the turn
+// blocked; otherwise Messages enter the step (the claimed batch, possibly
+// rewritten; keep the ids).
+type PreStepDecision struct {
+	Reject   bool
+	Messages []messages.Message
+}
+
+// RequestInput is what the request hook sees.
+type RequestInput struct {
+	Turn, Step int64
+	Seed       messages.CallConfig
+}
+
+// RequestErrorInput is what the request-error hook sees.
+type RequestErrorInput struct {
+	Turn, Step int64
+	Provider   string
+	Failure    messages.LlmFailure
+	Attempt    int // 1 for the first call of the step
+}
+
+// RequestErrorDecision is the request-error hook's answer.
+type RequestErrorDecision uint8
+
+const (
+	// DecideDefault applies the retry policy.
+	DecideDefault RequestErrorDecision = iota
+	// DecideRetry retries now (after the policy's backoff for this retry
+	// number, or InitialDelay when the policy would not retry).
+	DecideRetry
+	// DecideFail ends the turn with the failure.
+	DecideFail
+)
+
+// DriverConfig configures a Driver. Provider and Model are required.
+type DriverConfig struct {
+	// Provider and Model seed the first request's config (spec §4.7).
+	Provider, Model string
+	// MaxTokens, when present, is added to the first request's seed.
+	MaxTokens messages.OptInt
+	// System is the system prompt ("" for none).
+	System string
+	// Tools are the schemas offered to the model, in the order given
+	// (canonical: lexicographic, as Registry.Schemas returns them).
+	Tools []messages.ToolSchema
+	// Modes classifies a tool call (default: every call Exclusive).
+	Modes func(name string, input messages.JSON) Mode
+	// MaxParallelTools bounds the parallel pool. Default 10.
+	MaxParallelTools int
+	// Retry is the retry policy of failed calls (zero: the defaults).
+	Retry llm.RetryPolicy
+	// NoRetry disables retries unless the request-error hook asks.
+	NoRetry bool
+	// PreStep and TurnStopping say whether those hooks exist: when they
+	// do, the core asks the shell to run them (RunPreStepEffect,
+	// RunTurnStoppingEffect) and waits for the answer.
+	PreStep, TurnStopping bool
+	// Request is the request hook (agent/request): it may replace the
+	// seed config. It runs inside the core, so it must not block.
+	Request func(RequestInput) (messages.CallConfig, error)
+	// RequestError is the request-error hook (agent/request-error). It
+	// runs inside the core and must not block. Default: DecideDefault.
+	RequestError func(RequestErrorInput) (RequestErrorDecision, error)
+}
+
+// DefaultMaxParallelTools is the reference's DEFAULT_MAX_PARALLEL_TOOL_CALLS.
+const DefaultMaxParallelTools = 10
+
+// Validate reports a missing provider or model, or a negative pool.
+func (c DriverConfig) Validate() error {
+	switch {
+	case c.Provider == "" || c.Model == "":
+		return errors.New("agent: config needs a provider and a model")
+	case c.MaxParallelTools < 0:
+		return errors.New("agent: MaxParallelTools is negative")
+	}
+	return c.Retry.Validate()
+}
+
+type phase uint8
+
+const (
+	phIdle         phase = iota
+	phSettle             // waiting for appends before a continuation
+	phClaim              // waiting for Claimed
+	phPreStep            // waiting for the pre-step hook
+	phStream             // waiting for the stream to end
+	phRetryWait          // waiting for the backoff timer
+	phTools              // tool calls in flight or uncommitted
+	phTurnStopping       // waiting for the turn-stopping hook
+)
+
+// stepOutcome is how a step ended (spec §4.6 step 6, §4.9, §4.10).
+type stepOutcome uint8
+
+const (
+	outMore stepOutcome = iota // tool work done, a follow-up request is owed
+	outCompleted
+	outMaxTokens
+	outAborted
+	outError
+)
+
+// appendTag says what the core needs from an append's acknowledgement.
+type appendTag struct {
+	chunk    bool // an assistant/chunk of the current attempt
+	toolCall int  // index+1 of a tool call whose seq is needed; 0 for none
+}
+
+type toolCall struct {
+	block     messages.ContentBlock
+	input     messages.JSON
+	ref       uint64
+	started   bool
+	done      bool
+	committed bool
+	seq       int64 // the tool/call seq; -1 until acknowledged
+	result    Result
+}
+
+// turnState is one turn's state; reset by startTurn.
+type turnState struct {
+	turn, step  int64
+	ends        *session.TurnEndReason // nil: more work owed
+	maxTokens   bool                   // sticky (spec §4.5 step 7)
+	stoppingRan bool                   // the turn-stopping hook ran at this boundary
+	aborted     bool
+	cause       session.CancelCause
+	stopAfter   bool // the driver stops after this turn (no continuation)
+
+	// the step in flight
+	retries    map[string]int // per provider and policy key
+	attempt    int
+	streamRef  uint64
+	asm        llm.BlockAssembler
+	chunkSeqs  []int64
+	cfg        messages.CallConfig
+	timerGen   uint64
+	calls      []toolCall
+	next       int // first unscheduled call
+	commitIdx  int
+	running    int
+	exclusive  bool // an exclusive call is in flight
+	concludes  bool
+	firstClaim bool
+}
+
+// Driver is the agent's pure core. Not safe for concurrent use: it
+// belongs to the agent actor.
+type Driver struct {
+	cfg    DriverConfig
+	mirror *session.Log
+	out    Effects
+
+	refs     uint64
+	inflight int                  // appends not acknowledged yet
+	tags     map[uint64]appendTag // by append ref
+	settled  func()               // run when inflight drops to 0
+
+	phase    phase
+	status   Status
+	lastTurn int64
+	t        *turnState
+
+	firstRequest bool // no request made yet by this instance
+
+	// Inbox bookkeeping, from the inbox's notifications.
+	pendingTurn, pendingStep int
+	stepWoke                 bool // a waking next-step send since the last claim
+	wakeRequested            bool // latched wake (spec §4.4)
+	claimRef, hookRef        uint64
+}
+
+// NewDriver returns a driver over a session whose log so far is past
+// (the mirror is restored from it). The log must not have an open turn:
+// crash repair closes it before an agent runs on it.
+func NewDriver(cfg DriverConfig, h session.Header, past []session.Event) (*Driver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxParallelTools == 0 {
+		cfg.MaxParallelTools = DefaultMaxParallelTools
+	}
+	m, err := session.Restore(h, past)
+	if err != nil {
+		return nil, fmt.Errorf("agent: mirror the log: %w", err)
+	}
+	if turn, _, open := m.OpenTurn(); open {
+		return nil, fmt.Errorf("agent: the log has turn %d open; repair it first", turn)
+	}
+	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true}
+	for _, e := range past {
+		if p, ok := e.Payload().(session.TurnStart); ok {
+			d.lastTurn = p.Turn
+		}
+	}
+	return d, nil
+}
+
+// Status returns the current status.
+func (d *Driver) Status() Status { return d.status }
+
+// LastTurn returns the number of the last turn started.
+func (d *Driver) LastTurn() int64 { return d.lastTurn }
+
+// Idle reports whether the agent is quiescent: no turn, no append in
+// flight, no latched wake.
+func (d *Driver) Idle() bool { return d.phase == phIdle && d.inflight == 0 && !d.wakeRequested }
+
+func (d *Driver) ref() uint64 {
+	d.refs++
+	return d.refs
+}
+
+func (d *Driver) emit(e Effect) { d.out = append(d.out, e) }
+
+func (d *Driver) flush() Effects {
+	out := d.out
+	d.out = nil
+	return out
+}
+
+func (d *Driver) appendDrafts(tag appendTag, drafts ...session.Draft) {
+	r := d.ref()
+	d.inflight++
+	if tag != (appendTag{}) {
+		d.tags[r] = tag
+	}
+	d.emit(AppendEffect{Ref: r, Drafts: drafts})
+}
+
+// settle runs fn once every append in flight is acknowledged (now, if
+// none is).
+func (d *Driver) settle(fn func()) {
+	d.phase = phSettle
+	if d.inflight == 0 {
+		fn()
+		return
+	}
+	d.settled = fn
+}
+
+func (d *Driver) setStatus(s Status) {
+	if d.status != s {
+		d.status = s
+		d.emit(StatusEffect{Status: s})
+	}
+}
+
+// ---- inputs -------------------------------------------------------------
+
+// Committed feeds the mirror with events the session committed, in order
+// and without gaps.
+func (d *Driver) Committed(events []session.Event) error {
+	for _, e := range events {
+		if e.Seq() != d.mirror.Len() {
+			if e.Seq() < d.mirror.Len() {
+				continue // already mirrored
+			}
+			return fmt.Errorf("agent: mirror at %d got event %d", d.mirror.Len(), e.Seq())
+		}
+		dr := session.NewDraft(e.Type(), e.Data())
+		if op := e.SurfaceOp(); op.Kind() != session.OpNone {
+			dr = dr.WithSurface(op)
+		}
+		if s, ok := e.SourceEventSeqs(); ok {
+			dr = dr.WithSources(s)
+		}
+		if e.Ignorable() {
+			dr = dr.AsIgnorable()
+		}
+		if _, err := d.mirror.Append(dr, e.Time()); err != nil {
+			return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
+		}
+	}
+	return nil
+}
+
+// InboxPending sets the inbox counts (the answer to a query made at boot).
+func (d *Driver) InboxPending(nextTurn, nextStep int) {
+	d.pendingTurn, d.pendingStep = nextTurn, nextStep
+}
+
+// InboxChanged adjusts the count of list t by delta (an insert +1, a
+// discard or claim −1).
+func (d *Driver) InboxChanged(t inbox.Target, delta int) {
+	if t == inbox.NextTurn {
+		d.pendingTurn = max(d.pendingTurn+delta, 0)
+	} else {
+		d.pendingStep = max(d.pendingStep+delta, 0)
+	}
+}
+
+// Wake handles a committed waking send to list t (spec §4.4 wakeDriver).
+func (d *Driver) Wake(t inbox.Target) Effects {
+	switch {
+	case d.phase == phIdle:
+		d.startTurn()
+	case d.t.aborted:
+		if d.t.cause.Kind != session.CauseDisposed {
+			d.wakeRequested = true
+		}
+	case t == inbox.NextStep:
+		d.stepWoke = true
+	}
+	return d.flush()
+}
+
+// Cancel aborts the running turn with cause (the first cause wins) and,
+// unless keepInbox, clears the inbox and drops a latched wake (§4.9).
+func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
+	if !keepInbox {
+		d.emit(ClearInboxEffect{})
+		d.wakeRequested = false
+	}
+	if d.phase == phIdle || d.t == nil || d.t.aborted {
+		return d.flush()
+	}
+	t := d.t
+	t.aborted, t.cause = true, cause
+	d.emit(AbortEffect{Cause: cause})
+	switch d.phase {
+	case phStream:
+		d.emit(CancelStreamEffect{Ref: t.streamRef})
+	case phRetryWait:
+		t.timerGen++
+		d.finishStep(outAborted, messages.LlmFailure{})
+	case phTools:
+		d.commitTools()
+	}
+	return d.flush()
+}
+
+// Appended acknowledges append ref with its committed events.
+func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
+	if d.inflight == 0 {
+		return nil, fmt.Errorf("agent: unexpected append ack %d", ref)
+	}
+	d.inflight--
+	if tag, ok := d.tags[ref]; ok {
+		delete(d.tags, ref)
+		if events.Len() != 1 {
+			return nil, fmt.Errorf("agent: append %d committed %d events, want 1", ref, events.Len())
+		}
+		seq := events.At(0).Seq()
+		switch {
+		case tag.chunk && d.t != nil:
+			d.t.chunkSeqs = append(d.t.chunkSeqs, seq)
+		case tag.toolCall > 0 && d.t != nil && tag.toolCall <= len(d.t.calls):
+			d.t.calls[tag.toolCall-1].seq = seq
+			if d.phase == phTools {
+				d.commitTools()
+			}
+		}
+	}
+	if d.inflight == 0 && d.settled != nil {
+		fn := d.settled
+		d.settled = nil
+		fn()
+	}
+	return d.flush(), nil
+}
+
+// AppendFailed reports a refused append: the agent's view of the log is
+// wrong, which the core cannot repair. The shell crashes the actor.
+func (d *Driver) AppendFailed(ref uint64, err error) error {
+	return fmt.Errorf("agent: session refused append %d: %w", ref, err)
+}
+
+// Claimed delivers the inbox's answer to the claim ref.
+func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
+	if d.phase != phClaim || ref != d.claimRef {
+		return d.flush()
+	}
+	d.stepWoke = false
+	t := d.t
+	switch {
+	case t.aborted:
+		d.endTurn(abortedReason(t.cause))
+	case d.cfg.PreStep:
+		d.phase = phPreStep
+		d.hookRef = d.ref()
+		d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs)})
+	default:
+		d.enter(msgs)
+	}
+	return d.flush()
+}
+
+// PreStepDone delivers the pre-step hook's decision.
+func (d *Driver) PreStepDone(ref uint64, dec PreStepDecision, err error) Effects {
+	if d.phase != phPreStep || ref != d.hookRef {
+		return d.flush()
+	}
+	t := d.t
+	switch {
+	case t.aborted:
+		d.endTurn(abortedReason(t.cause))
+	case err != nil:
+		f := messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown}
+		d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step + 1, Error: f})
+		t.stopAfter = true
+		d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
+	case dec.Reject:
+		t.stopAfter = true
+		d.endTurn(session.TurnEndReason{Kind: session.EndBlocked})
+	default:
+		d.enter(dec.Messages)
+	}
+	return d.flush()
+}
+
+// TurnStoppingDone delivers the end of the turn-stopping hook.
+func (d *Driver) TurnStoppingDone(ref uint64, err error) Effects {
+	if d.phase != phTurnStopping || ref != d.hookRef {
+		return d.flush()
+	}
+	t := d.t
+	switch {
+	case t.aborted:
+		d.endTurn(abortedReason(t.cause))
+	case err != nil:
+		f := messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown}
+		d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step, Error: f})
+		t.stopAfter = true
+		d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
+	default:
+		t.stoppingRan = true
+		d.claim(inbox.NextStep)
+	}
+	return d.flush()
+}
+
+// StreamChunk delivers chunk c of call ref.
+func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
+	if d.phase != phStream || ref != d.t.streamRef {
+		return d.flush()
+	}
+	t := d.t
+	d.appendDrafts(appendTag{chunk: true}, session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft())
+	t.asm.Push(c)
+	return d.flush()
+}
+
+// StreamEnded delivers the end of call ref.
+func (d *Driver) StreamEnded(ref uint64, finish messages.FinishReason, cancelled bool) Effects {
+	if d.phase != phStream || ref != d.t.streamRef {
+		return d.flush()
+	}
+	d.t.streamRef = 0
+	d.settle(func() { d.streamDone(finish, cancelled) })
+	return d.flush()
+}
+
+// RetryTimerFired delivers the backoff timer of generation gen.
+func (d *Driver) RetryTimerFired(gen uint64) Effects {
+	if d.phase != phRetryWait || gen != d.t.timerGen {
+		return d.flush()
+	}
+	t := d.t
+	d.appendDrafts(appendTag{}, session.NewDraft(session.TypeLlmRetryStarted,
+		llm.RetryStartedData(retryID(t), t.turn, t.step, t.attempt-1)))
+	d.beginAttempt()
+	return d.flush()
+}
+
+// ToolEmitted appends a draft a running tool asked for.
+func (d *Driver) ToolEmitted(ref uint64, dr session.Draft) Effects {
+	if d.t == nil {
+		return d.flush()
+	}
+	for _, c := range d.t.calls {
+		if c.ref == ref && c.started && !c.done {
+			d.appendDrafts(appendTag{}, dr)
+			break
+		}
+	}
+	return d.flush()
+}
+
+// ToolDone delivers the result of tool call ref.
+func (d *Driver) ToolDone(ref uint64, r Result) Effects {
+	if d.phase != phTools {
+		return d.flush()
+	}
+	t := d.t
+	for i := range t.calls {
+		c := &t.calls[i]
+		if c.ref == ref && c.started && !c.done {
+			c.done, c.result = true, r
+			t.running--
+			if t.running == 0 {
+				t.exclusive = false
+			}
+			d.scheduleTools()
+			d.commitTools()
+			break
+		}
+	}
+	return d.flush()
+}
+
+// ---- the turn (spec §4.5) ----------------------------------------------
+
+func abortedReason(c session.CancelCause) session.TurnEndReason {
+	return session.TurnEndReason{Kind: session.EndAborted, Cause: c}
+}
+
+func (d *Driver) startTurn() {
+	d.lastTurn++
+	d.t = &turnState{turn: d.lastTurn, firstClaim: true}
+	d.wakeRequested = false
+	d.setStatus(StatusRunning)
+	d.emit(NewSignalEffect{})
+	d.appendDrafts(appendTag{}, session.TurnStart{Turn: d.t.turn}.Draft())
+	// The claim's splice must follow turn/start in the log: the inbox
+	// appends it, so the turn/start must be committed first.
+	d.settle(func() {
+		if d.t.aborted {
+			d.endTurn(abortedReason(d.t.cause))
+			return
+		}
+		d.claim(inbox.NextTurn)
+	})
+}
+
+func (d *Driver) claim(target inbox.Target) {
+	d.phase = phClaim
+	d.claimRef = d.ref()
+	d.emit(ClaimEffect{Ref: d.claimRef, Target: target, Turn: d.t.turn})
+}
+
+// enter is §4.5 steps 2.3–2.5: break, complete empty, or open a step.
+func (d *Driver) enter(msgs []messages.Message) {
+	t := d.t
+	switch {
+	case t.ends != nil && len(msgs) == 0:
+		if d.cfg.TurnStopping && !t.stoppingRan {
+			d.phase = phTurnStopping
+			d.hookRef = d.ref()
+			d.emit(RunTurnStoppingEffect{Ref: d.hookRef, Turn: t.turn})
+			return
+		}
+		d.endTurn(*t.ends)
+		return
+	case t.step == 0 && len(msgs) == 0:
+		t.stopAfter = true
+		d.endTurn(session.TurnEndReason{Kind: session.EndCompleted})
+		return
+	}
+	t.step++
+	t.stoppingRan = false
+	t.retries = nil
+	t.attempt = 0
+	drafts := []session.Draft{session.StepStart{Turn: t.turn, Step: t.step}.Draft()}
+	for _, m := range msgs {
+		drafts = append(drafts, session.UserMessage{Message: m}.Draft())
+	}
+	d.appendDrafts(appendTag{}, drafts...)
+	d.beginAttempt()
+}
+
+// finishStep appends step/end and decides what follows (§4.5 steps
+// 2.6–2.9).
+func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
+	t := d.t
+	d.appendDrafts(appendTag{}, session.StepEnd{Turn: t.turn, Step: t.step}.Draft())
+	switch out {
+	case outAborted:
+		d.endTurn(abortedReason(t.cause))
+		return
+	case outError:
+		d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step, Error: failure})
+		t.stopAfter = true
+		d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: failure})
+		return
+	case outMaxTokens:
+		t.maxTokens = true
+	}
+	switch {
+	case t.maxTokens:
+		t.ends = &session.TurnEndReason{Kind: session.EndMaxTokens}
+	case out == outCompleted:
+		t.ends = &session.TurnEndReason{Kind: session.EndCompleted}
+	default:
+		t.ends = nil
+	}
+	// The next claim's splice must follow step/end (and the tool
+	// results' context pushes, sent to the inbox before it).
+	d.settle(func() {
+		if t.aborted {
+			d.endTurn(abortedReason(t.cause))
+			return
+		}
+		d.claim(inbox.NextStep)
+	})
+}
+
+// endTurn appends turn/end and, once it is committed, either runs the
+// next turn or goes idle (§4.4 kick, §4.5 step 5).
+func (d *Driver) endTurn(reason session.TurnEndReason) {
+	t := d.t
+	d.appendDrafts(appendTag{}, session.TurnEnd{Turn: t.turn, Reason: reason}.Draft())
+	d.settle(func() {
+		d.phase = phIdle
+		next := false
+		switch {
+		case reason.Kind == session.EndAborted:
+			next = d.wakeRequested && d.pendingTurn+d.pendingStep > 0
+		case t.stopAfter || reason.Kind == session.EndBlocked || reason.Kind == session.EndError:
+			// parked until the next waking send (§4.4, §7.6)
+		default:
+			next = d.pendingTurn > 0 || (d.stepWoke && d.pendingStep > 0)
+		}
+		d.wakeRequested = false
+		if next {
+			d.startTurn()
+			return
+		}
+		d.t = nil
+		d.setStatus(StatusIdle)
+	})
+}
+
+// ---- the step (spec §4.6, §4.7) -----------------------------------------
+
+// seedConfig is §4.7 step 1.
+func (d *Driver) seedConfig() messages.CallConfig {
+	folded, has := d.mirror.RequestHeader()
+	if d.firstRequest || !has {
+		cfg := messages.CallConfig{Provider: d.cfg.Provider, Model: d.cfg.Model, MaxTokens: d.cfg.MaxTokens}
+		if has && folded.Config.Provider == cfg.Provider && folded.Config.Model == cfg.Model &&
+			!folded.AdapterDefaults.ReasoningEffort {
+			cfg.ReasoningEffort = folded.Config.ReasoningEffort
+		}
+		return cfg
+	}
+	cfg := folded.Config
+	if folded.AdapterDefaults.ReasoningEffort {
+		cfg.ReasoningEffort = ""
+	}
+	if folded.AdapterDefaults.MaxTokens {
+		cfg.MaxTokens = messages.OptInt{}
+	}
+	return cfg
+}
+
+// beginAttempt builds the attempt's config and header drafts, then, once
+// the log has settled, dispatches the request built from it.
+func (d *Driver) beginAttempt() {
+	t := d.t
+	t.attempt++
+	cfg := d.seedConfig()
+	if d.cfg.Request != nil {
+		c, err := d.cfg.Request(RequestInput{Turn: t.turn, Step: t.step, Seed: cfg})
+		if err != nil {
+			d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
+			return
+		}
+		cfg = c
+	}
+	if err := cfg.Validate(); err != nil {
+		d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
+		return
+	}
+	t.cfg = cfg
+	header := session.NewEpochHeader(cfg, session.AdapterDefaults{}, d.cfg.System, d.cfg.Tools).Canonical()
+	folded, has := d.mirror.RequestHeader()
+	var drafts []session.Draft
+	switch {
+	case d.firstRequest && !has:
+		drafts = append(drafts, session.RequestHeader{Header: header, Reason: session.ReasonInitial}.Draft())
+	case d.firstRequest:
+		drafts = append(drafts, session.RequestHeader{Header: header, Reason: session.ReasonResume}.Draft())
+	case !folded.Equal(header):
+		drafts = append(drafts, session.RequestHeader{Header: header, Reason: session.ReasonChange}.Draft())
+	}
+	d.firstRequest = false
+	if rc, has := d.mirror.RequestContext(); !has || rc.Provider != cfg.Provider || rc.Model != cfg.Model {
+		drafts = append(drafts, session.RequestContext{Provider: cfg.Provider, Model: cfg.Model}.Draft())
+	}
+	if len(drafts) > 0 {
+		d.appendDrafts(appendTag{}, drafts...)
+	}
+	d.settle(func() {
+		if t.aborted {
+			d.finishStep(outAborted, messages.LlmFailure{})
+			return
+		}
+		d.dispatch()
+	})
+}
+
+// dispatch builds the request from the mirror and starts the call.
+func (d *Driver) dispatch() {
+	t := d.t
+	msgs := d.mirror.DeriveMessages().Slice()
+	if invariants.Enabled {
+		// Request reconstruction (spec §2.14): the request is the log's
+		// projection, re-derived from scratch, under the folded header.
+		scratch := session.DeriveFromScratch(d.mirror.Events().Slice())
+		_ = invariants.Assertf(slices.EqualFunc(msgs, scratch, messages.Message.Equal),
+			"agent: request messages differ from the log's projection")
+		h, ok := d.mirror.RequestHeader()
+		_ = invariants.Assertf(ok && h.Config.Equal(t.cfg) && h.System == d.cfg.System,
+			"agent: request config differs from the folded header")
+	}
+	req := llm.NewRequest(t.cfg, d.cfg.System, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID()))
+	t.asm.Reset()
+	t.chunkSeqs = nil
+	t.streamRef = d.ref()
+	d.phase = phStream
+	d.emit(StartStreamEffect{Ref: t.streamRef, Request: req})
+}
+
+func retryID(t *turnState) string { return fmt.Sprintf("retry-%d-%d-%d", t.turn, t.step, t.attempt) }
+
+// streamDone handles the end of an attempt, once its chunks are
+// committed (§4.6 steps 3–6).
+func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
+	t := d.t
+	src := messages.ModelSource{Provider: t.cfg.Provider, Model: t.cfg.Model}
+	usage, hasUsage := t.asm.Usage()
+	if t.aborted || cancelled {
+		if blocks := t.asm.InterruptedBlocks(); len(blocks) > 0 {
+			m, err := messages.NewAssistantMessage(blocks, src)
+			if err == nil {
+				d.appendDrafts(appendTag{}, session.AssistantMessage{Turn: t.turn, Step: t.step, Message: m,
+					Usage: usage, HasUsage: hasUsage, Interrupted: true}.Draft().WithSources(t.chunkSeqs))
+			}
+		}
+		d.finishStep(outAborted, messages.LlmFailure{})
+		return
+	}
+	if finish.Kind == messages.FinishError || finish.Kind == messages.FinishAborted {
+		d.failedAttempt(finish.Failure)
+		return
+	}
+	src.ReplayState = t.asm.ReplayState()
+	blocks := t.asm.Blocks()
+	m, err := messages.NewAssistantMessage(blocks, src)
+	if err != nil {
+		d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
+		return
+	}
+	d.appendDrafts(appendTag{}, session.AssistantMessage{Turn: t.turn, Step: t.step, Message: m,
+		Usage: usage, HasUsage: hasUsage}.Draft().WithSources(t.chunkSeqs))
+	var calls []toolCall
+	if finish.Kind != messages.FinishMaxTokens {
+		for _, b := range blocks {
+			if b.Type() == messages.BlockToolCall {
+				calls = append(calls, toolCall{block: b, input: parseInput(b.Arguments()), seq: -1})
+			}
+		}
+	}
+	switch {
+	case finish.Kind == messages.FinishMaxTokens:
+		d.finishStep(outMaxTokens, messages.LlmFailure{})
+	case len(calls) == 0:
+		d.finishStep(outCompleted, messages.LlmFailure{})
+	default:
+		// Tools start once the anchor is committed: a cancel that lands
+		// in between gives every call a synthetic pair (§4.9).
+		t.calls = calls
+		d.settle(func() {
+			d.phase = phTools
+			d.scheduleTools()
+			d.commitTools()
+		})
+	}
+}
+
+// failedAttempt is §4.6 step 4 and §4.10: retry inside the step, or end
+// the turn in error. No assistant message is written.
+func (d *Driver) failedAttempt(f messages.LlmFailure) {
+	t := d.t
+	if f.Code == "" {
+		f.Code = llm.CodeUnknown
+	}
+	if f.Message == "" {
+		f.Message = f.Code
+	}
+	dec := DecideDefault
+	if d.cfg.RequestError != nil {
+		var err error
+		dec, err = d.cfg.RequestError(RequestErrorInput{Turn: t.turn, Step: t.step, Provider: t.cfg.Provider,
+			Failure: f, Attempt: t.attempt})
+		if err != nil {
+			d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
+			return
+		}
+	}
+	policy := d.cfg.Retry
+	key := t.cfg.Provider + "\x00" + policy.Key()
+	if t.retries == nil {
+		t.retries = map[string]int{}
+	}
+	n := t.retries[key] + 1
+	delay, ok := time.Duration(0), false
+	switch dec {
+	case DecideRetry:
+		if delay, ok = policy.Decide(n, f, nil); !ok {
+			delay, ok = policy.WithDefaults().InitialDelay, true
+		}
+	case DecideDefault:
+		if !d.cfg.NoRetry {
+			delay, ok = policy.Decide(n, f, nil)
+		}
+	}
+	if !ok {
+		d.finishStep(outError, f)
+		return
+	}
+	t.retries[key] = n
+	d.appendDrafts(appendTag{}, session.NewDraft(session.TypeLlmRetry, policy.RetryData(llm.RetryEvent{
+		RetryID: retryID(t), Turn: t.turn, Step: t.step, Provider: t.cfg.Provider, Retry: n, Delay: delay, Failure: f})))
+	t.timerGen++
+	d.phase = phRetryWait
+	d.emit(StartTimerEffect{Gen: t.timerGen, Delay: delay})
+}
+
+// ---- tool calls (spec §4.8) --------------------------------------------
+
+func (d *Driver) modeOf(c *toolCall) Mode {
+	if d.cfg.Modes == nil {
+		return Exclusive
+	}
+	return d.cfg.Modes(c.block.Name(), c.input)
+}
+
+// scheduleTools starts calls in model order: an exclusive call alone, a
+// run of parallel calls in a rolling pool of MaxParallelTools.
+func (d *Driver) scheduleTools() {
+	t := d.t
+	for !t.aborted && t.next < len(t.calls) && !t.exclusive {
+		c := &t.calls[t.next]
+		if d.modeOf(c) == Exclusive {
+			if t.running > 0 {
+				return
+			}
+			t.exclusive = true
+		} else if t.running >= d.cfg.MaxParallelTools {
+			return
+		}
+		d.startCall(t.next)
+		t.next++
+	}
+}
+
+func (d *Driver) startCall(i int) {
+	t := d.t
+	c := &t.calls[i]
+	c.started = true
+	c.ref = d.ref()
+	t.running++
+	b := c.block
+	d.appendDrafts(appendTag{toolCall: i + 1}, session.ToolCall{Turn: t.turn, Step: t.step, CallID: b.ID(),
+		Name: b.Name(), Arguments: b.Arguments()}.Draft())
+	d.emit(RunToolEffect{Ref: c.ref, Call: Call{Turn: t.turn, Step: t.step, ID: b.ID(), Name: b.Name(),
+		Arguments: b.Arguments(), Input: c.input}})
+}
+
+// commitTools commits settled results strictly in model order; after an
+// abort, each never-started call gets a synthetic tool/call + tool/result
+// pair once the calls before it are committed.
+func (d *Driver) commitTools() {
+	t := d.t
+	for t.commitIdx < len(t.calls) {
+		c := &t.calls[t.commitIdx]
+		if !c.started {
+			if !t.aborted {
+				return
+			}
+			c.started, c.done, c.result = true, true, abortedBeforeDispatch()
+			b := c.block
+			d.appendDrafts(appendTag{toolCall: t.commitIdx + 1}, session.ToolCall{Turn: t.turn, Step: t.step,
+				CallID: b.ID(), Name: b.Name(), Arguments: b.Arguments()}.Draft())
+			t.next = max(t.next, t.commitIdx+1)
+			return // the result needs the call's seq
+		}
+		if !c.done || c.seq < 0 {
+			return
+		}
+		r := c.result
+		msg := messages.NewToolResultMessage(c.block.ID(), r.Content, r.IsError)
+		d.appendDrafts(appendTag{}, session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
+			Meta: r.Meta}.Draft().WithSources([]int64{c.seq}))
+		for _, m := range r.AdditionalContexts {
+			d.emit(PushContextEffect{Message: m})
+		}
+		if r.ConcludesTurn {
+			t.concludes = true
+		}
+		c.committed = true
+		t.commitIdx++
+	}
+	out := outMore
+	switch {
+	case t.aborted:
+		out = outAborted
+	case t.concludes:
+		out = outCompleted
+	}
+	d.finishStep(out, messages.LlmFailure{})
+}

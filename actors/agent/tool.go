@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// Mode is a tool call's execution mode (spec §4.8).
+type Mode uint8
+
+const (
+	// Parallel calls run in a rolling pool of at most MaxParallelTools.
+	Parallel Mode = iota
+	// Exclusive calls run alone, as a barrier between the calls before
+	// and after them.
+	Exclusive
+)
+
+// Call is one tool call as the model made it. Input is the parsed
+// arguments: {} for an empty string, the zero JSON when the arguments are
+// not valid JSON (Arguments still has them verbatim, as the reference
+// passes the raw string through).
+type Call struct {
+	Turn, Step int64
+	ID         string
+	Name       string
+	Arguments  string
+	Input      messages.JSON
+	emit       func(session.Draft)
+}
+
+// Emit asks the agent to append d to the session log now: after the
+// call's tool/call and before its tool/result (todo_write's todo/write).
+// Safe to call from the tool's goroutine until Execute returns; later
+// calls are dropped.
+func (c Call) Emit(d session.Draft) {
+	if c.emit != nil {
+		c.emit(d)
+	}
+}
+
+// Result is what a tool call produced. Content is the tool-result
+// content; IsError marks a failure the model should see; Error, when not
+// zero, is the typed error recorded with the result; Meta is opaque JSON
+// recorded with it. AdditionalContexts enter the inbox's next-step list
+// (loop origin) after the result commits. ConcludesTurn ends the turn
+// after this step even though the model is owed a follow-up request.
+// The slices belong to the agent once Execute returns.
+type Result struct {
+	Content            []messages.ContentBlock
+	IsError            bool
+	Error              session.ToolError
+	Meta               messages.JSON
+	AdditionalContexts []messages.Message
+	ConcludesTurn      bool
+}
+
+// Tool is a function the model may call. Implementations must be safe
+// for concurrent use: parallel calls run at once, each in its own
+// goroutine. Execute must return promptly once ctx is cancelled (the
+// turn was aborted, or the agent is stopping); a non-nil error becomes an
+// error result (ABORTED when ctx was cancelled).
+type Tool interface {
+	Name() string
+	Schema() messages.ToolSchema
+	Mode(input messages.JSON) Mode
+	Execute(ctx context.Context, call Call) (Result, error)
+}
+
+// Registry is an immutable set of tools, keyed by name. Safe for
+// concurrent use.
+type Registry struct {
+	tools map[string]Tool
+	names []string // sorted
+}
+
+// NewRegistry returns a registry of tools; a duplicate or empty name is
+// an error.
+func NewRegistry(tools ...Tool) (*Registry, error) {
+	r := &Registry{tools: make(map[string]Tool, len(tools))}
+	for _, t := range tools {
+		n := t.Name()
+		if n == "" {
+			return nil, errors.New("agent: tool with an empty name")
+		}
+		if _, dup := r.tools[n]; dup {
+			return nil, fmt.Errorf("agent: duplicate tool %q", n)
+		}
+		r.tools[n] = t
+		r.names = append(r.names, n)
+	}
+	slices.Sort(r.names)
+	return r, nil
+}
+
+// Lookup returns the tool called name.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	if r == nil {
+		return nil, false
+	}
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Schemas returns the tools' schemas in canonical (lexicographic) order;
+// the slice is owned by the caller.
+func (r *Registry) Schemas() []messages.ToolSchema {
+	if r == nil {
+		return nil
+	}
+	out := make([]messages.ToolSchema, 0, len(r.names))
+	for _, n := range r.names {
+		out = append(out, r.tools[n].Schema())
+	}
+	return out
+}
+
+// modeOf classifies a call: unknown tools run exclusive (their result is
+// an error, produced at once, so the choice only keeps ordering simple).
+func (r *Registry) modeOf(name string, input messages.JSON) Mode {
+	t, ok := r.Lookup(name)
+	if !ok {
+		return Exclusive
+	}
+	return t.Mode(input)
+}
+
+// parseInput is the reference's JSON.parse of the arguments: "" is {},
+// invalid JSON is the zero JSON.
+func parseInput(args string) messages.JSON {
+	if strings.TrimSpace(args) == "" {
+		return messages.MustParseJSON("{}")
+	}
+	j, err := messages.ParseJSONString(args)
+	if err != nil {
+		return messages.JSON{}
+	}
+	return j
+}
+
+// The synthetic results of spec §4.8.
+func abortedBeforeDispatch() Result {
+	return Result{Content: []messages.ContentBlock{messages.TextBlock("Error: tool call aborted before dispatch")},
+		IsError: true, Error: session.ToolError{Name: "AbortError", Code: "ABORTED_BEFORE_DISPATCH"}}
+}
+
+func abortedResult() Result {
+	return Result{Content: []messages.ContentBlock{messages.TextBlock("Error: tool call aborted")},
+		IsError: true, Error: session.ToolError{Name: "AbortError", Code: "ABORTED"}}
+}
+
+func errorResult(name, code string, err error) Result {
+	return Result{Content: []messages.ContentBlock{messages.TextBlock("Error: " + err.Error())},
+		IsError: true, Error: session.ToolError{Name: name, Code: code}}
+}
+
+// runTool executes call with t (nil when unknown), turning every failure
+// into an error result. It runs in a goroutine owned by the agent shell.
+func runTool(ctx context.Context, t Tool, call Call) (res Result) {
+	if t == nil {
+		return errorResult("ToolNotFoundError", "TOOL_NOT_FOUND", fmt.Errorf("unknown tool %q", call.Name))
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			res = errorResult("ToolPanicError", "TOOL_PANIC", fmt.Errorf("tool %q panicked: %v", call.Name, v))
+		}
+	}()
+	r, err := t.Execute(ctx, call)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return abortedResult()
+	case err != nil:
+		return errorResult("ToolError", "TOOL_ERROR", err)
+	}
+	return r
+}
+
+// TodoWrite is the built-in todo_write tool: it records the whole todo
+// list as a todo/write event (spec §2.2), between its tool/call and
+// tool/result. Exclusive: two writes must not race.
+type TodoWrite struct{}
+
+// Name returns "todo_write".
+func (TodoWrite) Name() string { return "todo_write" }
+
+// Schema returns the tool's schema.
+func (TodoWrite) Schema() messages.ToolSchema {
+	return messages.ToolSchema{Name: "todo_write", Description: "Replace the session's todo list.",
+		Parameters: messages.MustParseJSON(`{"type":"object","properties":{"todos":{"type":"array","items":` +
+			`{"type":"object","properties":{"content":{"type":"string"},"status":{"type":"string",` +
+			`"enum":["pending","in_progress","completed"]}},"required":["content","status"]}}},"required":["todos"]}`)}
+}
+
+// Mode returns Exclusive.
+func (TodoWrite) Mode(messages.JSON) Mode { return Exclusive }
+
+// Execute validates the list, emits todo/write, and answers with a short
+// confirmation.
+func (TodoWrite) Execute(_ context.Context, call Call) (Result, error) {
+	list, ok := call.Input.Field("todos")
+	if !ok || list.Kind() != messages.KindArray {
+		return Result{}, errors.New("todo_write: todos must be an array")
+	}
+	var todos []session.Todo
+	for item := range list.Elements() {
+		c, _ := item.Field("content")
+		s, _ := item.Field("status")
+		content, ok1 := c.AsString()
+		status, ok2 := s.AsString()
+		if !ok1 || !ok2 {
+			return Result{}, errors.New("todo_write: each todo needs a string content and status")
+		}
+		todos = append(todos, session.Todo{Content: content, Status: status})
+	}
+	call.Emit(session.NewTodoWrite(todos).Draft())
+	return Result{Content: []messages.ContentBlock{messages.TextBlock("Todos updated.")}}, nil
+}
