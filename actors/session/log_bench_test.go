@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/dshgo/dsh/messages"
 )
@@ -60,15 +61,20 @@ func BenchmarkDeriveAfterOneAppend(b *testing.B) {
 			want := l.DeriveMessages().Len()
 			d := UserMessage{Message: userText(b, "one more")}.Draft()
 			b.ReportAllocs()
+			var derive time.Duration // the DeriveMessages calls alone
 			for b.Loop() {
 				if _, err := l.Append(d, testNow); err != nil {
 					b.Fatal(err)
 				}
 				want++
-				if got := l.DeriveMessages().Len(); got != want {
+				start := time.Now()
+				got := l.DeriveMessages().Len()
+				derive += time.Since(start)
+				if got != want {
 					b.Fatalf("derived %d messages, want %d", got, want)
 				}
 			}
+			b.ReportMetric(float64(derive.Nanoseconds())/float64(b.N), "derive-ns/op")
 		})
 	}
 }
