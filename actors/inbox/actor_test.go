@@ -3,7 +3,6 @@ package inbox
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -11,19 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/messages"
 )
 
 const waitFor = 5 * time.Second
-
-func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-func newTestSystem(t *testing.T) *actor.ActorSystem {
-	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger))
-	t.Cleanup(sys.Shutdown)
-	return sys
-}
 
 // spawn spawns props and stops the actor at cleanup. Cleanups run in
 // reverse order, so actors spawned later are stopped first: spawn the
@@ -109,7 +100,7 @@ func splicesOf(es session.Events) []messages.JSON {
 }
 
 func TestActorSendsClaimsAndRebuildsEndToEnd(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	ownerPID, notes := spawnOwner(t, sys)
 	l := newLog(t)
 	sess := spawnSession(t, sys, l)
@@ -193,7 +184,7 @@ func TestActorSendsClaimsAndRebuildsEndToEnd(t *testing.T) {
 }
 
 func TestActorRemoveReplaceClear(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	ownerPID, notes := spawnOwner(t, sys)
 	sess := spawnSession(t, sys, newLog(t))
 	ib := spawnInbox(t, sys, ActorConfig{Session: sess, Owner: ownerPID})
@@ -231,7 +222,7 @@ func TestActorRemoveReplaceClear(t *testing.T) {
 }
 
 func TestActorBoundRefusesExternalSendsNotLoopPushes(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	sess := spawnSession(t, sys, newLog(t))
 	ib := spawnInbox(t, sys, ActorConfig{Session: sess, Inbox: Config{MaxPending: 1}})
 
@@ -279,7 +270,7 @@ func (s *refusingSession) Receive(ctx actor.Context) {
 }
 
 func TestActorFailedAppendLeavesTheListsUnchanged(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	ownerPID, notes := spawnOwner(t, sys)
 	fake := &refusingSession{l: newLog(t), refuse: map[int]bool{0: true, 2: true}}
 	sess := spawn(t, sys, actor.PropsFromProducer(func() actor.Actor { return fake }))
@@ -321,7 +312,7 @@ func TestActorRebuildsItsListsFromTheLogAtStart(t *testing.T) {
 	cs := newState(t, Config{})
 	commit(t, cs, child, must(t)(cs.PlanAppend(NextStep, user(t, "child ctx"), External)))
 
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	pSess := spawnSession(t, sys, parent)
 	cSess := spawnSession(t, sys, child)
 	pInbox := spawnInbox(t, sys, ActorConfig{Session: pSess})
@@ -381,7 +372,7 @@ func (s *lyingSession) Receive(ctx actor.Context) {
 // the actor panics, and its restart rebuilds the lists from the log, which
 // holds the splice.
 func TestActorRestartRebuildsFromTheLog(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	crashed := make(chan struct{}, 1)
 	sub := sys.EventStream.Subscribe(func(evt any) {
 		if _, ok := evt.(*actor.SupervisorEvent); ok {
@@ -413,7 +404,7 @@ func TestActorRestartRebuildsFromTheLog(t *testing.T) {
 }
 
 func TestActorFailsRequestsOnceTheSessionStopped(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	l := newLog(t)
 	props, err := session.Props(session.Config{Log: l})
 	require.NoError(t, err)

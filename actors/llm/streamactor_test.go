@@ -3,12 +3,12 @@ package llm
 import (
 	"context"
 	"iter"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/messages"
 	"github.com/stretchr/testify/require"
 )
@@ -16,15 +16,6 @@ import (
 // waitFor bounds every wait of these tests; nothing here should take more
 // than a few milliseconds.
 const waitFor = 10 * time.Second
-
-func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-func newTestSystem(t *testing.T) *actor.ActorSystem {
-	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger))
-	t.Cleanup(sys.Shutdown)
-	return sys
-}
 
 // spawned is the fake parent's first report: the stream actor's PID.
 type spawned struct{ child *actor.PID }
@@ -69,7 +60,7 @@ type harness struct {
 
 func startStream(t *testing.T, cfgs ...StreamConfig) *harness {
 	t.Helper()
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	var props []*actor.Props
 	for _, cfg := range cfgs {
 		p, err := StreamProps(cfg)
@@ -305,7 +296,7 @@ func TestStreamPropsServeOneSpawn(t *testing.T) {
 	p := newHanging(0)
 	props, err := StreamProps(StreamConfig{Provider: p, Ref: 6})
 	require.NoError(t, err)
-	h := startWithProps(t, newTestSystem(t), props, props)
+	h := startWithProps(t, testutil.NewActorSystem(t), props, props)
 	// Whichever child processes its Started first claims the call; the
 	// other stops at once.
 	idle := receive(t, h.termd)

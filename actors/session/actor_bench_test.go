@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/messages"
 )
 
@@ -168,7 +169,7 @@ func newBenchLogs(b *testing.B, n int) []*Log {
 }
 
 func benchActorAppend(b *testing.B, sessions int) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(testutil.QuietLogger))
 	defer sys.Shutdown()
 	logs := newBenchLogs(b, sessions)
 	pids := make([]*actor.PID, sessions)

@@ -2,11 +2,11 @@ package session
 
 import (
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/messages"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -14,17 +14,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// newTestSystem returns a quiet actor system; its actors are stopped by the
-// test's cleanup.
-func newTestSystem(t *testing.T) *actor.ActorSystem {
-	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger))
-	t.Cleanup(sys.Shutdown)
-	return sys
 }
 
 func spawnSession(t *testing.T, sys *actor.ActorSystem, cfg Config) *actor.PID {
@@ -55,7 +44,7 @@ func userDraft(t *testing.T, text string) Draft {
 }
 
 func TestActorAppendsAreAckedWithCommittedSeqs(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	l, err := New(testHeader())
 	require.NoError(t, err)
 	now := int64(1000)
@@ -78,7 +67,7 @@ func TestActorAppendsAreAckedWithCommittedSeqs(t *testing.T) {
 }
 
 func TestActorRefusedAppendLeavesLogUnchanged(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	l, err := New(testHeader())
 	require.NoError(t, err)
 	pid := spawnSession(t, sys, Config{Log: l})
@@ -109,7 +98,7 @@ func (s *subscriber) Receive(ctx actor.Context) {
 }
 
 func TestActorSubscriberGetsPastThenLiveEventsInOrder(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	l, err := New(testHeader())
 	require.NoError(t, err)
 	pid := spawnSession(t, sys, Config{Log: l})
@@ -140,7 +129,7 @@ func TestActorSubscriberGetsPastThenLiveEventsInOrder(t *testing.T) {
 }
 
 func TestActorObserversRunAfterCommitAndFailuresAreContained(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	l, err := New(testHeader())
 	require.NoError(t, err)
 	var seen []int64
@@ -162,7 +151,7 @@ func TestActorObserversRunAfterCommitAndFailuresAreContained(t *testing.T) {
 }
 
 func TestActorForkRepliesWithSeedAndRefusesOpenTurn(t *testing.T) {
-	sys := newTestSystem(t)
+	sys := testutil.NewActorSystem(t)
 	l, err := New(testHeader())
 	require.NoError(t, err)
 	pid := spawnSession(t, sys, Config{Log: l})

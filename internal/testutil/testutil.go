@@ -1,0 +1,24 @@
+// Package testutil holds the few helpers the project's tests share.
+package testutil
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// QuietLogger is a protoactor logger factory that discards everything, so
+// test output shows only the tests' own lines.
+func QuietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// NewActorSystem returns an actor system with a quiet logger, shut down
+// when the test ends. Shutdown stops no actors (protoactor's Shutdown only
+// closes a channel): a test stops the actors it spawned itself, in its own
+// cleanups, which run before this one.
+func NewActorSystem(t testing.TB, opts ...actor.ConfigOption) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(append([]actor.ConfigOption{actor.WithLoggerFactory(QuietLogger)}, opts...)...)
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
