@@ -63,7 +63,15 @@ type Hooks struct {
 	TurnStopping TurnStoppingHook
 	Request      RequestHook
 	RequestError RequestErrorHook
+	// PreExecute, Approver and PostExecute are the tool pipeline
+	// (tools/pre-execute, tools/post-execute); see ToolPreExecuteHook.
+	PreExecute  ToolPreExecuteHook
+	Approver    ToolApprover
+	PostExecute ToolPostExecuteHook
 }
+
+// ErrDisposed refuses a send to a disposed agent.
+var ErrDisposed = errors.New("agent: disposed")
 
 // Config configures an agent actor. Session and Provider are required,
 // and so is Model.
@@ -179,9 +187,10 @@ type agentActor struct {
 	booted      bool
 	buffered    []any // inputs that arrived before boot, replayed in order
 
-	sends   map[uint64]caller // forwarded sends by inbox ref
-	waiters []caller
-	stream  *actor.PID
+	sends    map[uint64]caller // forwarded sends by inbox ref
+	waiters  []caller
+	disposes []caller // Dispose requests, answered once idle
+	stream   *actor.PID
 
 	life         context.Context // cancelled at Stopping
 	lifeCancel   context.CancelFunc
@@ -254,6 +263,13 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		a.forward(ctx, m.Ref, inbox.Steer(0, m.Message))
 	case Inject:
 		a.forward(ctx, m.Ref, inbox.Inject(0, m.Message))
+	case Dispose:
+		a.disposes = append(a.disposes, caller{pid: ctx.Sender(), ref: m.Ref})
+		if !a.booted {
+			a.buffered = append(a.buffered, m)
+			return
+		}
+		a.handle(ctx, m)
 	case inbox.SendReply:
 		if c, ok := a.sends[m.Ref]; ok {
 			delete(a.sends, m.Ref)
@@ -316,7 +332,18 @@ func (a *agentActor) boot(ctx actor.Context) {
 	}
 }
 
+// forward sends s to the inbox on behalf of the caller. Before boot the
+// driver's abort state is unknown, but then no turn is running either.
 func (a *agentActor) forward(ctx actor.Context, callerRef uint64, s inbox.Send) {
+	if a.d != nil && a.d.Disposed() {
+		if p := ctx.Sender(); p != nil {
+			ctx.Send(p, SendFailed{Ref: callerRef, Err: ErrDisposed})
+		}
+		return
+	}
+	if a.d != nil {
+		s.Target = a.d.SendTarget(s.Target, s.Wake)
+	}
 	s.Ref = a.nextRef()
 	a.sends[s.Ref] = caller{pid: ctx.Sender(), ref: callerRef}
 	ctx.Request(a.inbox, s)
@@ -362,6 +389,10 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		eff = d.RetryTimerFired(m.gen)
 	case Cancel:
 		eff = d.Cancel(m.Cause, m.KeepInbox)
+	case SetSystem:
+		eff = d.SetSystem(m.Prompt)
+	case Dispose:
+		eff = d.Dispose()
 	}
 	if err != nil {
 		panic(err)
@@ -424,7 +455,7 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 }
 
 func (a *agentActor) answerWaiters(ctx actor.Context) {
-	if len(a.waiters) == 0 || !a.booted || !a.d.Idle() {
+	if !a.booted || !a.d.Idle() {
 		return
 	}
 	for _, w := range a.waiters {
@@ -433,6 +464,14 @@ func (a *agentActor) answerWaiters(ctx actor.Context) {
 		}
 	}
 	a.waiters = nil
+	if a.d.Disposed() {
+		for _, w := range a.disposes {
+			if w.pid != nil {
+				ctx.Send(w.pid, Disposed{Ref: w.ref})
+			}
+		}
+		a.disposes = nil
+	}
 }
 
 // runTool runs a tool body in a goroutine owned by the actor, under the
@@ -451,8 +490,9 @@ func (a *agentActor) runTool(e RunToolEffect) {
 			root.Send(self, toolEmitted{ref: ref, draft: dr})
 		}
 	}
+	hooks := a.cfg.Hooks
 	a.wg.Go(func() {
-		r := runTool(sig, t, call)
+		r := executeCall(sig, t, call, hooks)
 		mu.Lock()
 		open = false
 		mu.Unlock()

@@ -10,8 +10,9 @@
 // [Driver] (state.go) is the pure core: a state machine with no
 // goroutines, clock or I/O. Each input (Wake, Appended, Claimed,
 // StreamChunk, StreamEnded, ToolDone, PreStepDone, TurnStoppingDone,
-// RetryTimerFired, Cancel, inbox counts, and Committed for the log
-// mirror) returns [Effects]. The core keeps a mirror of the session log
+// RetryTimerFired, Cancel, SetSystem, Dispose, inbox counts, and
+// Committed for the log mirror) returns [Effects]. state_test.go drives
+// it alone (inputs in, effects out). The core keeps a mirror of the session log
 // (fed by the agent's subscription to the session) and builds every
 // request from it: messages = DeriveMessages(), config = the folded
 // request header, so a request always rebuilds from the log alone (spec
@@ -31,8 +32,14 @@
 //
 //	message                   from → to            reply / effect
 //	------------------------  -------------------  ------------------------------------------
-//	Followup, Steer, Inject   caller → agent       Sent | SendFailed (forwarded to the inbox)
+//	Followup, Steer, Inject   caller → agent       Sent | SendFailed (forwarded to the inbox;
+//	                                               a waking send after an abort goes to
+//	                                               next-turn and is latched, spec §4.3)
 //	Cancel                    caller → agent       none; aborts the turn, clears the inbox
+//	SetSystem                 caller → agent       none; the system prompt from the next step
+//	Dispose                   caller → agent       Disposed once idle; turn/end {aborted,
+//	                                               disposed}, inbox kept, sends then refused
+//	                                               (ErrDisposed); the caller stops the actor
 //	WaitIdle                  caller → agent       Idle, once idle (no turn, no latch, no append)
 //	StatusChanged, TurnFailed agent → Observer     status changes, agent/error
 //	session.Append            agent → session      AppendReply | AppendFailed
@@ -49,9 +56,10 @@
 // Receive never blocks, except Stopped, which joins the tool and hook
 // goroutines it has just cancelled (tools must honour their context).
 // Tool goroutines report with Send(self, ...): a tool's emitted drafts
-// arrive before its result. Hooks that may block (PreStep, TurnStopping)
-// run in goroutines; Request and RequestError run synchronously inside
-// Receive and must not block. Tools and hooks must be safe for concurrent
+// arrive before its result. Hooks that may block (PreStep, TurnStopping,
+// the tool pipeline PreExecute → Approver → body → PostExecute) run in
+// goroutines; Request and RequestError run synchronously inside Receive
+// and must not block. Tools and hooks must be safe for concurrent
 // use. Log order across the agent's and the inbox's appends is kept by
 // waiting for acknowledgements before asking the inbox to append.
 //
@@ -63,16 +71,35 @@
 // # What crashes and what replies
 //
 // Expected failures are recorded, not raised: a provider failure that is
-// not retried, a hook error, a bad request config end the turn with
-// turn/end {error} (and TurnFailed); a cancel ends it {aborted, cause}.
+// not retried, a hook error, a pre-step decision carrying a core-type or
+// non-user entry, a bad request config end the turn with turn/end {error}
+// (and TurnFailed); a cancel ends it {aborted, cause}. A tool hook's error
+// is the call's error result (TOOL_HOOK_ERROR), not a turn error; a
+// denial is TOOL_DENIED (Ask without an Approver is a denial that says
+// so), a post-execute block TOOL_RESULT_BLOCKED.
 // Send failures (a full inbox, a duplicate id) are answered SendFailed.
 // The actor panics, so that its supervisor restarts it from the log, when
 // its view of the log is wrong: the session refuses one of its appends or
 // the inbox a claim, the mirror sees a gap, or the log it starts on has
 // an open turn (crash repair must close it first).
 //
+// # Extension points
+//
+// Hooks (spec §4.11): PreStep (enter | reject; the decision may also
+// carry Preface events, recorded before step/start, and Entries —
+// plugin-sourced messages and foreign log-only events such as
+// session/title — recorded in order after the entered messages, which is
+// how the log replay re-inserts recorded plugin contributions), Request,
+// RequestError, TurnStopping, and the tool pipeline PreExecute (allow |
+// deny | ask), Approver, PostExecute (accept | block, additional
+// contexts). The pre-step hook is not consulted at a step boundary that
+// found next-step empty after a finished step (§4.5 step 2.8).
+//
 // # Not done yet
 //
-// Tool pre/post-execute hooks, the runtime-context snapshot, system
-// prompt changes at run time, maintenance tasks, and compaction (§4.13).
+// The runtime-context snapshot (§4.12; a PreStep hook can supply it as an
+// Entry), maintenance tasks (runMaintenance), compaction (§4.13), and
+// per-listener tools/execute wrapping. Post-execute runs in the call's
+// goroutine right after the body rather than at commit time in model
+// order (see ToolPostExecuteHook).
 package agent

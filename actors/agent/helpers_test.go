@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,6 +84,7 @@ type mockProvider struct {
 	started  chan int // receives the call index when the call starts
 	check    func(llm.Request) error
 	failures []string
+	inner    llm.Provider // when set, serves every call (the script is unused)
 }
 
 func newMock(script ...entry) *mockProvider {
@@ -108,6 +110,14 @@ func (p *mockProvider) Stream(ctx context.Context, req llm.Request) iter.Seq2[me
 				p.failures = append(p.failures, fmt.Sprintf("request %d: %v", i, err))
 				p.mu.Unlock()
 			}
+		}
+		if p.inner != nil {
+			for c, err := range p.inner.Stream(ctx, req) {
+				if !yield(c, err) {
+					return
+				}
+			}
+			return
 		}
 		p.started <- i
 		for _, c := range e.chunks {
@@ -139,6 +149,9 @@ type harness struct {
 	agent   *actor.PID
 	mock    *mockProvider
 	refs    uint64
+
+	observers []session.Observer // session observers, set by options
+	agentPID  atomic.Pointer[actor.PID]
 }
 
 type option func(*harness, *Config)
@@ -157,21 +170,26 @@ func newHarness(t *testing.T, mock *mockProvider, l *session.Log, opts ...option
 		l, err = session.New(testHeader())
 		require.NoError(t, err)
 	}
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger))
+	// A dead letter (a cancel racing a stream that just ended) starts a
+	// throttle goroutine that lives one interval: keep it short for goleak.
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger), actor.WithDeadLetterThrottleInterval(time.Millisecond))
 	h := &harness{t: t, sys: sys, mock: mock}
-	n := int64(0)
-	sp, err := session.Props(session.Config{Log: l, Clock: func() int64 { n++; return 1_700_000_000_000 + n }})
-	require.NoError(t, err)
-	h.session = sys.Root.Spawn(sp)
-	cfg := Config{Session: h.session, Provider: mock, Model: "mock-1",
+	cfg := Config{Provider: mock, Model: "mock-1",
 		Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1}}
 	for _, o := range opts {
 		o(h, &cfg)
 	}
+	n := int64(0)
+	sp, err := session.Props(session.Config{Log: l, Clock: func() int64 { n++; return 1_700_000_000_000 + n },
+		Observers: h.observers})
+	require.NoError(t, err)
+	h.session = sys.Root.Spawn(sp)
+	cfg.Session = h.session
 	ap, err := Props(cfg)
 	require.NoError(t, err)
 	mock.check = h.checkReconstruction
 	h.agent = sys.Root.Spawn(ap)
+	h.agentPID.Store(h.agent)
 	t.Cleanup(func() {
 		require.NoError(t, sys.Root.PoisonFuture(h.agent).Wait())
 		require.NoError(t, sys.Root.PoisonFuture(h.session).Wait())

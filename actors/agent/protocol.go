@@ -69,3 +69,22 @@ type TurnFailed struct {
 	Turn, Step int64
 	Error      messages.LlmFailure
 }
+
+// SetSystem replaces the system prompt (Config.System) from the next step
+// on. A real change is logged as a request/header {change} snapshot by
+// the next request; setting the same prompt logs nothing. No reply:
+// messages from one sender are handled in order, so a Followup sent after
+// it runs under the new prompt.
+type SetSystem struct{ Prompt string }
+
+// Dispose ends the agent's activity for good (spec §4.9 "disposal"): the
+// running turn, if any, is aborted with cause disposed (turn/end
+// {aborted, disposed}, balanced), a latched wake is dropped, the inbox is
+// kept (pending input stays durable for a later agent), and from then on
+// no turn starts and every Followup, Steer or Inject is refused with
+// ErrDisposed. Reply: Disposed, once the activity has converged to idle.
+// The caller then stops the actor.
+type Dispose struct{ Ref uint64 }
+
+// Disposed answers Dispose.
+type Disposed struct{ Ref uint64 }

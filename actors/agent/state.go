@@ -148,10 +148,91 @@ func (TurnErrorEffect) effect()       {}
 
 // PreStepDecision is the pre-step hook's answer: Reject closes the turn
 // blocked; otherwise Messages enter the step (the claimed batch, possibly
-// rewritten; keep the ids).
+// rewritten; keep the ids), followed by Entries.
+//
+// Entries and Preface let a hook contribute what the reference's plugins
+// write during a pre-step (DESIGN §11: the log replay re-inserts recorded
+// plugin contributions): Entries are recorded inside the step, after
+// step/start and the Messages, in order (a plugin-sourced message such as
+// the runtime-context snapshot, or a log-only plugin event such as
+// session/title); Preface events are recorded at once, before step/start
+// (or before turn/end when the decision rejects or enters nothing), as a
+// pre-step listener's own appends would be. Their log-only events must be
+// of a foreign or unknown type (dsh writes its own core events; an
+// unknown type is recorded ignorable); anything else ends the turn in
+// error. The slices belong to the agent once returned.
 type PreStepDecision struct {
 	Reject   bool
 	Messages []messages.Message
+	Entries  []Entry
+	Preface  []session.Draft
+}
+
+// Entry is one item of a step's enter batch: a message, recorded as a
+// user/message (surface append, verbatim, id kept), or, when Message is
+// zero, a log-only event, recorded as is. Build it with MessageEntry or
+// EventEntry.
+type Entry struct {
+	Message messages.Message
+	Event   session.Draft
+}
+
+// MessageEntry returns the entry of message m.
+func MessageEntry(m messages.Message) Entry { return Entry{Message: m} }
+
+// EventEntry returns the entry of the log-only event d.
+func EventEntry(d session.Draft) Entry { return Entry{Event: d} }
+
+// logOnlyDraft vets a hook's log-only event: it rebuilds the draft from
+// its type and data (so that no surface operation rides along), and
+// refuses core types, which dsh writes itself and whose data the session
+// would check (a refused append would crash the agent).
+func logOnlyDraft(d session.Draft) (session.Draft, error) {
+	t := d.Type()
+	switch {
+	case t == "":
+		return session.Draft{}, errors.New("agent: pre-step event without a type")
+	case t.IsCore():
+		return session.Draft{}, fmt.Errorf("agent: pre-step event of core type %q", t)
+	case t.IsForeign():
+		return session.NewDraft(t, d.Data()), nil
+	}
+	return session.NewDraft(t, d.Data()).AsIgnorable(), nil
+}
+
+// enterBatch is a decision's recorded form: the drafts after step/start
+// and how many of them are messages.
+func enterBatch(dec PreStepDecision) (preface, batch []session.Draft, nmsgs int, err error) {
+	for _, d := range dec.Preface {
+		v, err := logOnlyDraft(d)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		preface = append(preface, v)
+	}
+	for _, m := range dec.Messages {
+		if m.IsZero() || m.Role() != messages.RoleUser {
+			return nil, nil, 0, errors.New("agent: pre-step entered a message that is not a user message")
+		}
+		batch = append(batch, session.UserMessage{Message: m}.Draft())
+		nmsgs++
+	}
+	for _, e := range dec.Entries {
+		if !e.Message.IsZero() {
+			if e.Message.Role() != messages.RoleUser {
+				return nil, nil, 0, errors.New("agent: pre-step entered a message that is not a user message")
+			}
+			batch = append(batch, session.UserMessage{Message: e.Message}.Draft())
+			nmsgs++
+			continue
+		}
+		v, err := logOnlyDraft(e.Event)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		batch = append(batch, v)
+	}
+	return preface, batch, nmsgs, nil
 }
 
 // RequestInput is what the request hook sees.
@@ -275,7 +356,9 @@ type turnState struct {
 	stoppingRan bool                   // the turn-stopping hook ran at this boundary
 	aborted     bool
 	cause       session.CancelCause
-	stopAfter   bool // the driver stops after this turn (no continuation)
+	stopAfter   bool   // the driver stops after this turn (no continuation)
+	ending      bool   // turn/end is issued; waiting for it to commit
+	system      string // the system prompt of the step in flight
 
 	// the step in flight
 	retries    map[string]int // per provider and policy key
@@ -318,6 +401,9 @@ type Driver struct {
 	stepWoke                 bool // a waking next-step send since the last claim
 	wakeRequested            bool // latched wake (spec §4.4)
 	claimRef, hookRef        uint64
+
+	system   string // the system prompt steps start with (SetSystem)
+	disposed bool   // Dispose was called: no turn starts again
 }
 
 // NewDriver returns a driver over a session whose log so far is past
@@ -337,7 +423,7 @@ func NewDriver(cfg DriverConfig, h session.Header, past []session.Event) (*Drive
 	if turn, _, open := m.OpenTurn(); open {
 		return nil, fmt.Errorf("agent: the log has turn %d open; repair it first", turn)
 	}
-	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true}
+	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true, system: cfg.System}
 	for _, e := range past {
 		if p, ok := e.Payload().(session.TurnStart); ok {
 			d.lastTurn = p.Turn
@@ -355,6 +441,24 @@ func (d *Driver) LastTurn() int64 { return d.lastTurn }
 // Idle reports whether the agent is quiescent: no turn, no append in
 // flight, no latched wake.
 func (d *Driver) Idle() bool { return d.phase == phIdle && d.inflight == 0 && !d.wakeRequested }
+
+// Disposed reports whether Dispose was called.
+func (d *Driver) Disposed() bool { return d.disposed }
+
+// System returns the system prompt the next step will use.
+func (d *Driver) System() string { return d.system }
+
+// SendTarget returns the list a send to list t must go to: a waking send
+// that arrives after the running turn's abort fired is forced to
+// next-turn (spec §4.3 edge rule), so that it runs as its own turn when
+// the latched wake replays, rather than riding as steering into whatever
+// claims next-step first.
+func (d *Driver) SendTarget(t inbox.Target, wake bool) inbox.Target {
+	if wake && d.t != nil && d.t.aborted {
+		return inbox.NextTurn
+	}
+	return t
+}
 
 func (d *Driver) ref() uint64 {
 	d.refs++
@@ -441,8 +545,12 @@ func (d *Driver) InboxChanged(t inbox.Target, delta int) {
 }
 
 // Wake handles a committed waking send to list t (spec §4.4 wakeDriver).
+// A wake that arrives after the turn's abort fired is latched and replays
+// once the turn has closed, unless the cause is disposal; a disposed
+// driver never starts a turn again.
 func (d *Driver) Wake(t inbox.Target) Effects {
 	switch {
+	case d.disposed:
 	case d.phase == phIdle:
 		d.startTurn()
 	case d.t.aborted:
@@ -468,6 +576,12 @@ func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
 	t := d.t
 	t.aborted, t.cause = true, cause
 	d.emit(AbortEffect{Cause: cause})
+	if t.ending {
+		// turn/end is already issued with its own reason; the abort only
+		// stops the continuation (the cleared inbox's counts lag behind)
+		// and makes later wakes latch.
+		return d.flush()
+	}
 	switch d.phase {
 	case phStream:
 		d.emit(CancelStreamEffect{Ref: t.streamRef})
@@ -478,6 +592,25 @@ func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
 		d.commitTools()
 	}
 	return d.flush()
+}
+
+// SetSystem sets the system prompt. It takes effect at the next step (a
+// step keeps the prompt it started with, across its retries): the next
+// request logs a request/header {change} snapshot when the prompt really
+// changed, and nothing when it did not (spec §2.8, scenario 75).
+func (d *Driver) SetSystem(prompt string) Effects {
+	d.system = prompt
+	return d.flush()
+}
+
+// Dispose aborts the running turn with cause disposed, keeping the inbox
+// (what is pending stays durable for a later agent), drops a latched
+// wake, and makes the driver inert: no turn starts again (spec §4.9
+// "disposal"). The caller waits for Idle and then stops the agent.
+func (d *Driver) Dispose() Effects {
+	d.disposed = true
+	d.wakeRequested = false
+	return d.Cancel(session.CancelCause{Kind: session.CauseDisposed}, true)
 }
 
 // Appended acknowledges append ref with its committed events.
@@ -526,12 +659,19 @@ func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
 	switch {
 	case t.aborted:
 		d.endTurn(abortedReason(t.cause))
+	case t.ends != nil && len(msgs) == 0:
+		// The step boundary found next-step empty: the reference checks
+		// the list and goes to turn-stopping without a pre-step (§4.5
+		// step 2.8); running the hook here would let it block a turn
+		// that already completed.
+		d.enter(nil, nil, 0)
 	case d.cfg.PreStep:
 		d.phase = phPreStep
 		d.hookRef = d.ref()
 		d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs)})
 	default:
-		d.enter(msgs)
+		_, batch, n, _ := enterBatch(PreStepDecision{Messages: msgs})
+		d.enter(nil, batch, n)
 	}
 	return d.flush()
 }
@@ -550,11 +690,23 @@ func (d *Driver) PreStepDone(ref uint64, dec PreStepDecision, err error) Effects
 		d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step + 1, Error: f})
 		t.stopAfter = true
 		d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
-	case dec.Reject:
-		t.stopAfter = true
-		d.endTurn(session.TurnEndReason{Kind: session.EndBlocked})
 	default:
-		d.enter(dec.Messages)
+		preface, batch, n, verr := enterBatch(dec)
+		switch {
+		case verr != nil:
+			f := messages.LlmFailure{Message: verr.Error(), Code: llm.CodeUnknown}
+			d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step + 1, Error: f})
+			t.stopAfter = true
+			d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
+		case dec.Reject:
+			if len(preface) > 0 {
+				d.appendDrafts(appendTag{}, preface...)
+			}
+			t.stopAfter = true
+			d.endTurn(session.TurnEndReason{Kind: session.EndBlocked})
+		default:
+			d.enter(preface, batch, n)
+		}
 	}
 	return d.flush()
 }
@@ -680,10 +832,19 @@ func (d *Driver) claim(target inbox.Target) {
 }
 
 // enter is §4.5 steps 2.3–2.5: break, complete empty, or open a step.
-func (d *Driver) enter(msgs []messages.Message) {
+// preface is recorded first in every case; batch (nmsgs of which are
+// messages) opens the step, or, when it holds no message, is recorded
+// with the preface (its log-only events are not lost).
+func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
 	t := d.t
+	if nmsgs == 0 {
+		preface = append(preface, batch...)
+	}
+	if len(preface) > 0 {
+		d.appendDrafts(appendTag{}, preface...)
+	}
 	switch {
-	case t.ends != nil && len(msgs) == 0:
+	case t.ends != nil && nmsgs == 0:
 		if d.cfg.TurnStopping && !t.stoppingRan {
 			d.phase = phTurnStopping
 			d.hookRef = d.ref()
@@ -692,7 +853,7 @@ func (d *Driver) enter(msgs []messages.Message) {
 		}
 		d.endTurn(*t.ends)
 		return
-	case t.step == 0 && len(msgs) == 0:
+	case t.step == 0 && nmsgs == 0:
 		t.stopAfter = true
 		d.endTurn(session.TurnEndReason{Kind: session.EndCompleted})
 		return
@@ -701,10 +862,8 @@ func (d *Driver) enter(msgs []messages.Message) {
 	t.stoppingRan = false
 	t.retries = nil
 	t.attempt = 0
-	drafts := []session.Draft{session.StepStart{Turn: t.turn, Step: t.step}.Draft()}
-	for _, m := range msgs {
-		drafts = append(drafts, session.UserMessage{Message: m}.Draft())
-	}
+	t.system = d.system
+	drafts := append([]session.Draft{session.StepStart{Turn: t.turn, Step: t.step}.Draft()}, batch...)
 	d.appendDrafts(appendTag{}, drafts...)
 	d.beginAttempt()
 }
@@ -749,12 +908,15 @@ func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
 // next turn or goes idle (§4.4 kick, §4.5 step 5).
 func (d *Driver) endTurn(reason session.TurnEndReason) {
 	t := d.t
+	t.ending = true
 	d.appendDrafts(appendTag{}, session.TurnEnd{Turn: t.turn, Reason: reason}.Draft())
 	d.settle(func() {
 		d.phase = phIdle
 		next := false
 		switch {
-		case reason.Kind == session.EndAborted:
+		case d.disposed:
+		case t.aborted || reason.Kind == session.EndAborted:
+			// Only a latched wake continues after an abort (§4.3).
 			next = d.wakeRequested && d.pendingTurn+d.pendingStep > 0
 		case t.stopAfter || reason.Kind == session.EndBlocked || reason.Kind == session.EndError:
 			// parked until the next waking send (§4.4, §7.6)
@@ -813,7 +975,7 @@ func (d *Driver) beginAttempt() {
 		return
 	}
 	t.cfg = cfg
-	header := session.NewEpochHeader(cfg, session.AdapterDefaults{}, d.cfg.System, d.cfg.Tools).Canonical()
+	header := session.NewEpochHeader(cfg, session.AdapterDefaults{}, t.system, d.cfg.Tools).Canonical()
 	folded, has := d.mirror.RequestHeader()
 	var drafts []session.Draft
 	switch {
@@ -851,10 +1013,10 @@ func (d *Driver) dispatch() {
 		_ = invariants.Assertf(slices.EqualFunc(msgs, scratch, messages.Message.Equal),
 			"agent: request messages differ from the log's projection")
 		h, ok := d.mirror.RequestHeader()
-		_ = invariants.Assertf(ok && h.Config.Equal(t.cfg) && h.System == d.cfg.System,
+		_ = invariants.Assertf(ok && h.Config.Equal(t.cfg) && h.System == t.system,
 			"agent: request config differs from the folded header")
 	}
-	req := llm.NewRequest(t.cfg, d.cfg.System, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID()))
+	req := llm.NewRequest(t.cfg, t.system, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID()))
 	t.asm.Reset()
 	t.chunkSeqs = nil
 	t.streamRef = d.ref()

@@ -221,3 +221,140 @@ func (TodoWrite) Execute(_ context.Context, call Call) (Result, error) {
 	call.Emit(session.NewTodoWrite(todos).Draft())
 	return Result{Content: []messages.ContentBlock{messages.TextBlock("Todos updated.")}}, nil
 }
+
+// Permission is a tools/pre-execute decision (spec §4.11).
+type Permission uint8
+
+const (
+	// Allow runs the tool body.
+	Allow Permission = iota
+	// Deny answers the call with a TOOL_DENIED error result; the body
+	// does not run.
+	Deny
+	// Ask defers to Hooks.Approver; without one it is treated as Deny
+	// (there is nobody to ask), with a result that says so.
+	Ask
+)
+
+// PreExecuteDecision is a tools/pre-execute answer. Reason, when not
+// empty, is quoted in a denial's result text and passed to the approver.
+type PreExecuteDecision struct {
+	Permission Permission
+	Reason     string
+}
+
+// ToolPreExecuteHook is tools/pre-execute: the gate in front of every
+// dispatched tool body (not the synthetic ABORTED_BEFORE_DISPATCH
+// results). It runs in the call's goroutine, after tool/call is
+// recorded, under the turn's abort signal, and may block. An error is
+// answered with a TOOL_HOOK_ERROR result (the turn goes on: the log
+// stays balanced, and the model sees why).
+type ToolPreExecuteHook interface {
+	PreExecute(ctx context.Context, call Call) (PreExecuteDecision, error)
+}
+
+// ToolApprover answers an Ask: true runs the body. It runs in the call's
+// goroutine and may block (a human in the loop) until ctx is cancelled.
+// An error is answered like a pre-execute hook error.
+type ToolApprover interface {
+	Approve(ctx context.Context, call Call, reason string) (bool, error)
+}
+
+// PostExecuteDecision is a tools/post-execute answer: Block replaces the
+// result by a TOOL_RESULT_BLOCKED error (Reason quoted); either way
+// AdditionalContexts are added to the result's, entering next-step after
+// the result commits. The slice belongs to the agent once returned.
+type PostExecuteDecision struct {
+	Block              bool
+	Reason             string
+	AdditionalContexts []messages.Message
+}
+
+// ToolPostExecuteHook is tools/post-execute: it sees the result of every
+// tool body that ran (not denials, not synthetic results). It runs in
+// the call's goroutine right after the body, so it may block; results
+// still commit strictly in model order. The rejected alternative, running
+// it at commit time in model order as the reference's finalisation does,
+// would run it inside the actor's Receive, where nothing may block. An
+// error is answered with a TOOL_HOOK_ERROR result.
+type ToolPostExecuteHook interface {
+	PostExecute(ctx context.Context, call Call, r Result) (PostExecuteDecision, error)
+}
+
+func deniedResult(reason string) Result {
+	text := "Error: tool call denied"
+	if reason != "" {
+		text += ": " + reason
+	}
+	return Result{Content: []messages.ContentBlock{messages.TextBlock(text)},
+		IsError: true, Error: session.ToolError{Name: "ToolDeniedError", Code: "TOOL_DENIED"}}
+}
+
+func hookErrorResult(point string, err error) Result {
+	return errorResult("ToolHookError", "TOOL_HOOK_ERROR", fmt.Errorf("%s hook failed: %w", point, err))
+}
+
+// executeCall is the pipeline of one dispatched call (spec §4.8
+// "prepare", §4.11): pre-execute (and the approver), the body, then
+// post-execute. It runs in a goroutine owned by the agent shell.
+func executeCall(ctx context.Context, t Tool, call Call, h Hooks) Result {
+	if h.PreExecute != nil {
+		dec, err := safeHook(func() (PreExecuteDecision, error) { return h.PreExecute.PreExecute(ctx, call) })
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return abortedResult()
+		case err != nil:
+			return hookErrorResult("pre-execute", err)
+		case dec.Permission == Deny:
+			return deniedResult(dec.Reason)
+		case dec.Permission == Ask && h.Approver == nil:
+			reason := "approval required and no approver is configured"
+			if dec.Reason != "" {
+				reason += " (" + dec.Reason + ")"
+			}
+			return deniedResult(reason)
+		case dec.Permission == Ask:
+			ok, err := safeHook(func() (bool, error) { return h.Approver.Approve(ctx, call, dec.Reason) })
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return abortedResult()
+			case err != nil:
+				return hookErrorResult("approval", err)
+			case !ok:
+				return deniedResult("not approved")
+			}
+		}
+	}
+	r := runTool(ctx, t, call)
+	if h.PostExecute == nil || t == nil {
+		return r
+	}
+	dec, err := safeHook(func() (PostExecuteDecision, error) { return h.PostExecute.PostExecute(ctx, call, r) })
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return abortedResult()
+	case err != nil:
+		return hookErrorResult("post-execute", err)
+	}
+	if dec.Block {
+		text := "Error: tool result blocked"
+		if dec.Reason != "" {
+			text += ": " + dec.Reason
+		}
+		// The body's own contexts go with its blocked content.
+		r = Result{Content: []messages.ContentBlock{messages.TextBlock(text)}, IsError: true,
+			Error: session.ToolError{Name: "ToolBlockedError", Code: "TOOL_RESULT_BLOCKED"}}
+	}
+	r.AdditionalContexts = append(r.AdditionalContexts, dec.AdditionalContexts...)
+	return r
+}
+
+// safeHook calls fn, turning a panic into an error.
+func safeHook[T any](fn func() (T, error)) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("hook panicked: %v", p)
+		}
+	}()
+	return fn()
+}

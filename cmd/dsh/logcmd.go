@@ -14,7 +14,7 @@ import (
 
 func runLog(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("log: missing subcommand (verify, show, messages, stats, repair, fork)")
+		return usagef("log: missing subcommand (verify, show, messages, stats, repair, fork, replay)")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -32,6 +32,8 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 		return logRepair(args[1:], stdout, stderr)
 	case "fork":
 		return logFork(args[1:], stdout, stderr)
+	case "replay":
+		return logReplay(args[1:], stdout, stderr)
 	default:
 		return usagef("log: unknown subcommand %q", args[0])
 	}

@@ -51,6 +51,7 @@ Usage:
   dsh log stats [--json] FILE          sizes, compression, turns, tokens and event counts
   dsh log repair FILE                  cut a torn tail and close an open turn, in place
   dsh log fork --at SEQ --out OUT FILE write a new session seeded with FILE's events 0..SEQ
+  dsh log replay [--fixture] FILE      re-run FILE through dsh's loop: "conformant" or the first divergence
   dsh sessions [--dir DIR] [--json]    list the sessions stored under a data directory
 
 Run 'dsh COMMAND --help' for a command's flags.

@@ -1,0 +1,74 @@
+// Package logreplay re-runs a recorded session log through dsh's own
+// agent loop, in process, and says whether dsh reproduces it (DESIGN §11):
+// `dsh log replay` and the conformance tests over the harness corpus.
+//
+// # What a run does
+//
+// [Run] starts a fresh actor system (quiet logger), a session actor over a
+// fresh log with the recorded header (seeded with the recorded seed prefix
+// for a seeded or forked recording), and an agent actor configured from the
+// recording:
+//
+//   - model output: actors/llm/replay over the recorded script, with the
+//     override ([Options.Override]; [Load] reads replay.override.json beside
+//     the file) applied; the provider is named after the recorded provider;
+//   - system prompt, tools and call config: those of the recorded
+//     request/header (tools answer from the recording: content, isError,
+//     error and meta of the recorded tool/result, after re-appending the
+//     log-only events recorded between the tool/call and the tool/result;
+//     inbox inserts recorded right after a tool/result come back as the
+//     result's additional contexts);
+//   - plugin contributions: a pre-step hook returns, as its decision's
+//     Preface, the foreign events the recording has between a claim and
+//     its step/start, and, as its Entries, the recorded step's enter batch
+//     in recorded order: the claimed messages, the plugin-sourced messages
+//     (such as the runtime-context snapshot) and the foreign events
+//     recorded before the request header (session/title); foreign events
+//     at a step boundary where dsh runs no pre-step, or between turns, are
+//     appended by the driver at their recorded positions;
+//   - call config: the recorded header's config for each step (request
+//     hook);
+//   - retries: a request-error hook retries exactly where the recording has
+//     an llm/retry, with a 1ms backoff.
+//
+// A driver goroutine re-sends every recorded inbox insert as the same
+// delivery (next-turn: followup; next-step: steer, or inject when the
+// recording shows it did not wake the agent) with the recorded message
+// ids, once dsh's log has reached the insert's recorded position (for an
+// insert between turns: once the agent is idle). When a replayed stream
+// hangs (a hang entry, or a recorded group cut by a cancel whose chunks
+// ran out), the driver cancels the turn with the recorded turn's abort
+// cause (user when the recorded turn did not abort).
+//
+// # What is compared
+//
+// [Compare] walks both logs event by event after renumbering seqs by
+// position. Within a step's tool phase both logs are first put in the
+// exclusive order (each tool/call just before the events of its
+// execution), so that the interleaving of tool/calls with earlier
+// tool/results, which depends on execution modes, is not compared; results
+// still have to commit in model order. Then: the type; for core events
+// every data field except message ids (the "id" of any object with a
+// "role") and times; surfaceOp and sourceEventSeqs mapped through the
+// renumbering; request/header in canonical form (Canonical, Equal) plus
+// its reason; foreign events and llm/retry* by type and position only.
+//
+// # Model output
+//
+// Where the override puts a hang over a recorded group that the recording
+// shows was cut open (its turn aborted), the recorded group is served
+// instead: its chunks, then the same hang. A hang's ready file is not
+// created (the hang is detected in process).
+//
+// # Fixtures
+//
+// [Load] with fixture substitutes the corpus placeholders; "{{tools}}"
+// stands for one minimal schema per tool the recording calls
+// ([ReplayToolSchema]), since the replayed loop must offer a tool to run
+// it, and then logs that list in its header.
+//
+// # Concurrency
+//
+// Run is safe to call concurrently (each run has its own actor system); it
+// returns once every actor it started has stopped.
+package logreplay

@@ -1,0 +1,331 @@
+package logreplay
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+type stepKey struct{ turn, step int64 }
+
+type retryKey struct {
+	turn, step int64
+	retry      int64
+}
+
+// recordedTool is what one recorded tool call answers: its result, the
+// log-only events recorded during it, and the inbox inserts recorded right
+// after its result (additional contexts).
+type recordedTool struct {
+	result   session.ToolResult
+	emits    []session.Draft
+	contexts []messages.Message
+}
+
+type delivery uint8
+
+const (
+	deliverFollowup delivery = iota
+	deliverSteer
+	deliverInject
+	appendForeign
+)
+
+// action is one input the driver sends at a recorded position: an inbox
+// insert, or a foreign event dsh's hooks have no place for.
+type action struct {
+	pos      int  // position in the recording (compared order)
+	idle     bool // recorded between turns: wait for the agent to be idle
+	kind     delivery
+	messages []messages.Message
+	draft    session.Draft
+}
+
+// plan is what a run takes from the recording.
+type plan struct {
+	header  session.Header
+	seed    []session.Event
+	events  []session.Event
+	hasHead bool
+	config  messages.CallConfig // of the first request/header
+	system  string
+	tools   []messages.ToolSchema
+
+	mu      sync.Mutex
+	results map[string][]*recordedTool // by call id, in recorded order
+
+	preStep    map[stepKey][]session.Draft
+	preStepPos map[stepKey][]int
+	entered    map[stepKey][]item
+	stepConfig map[stepKey]messages.CallConfig
+	retries    map[retryKey]bool
+	turnEnds   map[int64]session.TurnEndReason
+	actions    []action
+}
+
+type zone uint8
+
+const (
+	zIdle zone = iota
+	zPreStep
+	zEnter
+	zPostEnter
+	zStream
+	zTool
+	zToolDone
+)
+
+// seedLen returns the length of the recording's seed prefix: through its
+// last session/end-seed, or the header's seedLength, or 0.
+func seedLen(h session.Header, events []session.Event) int {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Type() == session.TypeEndSeed {
+			return i + 1
+		}
+	}
+	if n, ok := h.SeedLength.Get(); ok && n <= int64(len(events)) {
+		return int(n)
+	}
+	return 0
+}
+
+func newPlan(h session.Header, events []session.Event) *plan {
+	p := &plan{header: h, events: events, results: map[string][]*recordedTool{},
+		preStep: map[stepKey][]session.Draft{}, preStepPos: map[stepKey][]int{},
+		entered: map[stepKey][]item{}, stepConfig: map[stepKey]messages.CallConfig{},
+		retries: map[retryKey]bool{}, turnEnds: map[int64]session.TurnEndReason{}}
+	n := seedLen(h, events)
+	p.seed = events[:n]
+	order, _ := normalOrder(events)
+	var (
+		z          = zIdle
+		turn, step int64
+		open       *recordedTool
+		last       *recordedTool
+		cfg        messages.CallConfig
+		hasCfg     bool
+	)
+	// The first request/header of the whole log (the seed included) gives
+	// the system prompt and the tools; the last one before the live part
+	// gives the config in force.
+	for _, e := range events {
+		if rh, ok := e.Payload().(session.RequestHeader); ok {
+			if !p.hasHead {
+				p.hasHead, p.config, p.system, p.tools = true, rh.Header.Config, rh.Header.System, rh.Header.Tools()
+			}
+		}
+	}
+	for _, e := range events[:n] {
+		if rh, ok := e.Payload().(session.RequestHeader); ok {
+			cfg, hasCfg = rh.Header.Config, true
+		}
+		if tt, ok := e.Payload().(session.TurnStart); ok {
+			turn = tt.Turn
+		}
+	}
+	key := func() stepKey { return stepKey{turn, step} }
+	setStepConfig := func() {
+		if _, ok := p.stepConfig[key()]; !ok && hasCfg && step > 0 {
+			p.stepConfig[key()] = cfg
+		}
+	}
+	for pos, i := range order {
+		if i < n {
+			continue
+		}
+		e := events[i]
+		t := e.Type()
+		if t != session.TypeInboxSpliced && t.IsCore() {
+			last = nil
+		}
+		switch pl := e.Payload().(type) {
+		case session.TurnStart:
+			z, turn, step = zPreStep, pl.Turn, 0
+		case session.TurnEnd:
+			z = zIdle
+			p.turnEnds[pl.Turn] = pl.Reason
+		case session.StepStart:
+			z, step = zEnter, pl.Step
+			p.entered[key()] = nil
+		case session.StepEnd:
+			setStepConfig()
+			z = zPreStep
+		case session.UserMessage:
+			if (z == zEnter || z == zPostEnter) && e.SurfaceOp().Kind() == session.OpAppend {
+				p.entered[key()] = append(p.entered[key()], item{msg: pl.Message})
+			}
+		case session.RequestHeader:
+			cfg, hasCfg = pl.Header.Config, true
+			setStepConfig()
+			z = zStream
+		case session.RequestContext, session.AssistantChunk, session.AssistantMessage:
+			setStepConfig()
+			z = zStream
+		case session.ToolCall:
+			open = &recordedTool{}
+			p.results[pl.CallID] = append(p.results[pl.CallID], open)
+			z = zTool
+		case session.ToolResult:
+			rt := open
+			if rt == nil {
+				rt = &recordedTool{}
+				p.results[pl.Message.Source().CallID()] = append(p.results[pl.Message.Source().CallID()], rt)
+			}
+			rt.result = pl
+			open, last, z = nil, rt, zToolDone
+		case session.InboxSpliced:
+			ins := pl.Inserted()
+			if len(ins) == 0 {
+				break
+			}
+			inTurn := z != zIdle
+			if inTurn && last != nil && pl.Target == string(inbox.NextStep) {
+				last.contexts = append(last.contexts, ins...)
+				break
+			}
+			a := action{pos: pos, idle: !inTurn, messages: ins}
+			switch {
+			case pl.Target == string(inbox.NextTurn):
+				a.kind = deliverFollowup
+			case inTurn || nextCoreIsTurnStart(events, order[pos+1:]):
+				a.kind = deliverSteer
+			default:
+				a.kind = deliverInject
+			}
+			p.actions = append(p.actions, a)
+		case session.EndSeed:
+		default:
+			if t == session.TypeLlmRetry {
+				r, _ := e.Data().Field("retry")
+				rn, _ := r.AsInt()
+				p.retries[retryKey{turn, step, rn}] = true
+				break
+			}
+			if t == session.TypeLlmRetryStarted {
+				break
+			}
+			// A log-only contribution: a foreign event, todo/write or a
+			// compaction event. A pre-step hook may contribute foreign
+			// (or unknown) events only.
+			d := draftOf(e)
+			switch {
+			case z == zTool && open != nil:
+				open.emits = append(open.emits, d)
+			case z == zPreStep && !t.IsCore():
+				k := stepKey{turn, step + 1}
+				p.preStep[k] = append(p.preStep[k], d)
+				p.preStepPos[k] = append(p.preStepPos[k], pos)
+			case (z == zEnter || z == zPostEnter) && !t.IsCore():
+				p.entered[key()] = append(p.entered[key()], item{draft: d, event: true})
+				z = zPostEnter
+			default:
+				p.actions = append(p.actions, action{pos: pos, idle: z == zIdle, kind: appendForeign, draft: d})
+			}
+		}
+	}
+	// The pre-step hook runs for the first claim of a turn and for a
+	// claim that enters a step; a step boundary that finds next-step
+	// empty goes on without it. What the recording has there is appended
+	// by the driver instead.
+	for k, drafts := range p.preStep {
+		if _, ok := p.entered[k]; ok || k.step == 1 {
+			continue
+		}
+		for i, d := range drafts {
+			p.actions = append(p.actions, action{pos: p.preStepPos[k][i], kind: appendForeign, draft: d})
+		}
+		delete(p.preStep, k)
+	}
+	slices.SortStableFunc(p.actions, func(a, b action) int { return cmp.Compare(a.pos, b.pos) })
+	return p
+}
+
+func nextCoreIsTurnStart(events []session.Event, rest []int) bool {
+	for _, i := range rest {
+		if t := events[i].Type(); t.IsCore() {
+			return t == session.TypeTurnStart
+		}
+	}
+	return false
+}
+
+// draftOf re-creates a recorded event as a draft (its seq citations are
+// kept as recorded: the logs line up when the replay conforms).
+func draftOf(e session.Event) session.Draft {
+	d := session.NewDraft(e.Type(), e.Data())
+	if op := e.SurfaceOp(); op.Kind() != session.OpNone {
+		d = d.WithSurface(op)
+	}
+	if s, ok := e.SourceEventSeqs(); ok {
+		d = d.WithSources(s)
+	}
+	if e.Ignorable() {
+		d = d.AsIgnorable()
+	}
+	return d
+}
+
+// takeResult pops the next recorded answer of call id.
+func (p *plan) takeResult(id string) (*recordedTool, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := p.results[id]
+	if len(q) == 0 {
+		return nil, false
+	}
+	p.results[id] = q[1:]
+	return q[0], true
+}
+
+// item is one recorded item of a step's enter batch: a user message or
+// a log-only event.
+type item struct {
+	msg   messages.Message
+	draft session.Draft
+	event bool
+}
+
+// enter is the recorded step's enter batch with the claimed messages in
+// it: each recorded message is the claimed one with its id when there is
+// one, else the recorded (plugin) message; recorded log-only events keep
+// their places; claimed messages the recording does not have follow.
+// Without a recorded step, the claimed batch enters as is.
+func (p *plan) enter(k stepKey, claimed []messages.Message) []agent.Entry {
+	rec, ok := p.entered[k]
+	if !ok {
+		out := make([]agent.Entry, 0, len(claimed))
+		for _, c := range claimed {
+			out = append(out, agent.MessageEntry(c))
+		}
+		return out
+	}
+	used := make([]bool, len(claimed))
+	out := make([]agent.Entry, 0, len(rec)+len(claimed))
+	for _, r := range rec {
+		if r.event {
+			out = append(out, agent.EventEntry(r.draft))
+			continue
+		}
+		m := r.msg
+		for j, c := range claimed {
+			if !used[j] && c.ID() == r.msg.ID() {
+				used[j], m = true, c
+				break
+			}
+		}
+		out = append(out, agent.MessageEntry(m))
+	}
+	for j, c := range claimed {
+		if !used[j] {
+			out = append(out, agent.MessageEntry(c))
+		}
+	}
+	return out
+}
+
+var _ agent.Tool = (*replayTool)(nil)

@@ -1,0 +1,296 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// Core tests: the Driver alone, with no actor. A rig plays the session
+// (appends go to a session.Log and are acknowledged in issue order, after
+// the input that issued them) and the inbox (a scripted next-turn list);
+// the test feeds stream chunks, timers and cancels. Each case reads as
+// inputs in, effects out.
+
+type rig struct {
+	t      *testing.T
+	d      *Driver
+	l      *session.Log
+	turn   []messages.Message // next-turn list
+	step   []messages.Message // next-step list
+	acks   []AppendEffect     // issued, not acknowledged
+	stream uint64             // the running call, 0 for none
+	timer  uint64             // the armed timer generation, 0 for none
+	out    []string           // the transcript of effects
+}
+
+func newRig(t *testing.T, cfg DriverConfig) *rig {
+	l, err := session.New(testHeader())
+	require.NoError(t, err)
+	if cfg.Provider == "" {
+		cfg.Provider, cfg.Model = "mock", "mock-1"
+	}
+	d, err := NewDriver(cfg, testHeader(), nil)
+	require.NoError(t, err)
+	return &rig{t: t, d: d, l: l}
+}
+
+// run performs eff, then acknowledges appends until none is in flight.
+func (r *rig) run(eff Effects) {
+	r.t.Helper()
+	r.perform(eff)
+	for len(r.acks) > 0 {
+		a := r.acks[0]
+		r.acks = r.acks[1:]
+		start := r.l.Len()
+		for _, dr := range a.Drafts {
+			_, err := r.l.Append(dr, 1)
+			require.NoError(r.t, err)
+		}
+		evs := r.l.EventsFrom(start)
+		require.NoError(r.t, r.d.Committed(evs.Slice()))
+		more, err := r.d.Appended(a.Ref, evs)
+		require.NoError(r.t, err)
+		r.perform(more)
+	}
+}
+
+func (r *rig) perform(eff Effects) {
+	for _, e := range eff {
+		switch e := e.(type) {
+		case AppendEffect:
+			r.acks = append(r.acks, e)
+			var ts []string
+			for _, dr := range e.Drafts {
+				ts = append(ts, string(dr.Type()))
+			}
+			r.out = append(r.out, "append "+strings.Join(ts, ","))
+		case ClaimEffect:
+			var got []messages.Message
+			got, r.step = r.step, nil
+			if e.Target == inbox.NextTurn && len(r.turn) > 0 {
+				got, r.turn = append(got, r.turn[0]), r.turn[1:]
+			}
+			for range got {
+				r.d.InboxChanged(e.Target, -1)
+			}
+			r.out = append(r.out, fmt.Sprintf("claim %s %d", e.Target, len(got)))
+			r.perform(r.d.Claimed(e.Ref, got))
+		case StartStreamEffect:
+			r.stream = e.Ref
+			r.out = append(r.out, "stream "+e.Request.Config().Model)
+		case CancelStreamEffect:
+			r.out = append(r.out, "cancel-stream")
+		case StartTimerEffect:
+			r.timer = e.Gen
+			r.out = append(r.out, "timer")
+		case StatusEffect:
+			r.out = append(r.out, "status "+e.Status.String())
+		case AbortEffect:
+			r.out = append(r.out, "abort "+string(e.Cause.Kind))
+		case NewSignalEffect:
+			r.out = append(r.out, "signal")
+		case TurnErrorEffect:
+			r.out = append(r.out, "turn-error "+e.Error.Code)
+		case ClearInboxEffect:
+			r.turn, r.step = nil, nil
+			r.d.InboxPending(0, 0)
+			r.out = append(r.out, "clear-inbox")
+		default:
+			r.out = append(r.out, fmt.Sprintf("%T", e))
+		}
+	}
+}
+
+// followup queues a prompt and wakes the driver, as the inbox would.
+func (r *rig) followup(text string) {
+	r.turn = append(r.turn, user(r.t, text))
+	r.d.InboxChanged(inbox.NextTurn, 1)
+	r.run(r.d.Wake(inbox.NextTurn))
+}
+
+// chunks streams cs on the running call.
+func (r *rig) chunks(cs ...messages.StreamChunk) {
+	for _, c := range cs {
+		r.run(r.d.StreamChunk(r.stream, c))
+	}
+}
+
+func (r *rig) end(k messages.FinishKind, f messages.LlmFailure, cancelled bool) {
+	ref := r.stream
+	r.stream = 0
+	r.run(r.d.StreamEnded(ref, messages.FinishReason{Kind: k, Failure: f}, cancelled))
+}
+
+func (r *rig) logTypes() []string {
+	var out []string
+	prev := ""
+	for _, e := range r.l.Events().Slice() {
+		s := string(e.Type())
+		if s == string(session.TypeAssistantChunk) && prev == s {
+			continue // runs of chunks read as one
+		}
+		prev = s
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestDriverTurns(t *testing.T) {
+	text := textResponse("hi").chunks
+	body, finish := text[:len(text)-1], messages.FinishStop
+	for _, tt := range []struct {
+		name    string
+		cfg     DriverConfig
+		drive   func(r *rig)
+		effects []string
+		log     []string
+		ends    []session.TurnEndReason
+	}{{
+		name: "a simple turn",
+		drive: func(r *rig) {
+			r.followup("hello")
+			r.chunks(body...)
+			r.end(finish, messages.LlmFailure{}, false)
+		},
+		effects: []string{"status running", "signal", "append turn/start", "claim next-turn 1",
+			"append step/start,user/message", "append request/header,request/context", "stream mock-1",
+			"append assistant/chunk", "append assistant/chunk", "append assistant/chunk", "append assistant/chunk",
+			"append assistant/chunk", "append assistant/message", "append step/end", "claim next-step 0",
+			"append turn/end", "status idle"},
+		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
+			"assistant/chunk", "assistant/message", "step/end", "turn/end"},
+		ends: []session.TurnEndReason{{Kind: session.EndCompleted}},
+	}, {
+		name: "a cancel mid-stream finalizes the prefix",
+		drive: func(r *rig) {
+			r.followup("hello")
+			r.chunks(messages.BlockStartChunk(0, messages.BlockText), messages.TextDeltaChunk(0, "par"))
+			r.run(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, true))
+			r.end(messages.FinishAborted, messages.LlmFailure{}, true)
+		},
+		effects: []string{"status running", "signal", "append turn/start", "claim next-turn 1",
+			"append step/start,user/message", "append request/header,request/context", "stream mock-1",
+			"append assistant/chunk", "append assistant/chunk", "abort user", "cancel-stream",
+			"append assistant/message", "append step/end", "append turn/end", "status idle"},
+		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
+			"assistant/chunk", "assistant/message", "step/end", "turn/end"},
+		ends: []session.TurnEndReason{{Kind: session.EndAborted, Cause: session.CancelCause{Kind: session.CauseUser}}},
+	}, {
+		name: "a failed attempt retries inside its step",
+		cfg:  DriverConfig{Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, JitterRatio: -1}},
+		drive: func(r *rig) {
+			r.followup("hello")
+			r.end(messages.FinishError, messages.LlmFailure{Message: "busy", Code: "SERVER"}, false)
+			r.run(r.d.RetryTimerFired(r.timer))
+			r.chunks(body...)
+			r.end(finish, messages.LlmFailure{}, false)
+		},
+		effects: []string{"status running", "signal", "append turn/start", "claim next-turn 1",
+			"append step/start,user/message", "append request/header,request/context", "stream mock-1",
+			"append llm/retry", "timer", "append llm/retry-started", "stream mock-1",
+			"append assistant/chunk", "append assistant/chunk", "append assistant/chunk", "append assistant/chunk",
+			"append assistant/chunk", "append assistant/message", "append step/end", "claim next-step 0",
+			"append turn/end", "status idle"},
+		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
+			"llm/retry", "llm/retry-started", "assistant/chunk", "assistant/message", "step/end", "turn/end"},
+		ends: []session.TurnEndReason{{Kind: session.EndCompleted}},
+	}, {
+		name: "a system prompt change is logged once, at the next step",
+		drive: func(r *rig) {
+			r.followup("a")
+			r.run(r.d.SetSystem("be brief"))
+			r.chunks(body...)
+			r.end(finish, messages.LlmFailure{}, false)
+			r.followup("b")
+			r.chunks(body...)
+			r.end(finish, messages.LlmFailure{}, false)
+		},
+		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
+			"assistant/chunk", "assistant/message", "step/end", "turn/end",
+			"turn/start", "step/start", "user/message", "request/header",
+			"assistant/chunk", "assistant/message", "step/end", "turn/end"},
+		ends: []session.TurnEndReason{{Kind: session.EndCompleted}, {Kind: session.EndCompleted}},
+	}, {
+		// A cancel that lands while turn/end is being committed stops the
+		// continuation even though the inbox counts still show work: the
+		// clear will remove it.
+		name: "a cancel during turn/end does not start a spurious turn",
+		drive: func(r *rig) {
+			r.turn = append(r.turn, user(r.t, "queued"))
+			r.d.InboxChanged(inbox.NextTurn, 1)
+			r.followup("a") // queued is claimed first
+			r.chunks(body...)
+			ref := r.stream
+			r.perform(r.d.StreamEnded(ref, messages.FinishReason{Kind: finish}, false))
+			// Acknowledge up to turn/end, then cancel before its ack.
+			for len(r.acks) > 0 {
+				a := r.acks[0]
+				if a.Drafts[0].Type() == session.TypeTurnEnd {
+					r.perform(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, false))
+					r.d.InboxPending(1, 0) // the clear's notices are still on their way
+				}
+				r.acks = r.acks[1:]
+				start := r.l.Len()
+				for _, dr := range a.Drafts {
+					_, err := r.l.Append(dr, 1)
+					require.NoError(r.t, err)
+				}
+				evs := r.l.EventsFrom(start)
+				require.NoError(r.t, r.d.Committed(evs.Slice()))
+				more, err := r.d.Appended(a.Ref, evs)
+				require.NoError(r.t, err)
+				r.perform(more)
+			}
+		},
+		ends: []session.TurnEndReason{{Kind: session.EndCompleted}},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, tt.cfg)
+			tt.drive(r)
+			if tt.effects != nil {
+				require.Equal(t, tt.effects, r.out)
+			}
+			if tt.log != nil {
+				require.Equal(t, tt.log, r.logTypes())
+			}
+			es := r.l.Events().Slice()
+			require.NoError(t, session.CheckTrace(es))
+			require.Equal(t, tt.ends, turnEnds(es))
+			require.True(t, r.d.Idle())
+			require.Equal(t, StatusIdle, r.d.Status())
+		})
+	}
+}
+
+func TestDriverDisposeIsFinal(t *testing.T) {
+	r := newRig(t, DriverConfig{})
+	r.followup("a")
+	r.run(r.d.Dispose())
+	require.Equal(t, "cancel-stream", r.out[len(r.out)-1])
+	r.end(messages.FinishAborted, messages.LlmFailure{}, true)
+	require.Equal(t, []session.TurnEndReason{{Kind: session.EndAborted,
+		Cause: session.CancelCause{Kind: session.CauseDisposed}}}, turnEnds(r.l.Events().Slice()))
+	n := len(r.out)
+	r.followup("b")
+	require.Len(t, r.out, n, "a disposed driver starts nothing")
+	require.True(t, r.d.Idle())
+}
+
+func TestDriverSendTarget(t *testing.T) {
+	r := newRig(t, DriverConfig{})
+	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.NextStep, true))
+	r.followup("a")
+	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.NextStep, true))
+	r.run(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, true))
+	require.Equal(t, inbox.NextTurn, r.d.SendTarget(inbox.NextStep, true), "a wake after the abort")
+	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.NextStep, false), "an inject is not a wake")
+}

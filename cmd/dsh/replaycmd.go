@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/dshgo/dsh/actors/agent/logreplay"
+	"github.com/dshgo/dsh/internal/fixtures"
+)
+
+// logReplay is `dsh log replay [--fixture] FILE` (DESIGN §11): it re-runs
+// the recorded session through dsh's own loop and prints "conformant"
+// (exit 0), or the first divergence (exit 1).
+func logReplay(args []string, stdout, _ io.Writer) error {
+	fixture, path, err := oneFile("replay", args, stdout)
+	if err != nil {
+		return err
+	}
+	rec, override, err := logreplay.Load(path, fixture)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%s: %v", path, pe.Err)
+		}
+		if !fixture {
+			if data, rerr := os.ReadFile(path); rerr == nil && fixtures.HasPlaceholders(data) {
+				return fmt.Errorf("%v (the file has reference snapshot placeholders: try --fixture)", describe(path, err))
+			}
+		}
+		return describe(path, err)
+	}
+	res, err := logreplay.Run(context.Background(), rec, logreplay.Options{Override: override})
+	if err != nil {
+		return fmt.Errorf("%s: replay: %v", path, err)
+	}
+	if res.Conformant {
+		_, err := fmt.Fprintln(stdout, "conformant")
+		return err
+	}
+	if _, err := fmt.Fprintln(stdout, res.Divergence.String()); err != nil {
+		return err
+	}
+	return errReported
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestReplayPrintsConformant(t *testing.T) {
+	path := filepath.Join(mustCorpus(t), "acp", "tool-call-turn", "session.jsonl")
+	code, out, errOut := runDsh("log", "replay", "--fixture", path)
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, "conformant\n", out)
+	require.Empty(t, errOut)
+}
+
+func TestReplayPrintsTheFirstDivergence(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(mustCorpus(t), "acp", "text-turn", "session.jsonl"))
+	require.NoError(t, err)
+	old := []byte(`"reason":{"kind":"completed"}`)
+	require.Equal(t, 1, bytes.Count(data, old))
+	path := filepath.Join(t.TempDir(), "session.jsonl")
+	require.NoError(t, os.WriteFile(path, bytes.Replace(data, old, []byte(`"reason":{"kind":"max-tokens"}`), 1), 0o600))
+	code, out, errOut := runDsh("log", "replay", "--fixture", path)
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, errOut)
+	require.Contains(t, out, "diverged at position 39\n")
+	require.Contains(t, out, `expected: turn/end {"turn":1,"reason":{"kind":"max-tokens"}}`)
+	require.Contains(t, out, `got:      turn/end {"turn":1,"reason":{"kind":"completed"}}`)
+}
+
+func TestReplayUsage(t *testing.T) {
+	code, _, errOut := runDsh("log", "replay")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "want exactly one file")
+	code, _, _ = runDsh("log", "replay", "a.jsonl", "b.jsonl")
+	require.Equal(t, exitUsage, code)
+	code, out, _ := runDsh("log", "replay", "--help")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "Usage: dsh log replay")
+	code, _, errOut = runDsh("log", "replay", filepath.Join(t.TempDir(), "missing.jsonl"))
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "no such file")
+}
+
+func TestReplayHintsAtFixturePlaceholders(t *testing.T) {
+	path := filepath.Join(mustCorpus(t), "acp", "text-turn", "session.jsonl")
+	code, _, errOut := runDsh("log", "replay", path)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "try --fixture")
+}
