@@ -97,6 +97,12 @@ type Config struct {
 	Retry llm.RetryPolicy
 	// NoRetry disables retries (unless a RequestError hook asks).
 	NoRetry bool
+	// Routes describes each provider/model route: the fields its adapter
+	// materialises (marked adapterDefaults in the request header) and its
+	// context window (logged in request/context). Nil: nothing is
+	// materialised and no window is known. Called inside Receive; must
+	// not block.
+	Routes func(provider, model string) Route
 	// StreamTimeout bounds one model call (llm.StreamConfig.Timeout).
 	StreamTimeout time.Duration
 	// Hooks are the embedder's hooks.
@@ -121,7 +127,8 @@ func (c Config) Validate() error {
 func (c Config) driverConfig() DriverConfig {
 	dc := DriverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
 		Tools: c.Tools.Schemas(), Modes: c.Tools.modeOf, MaxParallelTools: c.MaxParallelTools, Retry: c.Retry,
-		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil}
+		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil,
+		Routes: c.Routes}
 	if h := c.Hooks.Request; h != nil {
 		dc.Request = h.Request
 	}
@@ -158,7 +165,8 @@ type (
 		ref uint64
 		err error
 	}
-	retryTick struct{ gen uint64 }
+	retryTick     struct{ gen uint64 }
+	contextPushed struct{ ref uint64 } // the inbox answered a context push
 )
 
 type caller struct {
@@ -188,6 +196,7 @@ type agentActor struct {
 	buffered    []any // inputs that arrived before boot, replayed in order
 
 	sends    map[uint64]caller // forwarded sends by inbox ref
+	pushes   map[uint64]uint64 // context pushes: the driver's ref by inbox ref
 	waiters  []caller
 	disposes []caller // Dispose requests, answered once idle
 	stream   *actor.PID
@@ -271,6 +280,11 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		}
 		a.handle(ctx, m)
 	case inbox.SendReply:
+		if r, ok := a.pushes[m.Ref]; ok {
+			delete(a.pushes, m.Ref)
+			a.handle(ctx, contextPushed{ref: r})
+			break
+		}
 		if c, ok := a.sends[m.Ref]; ok {
 			delete(a.sends, m.Ref)
 			if c.pid != nil {
@@ -278,6 +292,11 @@ func (a *agentActor) Receive(ctx actor.Context) {
 			}
 		}
 	case inbox.SendFailed:
+		if r, ok := a.pushes[m.Ref]; ok {
+			delete(a.pushes, m.Ref)
+			a.handle(ctx, contextPushed{ref: r})
+			break
+		}
 		if c, ok := a.sends[m.Ref]; ok {
 			delete(a.sends, m.Ref)
 			if c.pid != nil {
@@ -302,7 +321,7 @@ func (a *agentActor) start(ctx actor.Context) {
 	a.self, a.root = ctx.Self(), ctx.ActorSystem().Root
 	a.life, a.lifeCancel = context.WithCancel(context.Background())
 	a.signal, a.signalCancel = context.WithCancel(a.life)
-	a.sends = map[uint64]caller{}
+	a.sends, a.pushes = map[uint64]caller{}, map[uint64]uint64{}
 	props, err := inbox.Props(inbox.ActorConfig{Session: a.cfg.Session, Owner: ctx.Self(), Inbox: a.cfg.Inbox})
 	if err != nil {
 		panic(err)
@@ -387,6 +406,8 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		eff = d.TurnStoppingDone(m.ref, m.err)
 	case retryTick:
 		eff = d.RetryTimerFired(m.gen)
+	case contextPushed:
+		eff = d.ContextPushed(m.ref)
 	case Cancel:
 		eff = d.Cancel(m.Cause, m.KeepInbox)
 	case SetSystem:
@@ -410,7 +431,9 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 		case ClearInboxEffect:
 			ctx.Request(a.inbox, inbox.Clear{Ref: a.nextRef()})
 		case PushContextEffect:
-			ctx.Send(a.inbox, inbox.Send{Message: e.Message, Target: inbox.NextStep, Origin: inbox.Loop})
+			ref := a.nextRef()
+			a.pushes[ref] = e.Ref
+			ctx.Request(a.inbox, inbox.Send{Ref: ref, Message: e.Message, Target: inbox.NextStep, Origin: inbox.Loop})
 		case StartStreamEffect:
 			props, err := llm.StreamProps(llm.StreamConfig{Provider: a.cfg.Provider, Request: e.Request, Ref: e.Ref,
 				Timeout: a.cfg.StreamTimeout})

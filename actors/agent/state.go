@@ -73,8 +73,15 @@ type ClaimEffect struct {
 type ClearInboxEffect struct{}
 
 // PushContextEffect appends Message to the inbox's next-step list with
-// loop origin (a tool's additional context).
-type PushContextEffect struct{ Message messages.Message }
+// loop origin (a tool's additional context). The inbox's answer (the
+// splice committed, or the send refused) comes back as ContextPushed(Ref):
+// the core waits for it before it commits anything else of the step, so
+// that the splice follows its tool/result and precedes the next result
+// and step/end (spec §4.8 "Committing").
+type PushContextEffect struct {
+	Ref     uint64
+	Message messages.Message
+}
 
 // StartStreamEffect starts model call Ref.
 type StartStreamEffect struct {
@@ -291,6 +298,25 @@ type DriverConfig struct {
 	// RequestError is the request-error hook (agent/request-error). It
 	// runs inside the core and must not block. Default: DecideDefault.
 	RequestError func(RequestErrorInput) (RequestErrorDecision, error)
+	// Routes describes the route of a request's provider and model (nil:
+	// the zero Route for every route). It runs inside the core and must
+	// not block.
+	Routes func(provider, model string) Route
+}
+
+// Route is what the agent knows of a provider/model route (the reference's
+// adapter and model catalog): the call-config fields its adapter
+// materialises when a request leaves them out, which the request header
+// marks as adapter defaults (spec §2.8, §4.7 step 3), and the model's
+// context window, logged in request/context (§4.7 step 6). The zero Route
+// materialises nothing and has no known window.
+type Route struct {
+	// ReasoningEffort fills an absent effort ("" for none).
+	ReasoningEffort string
+	// MaxTokens fills an absent maxTokens.
+	MaxTokens messages.OptInt
+	// ContextWindow is the model's context window, when known.
+	ContextWindow messages.OptInt
 }
 
 // DefaultMaxParallelTools is the reference's DEFAULT_MAX_PARALLEL_TOOL_CALLS.
@@ -374,6 +400,7 @@ type turnState struct {
 	running    int
 	exclusive  bool // an exclusive call is in flight
 	concludes  bool
+	pushes     map[uint64]bool // context pushes not answered yet
 	firstClaim bool
 }
 
@@ -801,6 +828,21 @@ func (d *Driver) ToolDone(ref uint64, r Result) Effects {
 	return d.flush()
 }
 
+// ContextPushed delivers the inbox's answer to context push ref: its
+// splice is committed, or the send was refused (the context is then lost,
+// as a refused loop insert leaves the inbox unchanged). The step's commit
+// goes on.
+func (d *Driver) ContextPushed(ref uint64) Effects {
+	if d.t == nil || !d.t.pushes[ref] {
+		return d.flush()
+	}
+	delete(d.t.pushes, ref)
+	if d.phase == phTools && len(d.t.pushes) == 0 {
+		d.commitTools()
+	}
+	return d.flush()
+}
+
 // ---- the turn (spec §4.5) ----------------------------------------------
 
 func abortedReason(c session.CancelCause) session.TurnEndReason {
@@ -893,8 +935,8 @@ func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
 	default:
 		t.ends = nil
 	}
-	// The next claim's splice must follow step/end (and the tool
-	// results' context pushes, sent to the inbox before it).
+	// The next claim's splice must follow step/end (the tool results'
+	// context pushes are committed before it).
 	d.settle(func() {
 		if t.aborted {
 			d.endTurn(abortedReason(t.cause))
@@ -974,8 +1016,24 @@ func (d *Driver) beginAttempt() {
 		d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
 		return
 	}
+	// §4.7 step 3: the route's adapter fills what the config leaves out,
+	// and the header marks those fields.
+	route := d.route(cfg)
+	var marks session.AdapterDefaults
+	if cfg.ReasoningEffort == "" && route.ReasoningEffort != "" {
+		cfg.ReasoningEffort, marks.ReasoningEffort = route.ReasoningEffort, true
+	}
+	if _, has := cfg.MaxTokens.Get(); !has {
+		if _, ok := route.MaxTokens.Get(); ok {
+			cfg.MaxTokens, marks.MaxTokens = route.MaxTokens, true
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
+		return
+	}
 	t.cfg = cfg
-	header := session.NewEpochHeader(cfg, session.AdapterDefaults{}, t.system, d.cfg.Tools).Canonical()
+	header := session.NewEpochHeader(cfg, marks, t.system, d.cfg.Tools).Canonical()
 	folded, has := d.mirror.RequestHeader()
 	var drafts []session.Draft
 	switch {
@@ -987,8 +1045,10 @@ func (d *Driver) beginAttempt() {
 		drafts = append(drafts, session.RequestHeader{Header: header, Reason: session.ReasonChange}.Draft())
 	}
 	d.firstRequest = false
-	if rc, has := d.mirror.RequestContext(); !has || rc.Provider != cfg.Provider || rc.Model != cfg.Model {
-		drafts = append(drafts, session.RequestContext{Provider: cfg.Provider, Model: cfg.Model}.Draft())
+	if rc, has := d.mirror.RequestContext(); !has || rc.Provider != cfg.Provider || rc.Model != cfg.Model ||
+		rc.ContextWindow != route.ContextWindow {
+		drafts = append(drafts, session.RequestContext{Provider: cfg.Provider, Model: cfg.Model,
+			ContextWindow: route.ContextWindow}.Draft())
 	}
 	if len(drafts) > 0 {
 		d.appendDrafts(appendTag{}, drafts...)
@@ -1000,6 +1060,14 @@ func (d *Driver) beginAttempt() {
 		}
 		d.dispatch()
 	})
+}
+
+// route returns what the configuration knows of cfg's route.
+func (d *Driver) route(cfg messages.CallConfig) Route {
+	if d.cfg.Routes == nil {
+		return Route{}
+	}
+	return d.cfg.Routes(cfg.Provider, cfg.Model)
 }
 
 // dispatch builds the request from the mirror and starts the call.
@@ -1071,8 +1139,11 @@ func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 		d.finishStep(outCompleted, messages.LlmFailure{})
 	default:
 		// Tools start once the anchor is committed: a cancel that lands
-		// in between gives every call a synthetic pair (§4.9).
-		t.calls = calls
+		// in between gives every call a synthetic pair (§4.9). The tool
+		// bookkeeping is the step's: a previous tool step of the turn
+		// left its cursors at the end of its own calls.
+		t.calls, t.next, t.commitIdx, t.running, t.exclusive, t.concludes = calls, 0, 0, 0, false, false
+		clear(t.pushes)
 		d.settle(func() {
 			d.phase = phTools
 			d.scheduleTools()
@@ -1177,6 +1248,9 @@ func (d *Driver) startCall(i int) {
 func (d *Driver) commitTools() {
 	t := d.t
 	for t.commitIdx < len(t.calls) {
+		if len(t.pushes) > 0 {
+			return // the last result's contexts are not spliced yet
+		}
 		c := &t.calls[t.commitIdx]
 		if !c.started {
 			if !t.aborted {
@@ -1197,13 +1271,21 @@ func (d *Driver) commitTools() {
 		d.appendDrafts(appendTag{}, session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
 			Meta: r.Meta}.Draft().WithSources([]int64{c.seq}))
 		for _, m := range r.AdditionalContexts {
-			d.emit(PushContextEffect{Message: m})
+			ref := d.ref()
+			if t.pushes == nil {
+				t.pushes = map[uint64]bool{}
+			}
+			t.pushes[ref] = true
+			d.emit(PushContextEffect{Ref: ref, Message: m})
 		}
 		if r.ConcludesTurn {
 			t.concludes = true
 		}
 		c.committed = true
 		t.commitIdx++
+	}
+	if len(t.pushes) > 0 {
+		return // step/end follows the last result's splices
 	}
 	out := outMore
 	switch {

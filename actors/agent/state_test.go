@@ -30,6 +30,9 @@ type rig struct {
 	stream uint64             // the running call, 0 for none
 	timer  uint64             // the armed timer generation, 0 for none
 	out    []string           // the transcript of effects
+	tools  []RunToolEffect    // tool calls started
+	held   []uint64           // unanswered context pushes (holdPushes)
+	hold   bool               // holdPushes: do not answer context pushes
 }
 
 func newRig(t *testing.T, cfg DriverConfig) *rig {
@@ -100,6 +103,18 @@ func (r *rig) perform(eff Effects) {
 			r.out = append(r.out, "signal")
 		case TurnErrorEffect:
 			r.out = append(r.out, "turn-error "+e.Error.Code)
+		case PushContextEffect:
+			r.step = append(r.step, e.Message)
+			r.d.InboxChanged(inbox.NextStep, 1)
+			r.out = append(r.out, "push")
+			if r.hold {
+				r.held = append(r.held, e.Ref)
+				continue
+			}
+			r.perform(r.d.ContextPushed(e.Ref))
+		case RunToolEffect:
+			r.tools = append(r.tools, e)
+			r.out = append(r.out, "tool "+e.Call.ID)
 		case ClearInboxEffect:
 			r.turn, r.step = nil, nil
 			r.d.InboxPending(0, 0)
@@ -293,4 +308,36 @@ func TestDriverSendTarget(t *testing.T) {
 	r.run(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, true))
 	require.Equal(t, inbox.NextTurn, r.d.SendTarget(inbox.NextStep, true), "a wake after the abort")
 	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.NextStep, false), "an inject is not a wake")
+}
+
+// The core starts a second tool step's calls, and holds step/end until
+// the inbox has answered every context push.
+func TestDriverToolStepsAndContextPushes(t *testing.T) {
+	r := newRig(t, DriverConfig{})
+	r.hold = true
+	r.followup("go")
+	r.chunks(toolCallResponse(tc{"c1", "echo", `{}`}).chunks...)
+	r.end(messages.FinishToolCalls, messages.LlmFailure{}, false)
+	require.Len(t, r.tools, 1)
+	note := user(t, "note")
+	r.run(r.d.ToolDone(r.tools[0].Ref, Result{AdditionalContexts: []messages.Message{note}}))
+	require.Len(t, r.held, 1)
+	require.Equal(t, "tool/result", r.logTypes()[len(r.logTypes())-1], "step/end waits for the push")
+	r.run(r.d.ContextPushed(r.held[0] + 1000)) // a stale answer changes nothing
+	require.Equal(t, "tool/result", r.logTypes()[len(r.logTypes())-1])
+	r.run(r.d.ContextPushed(r.held[0]))
+	// Step 2 entered the note and calls a tool again.
+	r.chunks(toolCallResponse(tc{"c2", "echo", `{}`}).chunks...)
+	r.end(messages.FinishToolCalls, messages.LlmFailure{}, false)
+	require.Len(t, r.tools, 2)
+	require.Equal(t, "c2", r.tools[1].Call.ID)
+	require.Equal(t, int64(2), r.tools[1].Call.Step)
+	r.run(r.d.ToolDone(r.tools[1].Ref, Result{}))
+	r.chunks(textResponse("done").chunks...)
+	r.end(messages.FinishStop, messages.LlmFailure{}, false)
+	require.Equal(t, []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
+		"assistant/chunk", "assistant/message", "tool/call", "tool/result", "step/end",
+		"step/start", "user/message", "assistant/chunk", "assistant/message", "tool/call", "tool/result", "step/end",
+		"step/start", "assistant/chunk", "assistant/message", "step/end", "turn/end"}, r.logTypes())
+	require.Equal(t, StatusIdle, r.d.Status())
 }

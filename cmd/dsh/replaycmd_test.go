@@ -15,11 +15,15 @@ func TestMain(m *testing.M) {
 }
 
 func TestReplayPrintsConformant(t *testing.T) {
-	path := filepath.Join(mustCorpus(t), "acp", "tool-call-turn", "session.jsonl")
-	code, out, errOut := runDsh("log", "replay", "--fixture", path)
-	require.Equal(t, exitOK, code, errOut)
-	require.Equal(t, "conformant\n", out)
-	require.Empty(t, errOut)
+	// tool-call-turn, plus scenarios with a second tool step in one turn
+	// and with a tool's additional contexts.
+	for _, s := range []string{"tool-call-turn", "advanced-toolchain", "hook-codex-posttool-context"} {
+		path := filepath.Join(mustCorpus(t), "acp", s, "session.jsonl")
+		code, out, errOut := runDsh("log", "replay", "--fixture", path)
+		require.Equal(t, exitOK, code, "%s: %s", s, errOut)
+		require.Equal(t, "conformant\n", out, s)
+		require.Empty(t, errOut, s)
+	}
 }
 
 func TestReplayPrintsTheFirstDivergence(t *testing.T) {

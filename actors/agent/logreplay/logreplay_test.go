@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,12 +40,26 @@ func replayFile(t *testing.T, path string) Result {
 	return r
 }
 
-// The core scenarios, each with its replay.override.json, reproduce.
+// The core scenarios, each with its replay.override.json, reproduce, and
+// so do the corpus scenarios that exercise a second tool step in one turn,
+// a tool's additional contexts, and a route's adapter defaults.
 func TestReplayConformant(t *testing.T) {
+	var files []string
 	for _, s := range []string{"text-turn", "multi-turn", "tool-call-turn", "cancel", "error-finish",
-		"packed-chunks", "todo-write"} {
-		t.Run(s, func(t *testing.T) {
-			r := replayFile(t, corpusFile(t, filepath.Join("acp", s, "session.jsonl")))
+		"packed-chunks", "todo-write",
+		// a second tool step in the same turn
+		"advanced-toolchain", "fs-delete-recreate", "fs-write-overwrite", "hook-cc-posttool-block", "pty-tools",
+		"repeat-tool-reminder", "session-query-spill", "subagent-continuable", "subagent-mixed", "subagent-multi",
+		// a tool's additional contexts, spliced before step/end
+		"hook-codex-posttool-context",
+		// a header marking adapter defaults
+		"fs-write-overwrite-bounded"} {
+		files = append(files, filepath.Join("acp", s, "session.jsonl"))
+	}
+	files = append(files, "jsonrpc/persistent-tools/session.jsonl", "headless/snapshots_advanced-toolchain/session.jsonl")
+	for _, f := range files {
+		t.Run(f, func(t *testing.T) {
+			r := replayFile(t, corpusFile(t, f))
 			require.True(t, r.Conformant, "divergence: %v", r.Divergence)
 			require.Nil(t, r.Divergence)
 			require.NotEmpty(t, r.Replayed)
@@ -52,37 +67,58 @@ func TestReplayConformant(t *testing.T) {
 	}
 }
 
-// Corpus scenarios that diverge because of a known difference of dsh's
-// loop, a missing agent feature, or a harness plugin dsh does not have.
-// Each asserts the documented divergence, so that a change (a fix, or a
-// new difference) fails here and the table is updated.
+// Corpus scenarios that diverge because of a harness plugin dsh does not
+// have. Each asserts the documented divergence, so that a change (a fix,
+// or a new difference) fails here and the table is updated.
+//
+// Where the plugin wrote at a step boundary (a step/end listener
+// inserting into next-step, compaction events around a step), the replay
+// delivers the recorded contribution from outside the loop, racing the
+// agent's next claim: the divergence lands at one of a few positions
+// (positions), and, for missing-sandbox-runner, the delivery sometimes
+// wins and the replay conforms (mayConform).
 func TestReplayKnownDivergences(t *testing.T) {
 	for _, c := range []struct {
-		file     string
-		pos      int
-		expected string // prefix of Divergence.Expected
-		got      string // prefix of Divergence.Got
+		file       string
+		positions  []int
+		expected   []string // prefixes of Divergence.Expected, one of which matches
+		got        string   // prefix of Divergence.Got
+		mayConform bool
 	}{
-		// The loop: a second tool step in one turn runs no tools (the
-		// turn's call cursors are not reset between steps).
-		{"acp/advanced-toolchain/session.jsonl", 25, `tool/call {"turn":1,"step":2`, `step/end {"turn":1,"step":2}`},
-		{"jsonrpc/persistent-tools/session.jsonl", 24, `tool/call {"turn":1,"step":2`, `step/end {"turn":1,"step":2}`},
-		// The loop: a tool's additional contexts are spliced after step/end
-		// instead of right after their tool/result.
-		{"acp/hook-codex-posttool-context/session.jsonl", 68, `agent/inbox/spliced {"target":"next-step"`, `step/end {"turn":1,"step":1}`},
-		// A missing feature: headers cannot mark adapter defaults.
-		{"acp/fs-write-overwrite-bounded/session.jsonl", 7, `request/header`, `request/header`},
-		// A missing feature: request/context without a context window.
-		{"headless/snapshots_compaction-recovery/session.jsonl", 7, `request/context`, `request/context`},
-		// A harness plugin dsh does not have: the title LLM call.
-		{"acp/session-title-after-turn/session.jsonl", 11, `assistant/chunk`, `assistant/chunk`},
+		// The compact plugin replaces the history with its snapshot
+		// message after the tool result.
+		{"acp/agent-instructions/session.jsonl", []int{17}, []string{`user/message {"content":[{"type":"text","text":"Earlier context was compacted`}, `tool/result`, false},
+		// The hooks plugin's claude-code Stop hook runs at turn-stopping.
+		{"acp/hook-cc-stop-continue/session.jsonl", []int{36}, []string{`hook/invoked {"turn":1,"point":"Stop"`}, `turn/end`, false},
+		// The title plugin makes its own LLM call.
+		{"acp/session-title-after-turn/session.jsonl", []int{11}, []string{`assistant/chunk`}, `assistant/chunk`, false},
+		// The workspace-context plugin inserts nested/AGENTS.md into
+		// next-step after step/end, then cancels it and enters it itself.
+		{"acp/code-mode-workspace-context/session.jsonl", []int{21, 22},
+			[]string{`agent/inbox/spliced {"target":"next-step","start":0,"inserted":[{"content":[{"type":"text","text":"<system-reminder>`,
+				`agent/inbox/spliced {"target":"next-step","start":0,"removedCount":1,"inserted":[],"outcome":"canceled"}`},
+			`step/start {"turn":1,"step":2}`, false},
+		// The tool-jobs plugin's background-job notice, inserted after
+		// step/end.
+		{"acp/missing-sandbox-runner/session.jsonl", []int{28},
+			[]string{`agent/inbox/spliced {"target":"next-step","start":0,"inserted":[{"content":[{"type":"text","text":"background job bash-1`},
+			`step/start {"turn":1,"step":3}`, true},
+		// The compaction plugin's events around step 2.
+		{"headless/snapshots_compaction-recovery/session.jsonl", []int{19, 20, 21},
+			[]string{`compaction/start`, `compaction/summary`, `user/message {"content":[{"type":"text","text":"This is an automatically generated checkpoint`},
+			`step/end {"turn":1,"step":2}`, false},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			r := replayFile(t, corpusFile(t, c.file))
+			if c.mayConform && r.Conformant {
+				return
+			}
 			require.False(t, r.Conformant)
 			require.NotNil(t, r.Divergence)
-			require.Equal(t, c.pos, r.Divergence.Position, "%v", r.Divergence)
-			require.True(t, strings.HasPrefix(r.Divergence.Expected, c.expected), "%v", r.Divergence)
+			require.Contains(t, c.positions, r.Divergence.Position, "%v", r.Divergence)
+			require.True(t, slices.ContainsFunc(c.expected, func(p string) bool {
+				return strings.HasPrefix(r.Divergence.Expected, p)
+			}), "%v", r.Divergence)
 			require.True(t, strings.HasPrefix(r.Divergence.Got, c.got), "%v", r.Divergence)
 		})
 	}

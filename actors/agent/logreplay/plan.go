@@ -65,7 +65,31 @@ type plan struct {
 	stepConfig map[stepKey]messages.CallConfig
 	retries    map[retryKey]bool
 	turnEnds   map[int64]session.TurnEndReason
+	routes     map[routeKey]agent.Route
 	actions    []action
+}
+
+type routeKey struct{ provider, model string }
+
+// callerConfig is a recorded header's config without the fields its
+// adapter materialised: what the caller asked for (the replay's route
+// fills the rest in again and marks it, as the recording's adapter did).
+func callerConfig(h session.EpochHeader) messages.CallConfig {
+	cfg := h.Config
+	if h.AdapterDefaults.ReasoningEffort {
+		cfg.ReasoningEffort = ""
+	}
+	if h.AdapterDefaults.MaxTokens {
+		cfg.MaxTokens = messages.OptInt{}
+	}
+	return cfg
+}
+
+// route returns the recorded route of provider and model: the adapter
+// defaults its headers mark and the context window its request/context
+// logs.
+func (p *plan) route(provider, model string) agent.Route {
+	return p.routes[routeKey{provider, model}]
 }
 
 type zone uint8
@@ -98,7 +122,8 @@ func newPlan(h session.Header, events []session.Event) *plan {
 	p := &plan{header: h, events: events, results: map[string][]*recordedTool{},
 		preStep: map[stepKey][]session.Draft{}, preStepPos: map[stepKey][]int{},
 		entered: map[stepKey][]item{}, stepConfig: map[stepKey]messages.CallConfig{},
-		retries: map[retryKey]bool{}, turnEnds: map[int64]session.TurnEndReason{}}
+		retries: map[retryKey]bool{}, turnEnds: map[int64]session.TurnEndReason{},
+		routes: map[routeKey]agent.Route{}}
 	n := seedLen(h, events)
 	p.seed = events[:n]
 	order, _ := normalOrder(events)
@@ -113,16 +138,34 @@ func newPlan(h session.Header, events []session.Event) *plan {
 	// The first request/header of the whole log (the seed included) gives
 	// the system prompt and the tools; the last one before the live part
 	// gives the config in force.
+	// Every header and request/context tells what its route materialises
+	// and its context window.
 	for _, e := range events {
-		if rh, ok := e.Payload().(session.RequestHeader); ok {
+		switch pl := e.Payload().(type) {
+		case session.RequestHeader:
 			if !p.hasHead {
-				p.hasHead, p.config, p.system, p.tools = true, rh.Header.Config, rh.Header.System, rh.Header.Tools()
+				p.hasHead, p.config, p.system, p.tools = true, callerConfig(pl.Header), pl.Header.System, pl.Header.Tools()
 			}
+			c := pl.Header.Config
+			k := routeKey{c.Provider, c.Model}
+			r := p.routes[k]
+			if pl.Header.AdapterDefaults.ReasoningEffort {
+				r.ReasoningEffort = c.ReasoningEffort
+			}
+			if pl.Header.AdapterDefaults.MaxTokens {
+				r.MaxTokens = c.MaxTokens
+			}
+			p.routes[k] = r
+		case session.RequestContext:
+			k := routeKey{pl.Provider, pl.Model}
+			r := p.routes[k]
+			r.ContextWindow = pl.ContextWindow
+			p.routes[k] = r
 		}
 	}
 	for _, e := range events[:n] {
 		if rh, ok := e.Payload().(session.RequestHeader); ok {
-			cfg, hasCfg = rh.Header.Config, true
+			cfg, hasCfg = callerConfig(rh.Header), true
 		}
 		if tt, ok := e.Payload().(session.TurnStart); ok {
 			turn = tt.Turn
@@ -160,7 +203,7 @@ func newPlan(h session.Header, events []session.Event) *plan {
 				p.entered[key()] = append(p.entered[key()], item{msg: pl.Message})
 			}
 		case session.RequestHeader:
-			cfg, hasCfg = pl.Header.Config, true
+			cfg, hasCfg = callerConfig(pl.Header), true
 			setStepConfig()
 			z = zStream
 		case session.RequestContext, session.AssistantChunk, session.AssistantMessage:

@@ -124,7 +124,7 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 	}
 	hooks := &replayHooks{plan: p}
 	cfg := agent.Config{Session: sessionPID, Provider: prov, Model: model, MaxTokens: p.config.MaxTokens,
-		System: p.system, Tools: reg, Observer: probePID,
+		System: p.system, Tools: reg, Observer: probePID, Routes: p.route,
 		Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1},
 		Hooks: agent.Hooks{PreStep: hooks, Request: hooks, RequestError: hooks}}
 	ap, err := agent.Props(cfg)
