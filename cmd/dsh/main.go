@@ -45,6 +45,7 @@ var errHelp = errors.New("help")
 const topUsage = `dsh — a Go runtime for LLM agent sessions
 
 Usage:
+  dsh bench [--sessions N] [--json] ...  load test: concurrent sessions, synthetic model, real persistence
   dsh log verify [--fixture] FILE...   check session logs; one summary line per file
   dsh log show [--fixture] FILE        print a readable transcript
   dsh log messages [--fixture] FILE    print the derived (model-visible) messages as JSON lines
@@ -88,6 +89,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return runLog(args[1:], stdout, stderr)
 	case "sessions":
 		return sessionsCmd(args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(args[1:], stdout, stderr)
 	default:
 		return usagef("unknown command %q", args[0])
 	}

@@ -1,0 +1,595 @@
+// Package bench is dsh's load generator (DESIGN §10, issue 6): many
+// concurrent sessions on one supervisor.Host, each running a few turns
+// against the synthetic model, with real persistence, measured end to end.
+// `dsh bench` is a thin front end over Run.
+//
+// What Run measures:
+//
+//   - throughput: turns, events and assistant chunks committed, per second
+//     of wall time;
+//   - CPU: the process's user+system CPU time (getrusage) over the load,
+//     divided by the chunks streamed;
+//   - turn latency beyond the model's own: for each turn, the wall time
+//     from Followup to a durable WaitIdle, minus the time the session's
+//     model calls spent inside the provider's stream (p50/p99);
+//   - flush latency: from the commit of a turn/end to the persister's
+//     Durable notice for it (p50/p99);
+//   - disk: bytes of the session files and their compression ratio
+//     (decoded JSONL bytes over bytes on disk); every log is read back and
+//     validated;
+//   - memory: the peak of live heap objects sampled during the load, and
+//     the live heap after the load per session (logged events included).
+//
+// Not done yet: the baselines of DESIGN §10 (a mutex-guarded in-memory log,
+// raw JSON encoding, raw fsync) run in the same process.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/supervisor"
+)
+
+// Options are the knobs of a run. Zero fields take the defaults.
+type Options struct {
+	Sessions        int     // concurrent sessions (default 1000)
+	Turns           int     // turns per session (default 3)
+	Chunks          int     // mean text deltas per response (default 200)
+	ReasoningChunks int     // mean reasoning deltas (default 50)
+	ToolRate        float64 // probability a response calls a tool (default 0.5; <0 for none)
+	ReasoningRate   float64 // probability a response reasons first (default 0.5; <0 for none)
+	TokensPerSecond float64 // model speed per stream (0: as fast as possible)
+	Policy          persister.Policy
+	FsyncWorkers    int
+	Shards          int
+	// Dir is where the sessions are written; "" makes a fresh temporary
+	// directory, removed afterwards unless Keep.
+	Dir  string
+	Keep bool
+	Seed int64
+	// NoVerify skips reading every log back after the run.
+	NoVerify bool
+	// Progress receives progress lines (nil: none). Live rewrites one line
+	// (a terminal); otherwise a plain line every ProgressInterval.
+	Progress         io.Writer
+	Live             bool
+	ProgressInterval time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Sessions == 0 {
+		o.Sessions = 1000
+	}
+	if o.Turns == 0 {
+		o.Turns = 3
+	}
+	if o.Chunks == 0 {
+		o.Chunks = 200
+	}
+	if o.ReasoningChunks == 0 {
+		o.ReasoningChunks = 50
+	}
+	if o.ToolRate == 0 {
+		o.ToolRate = 0.5
+	}
+	if o.ReasoningRate == 0 {
+		o.ReasoningRate = 0.5
+	}
+	o.ToolRate = max(o.ToolRate, 0)
+	o.ReasoningRate = max(o.ReasoningRate, 0)
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = time.Second
+		if o.Live {
+			o.ProgressInterval = 200 * time.Millisecond
+		}
+	}
+	return o
+}
+
+// Validate reports options that cannot work.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Sessions < 0 || o.Turns < 0 || o.Chunks < 0 || o.ReasoningChunks < 0 {
+		errs = append(errs, errors.New("bench: sessions, turns and chunks must not be negative"))
+	}
+	if o.ToolRate > 1 || o.ReasoningRate > 1 {
+		errs = append(errs, errors.New("bench: rates must be at most 1"))
+	}
+	if o.TokensPerSecond < 0 {
+		errs = append(errs, errors.New("bench: tokens per second must not be negative"))
+	}
+	if o.Policy < persister.PolicyTurnEnd || o.Policy > persister.PolicyNone {
+		errs = append(errs, fmt.Errorf("bench: unknown policy %d", int(o.Policy)))
+	}
+	return errors.Join(errs...)
+}
+
+// Latency is a distribution summary in microseconds.
+type Latency struct {
+	Count int     `json:"count"`
+	P50us float64 `json:"p50_us"`
+	P99us float64 `json:"p99_us"`
+	MaxUs float64 `json:"max_us"`
+}
+
+// Report is the result of a run.
+type Report struct {
+	Sessions        int     `json:"sessions"`
+	TurnsPerSession int     `json:"turns_per_session"`
+	Policy          string  `json:"policy"`
+	Dir             string  `json:"dir,omitempty"`
+	Interrupted     bool    `json:"interrupted,omitempty"`
+	WallSeconds     float64 `json:"wall_seconds"`
+	Turns           int64   `json:"turns"`
+	Events          int64   `json:"events"`
+	Chunks          int64   `json:"chunks"`
+	EventsPerSec    float64 `json:"events_per_sec"`
+	ChunksPerSec    float64 `json:"chunks_per_sec"`
+	TurnsPerSec     float64 `json:"turns_per_sec"`
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	CPUPerChunkNs   float64 `json:"cpu_per_chunk_ns"`
+	// TurnOverhead is the turn latency beyond the model's own.
+	TurnOverhead Latency `json:"turn_overhead"`
+	// TurnLatency is the whole turn, Followup to durable WaitIdle.
+	TurnLatency      Latency `json:"turn_latency"`
+	FlushLatency     Latency `json:"flush_latency"`
+	Files            int     `json:"files"`
+	FilesVerified    int     `json:"files_verified"`
+	BytesOnDisk      int64   `json:"bytes_on_disk"`
+	BytesRaw         int64   `json:"bytes_raw"`
+	CompressionRatio float64 `json:"compression_ratio"`
+	PeakHeapBytes    uint64  `json:"peak_heap_bytes"`
+	HeapPerSession   float64 `json:"heap_per_session_bytes"`
+	HeapPerEvent     float64 `json:"heap_per_event_bytes"`
+	InputTokens      int64   `json:"input_tokens"`
+	OutputTokens     int64   `json:"output_tokens"`
+	WriteFailures    int64   `json:"write_failures"`
+}
+
+// timedProvider measures the wall time each session's model calls spend
+// inside the provider's stream.
+type timedProvider struct {
+	inner llm.Provider
+	model sync.Map // session id → *atomic.Int64 (ns)
+}
+
+func (p *timedProvider) Name() string { return p.inner.Name() }
+
+func (p *timedProvider) Model() string {
+	if m, ok := p.inner.(interface{ Model() string }); ok {
+		return m.Model()
+	}
+	return ""
+}
+
+func (p *timedProvider) counter(id string) *atomic.Int64 {
+	if c, ok := p.model.Load(id); ok {
+		return c.(*atomic.Int64)
+	}
+	c, _ := p.model.LoadOrStore(id, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
+func (p *timedProvider) Stream(ctx context.Context, req llm.Request) iter.Seq2[messages.StreamChunk, error] {
+	return func(yield func(messages.StreamChunk, error) bool) {
+		start := time.Now()
+		defer func() { p.counter(req.SessionID()).Add(int64(time.Since(start))) }()
+		for c, err := range p.inner.Stream(ctx, req) {
+			if !yield(c, err) {
+				return
+			}
+		}
+	}
+}
+
+// echoTool answers every call with its arguments.
+type echoTool struct{}
+
+func (echoTool) Name() string { return "echo" }
+func (echoTool) Schema() messages.ToolSchema {
+	return messages.ToolSchema{Name: "echo", Description: "Echo the arguments back.",
+		Parameters: messages.MustParseJSON(`{"type":"object"}`)}
+}
+func (echoTool) Mode(messages.JSON) agent.Mode { return agent.Parallel }
+func (echoTool) Execute(_ context.Context, call agent.Call) (agent.Result, error) {
+	return agent.Result{Content: []messages.ContentBlock{messages.TextBlock(call.Arguments)}}, nil
+}
+
+type samples struct {
+	mu sync.Mutex
+	v  []time.Duration
+}
+
+func (s *samples) add(d time.Duration) {
+	s.mu.Lock()
+	s.v = append(s.v, d)
+	s.mu.Unlock()
+}
+
+func (s *samples) summary() Latency {
+	s.mu.Lock()
+	v := slices.Clone(s.v)
+	s.mu.Unlock()
+	if len(v) == 0 {
+		return Latency{}
+	}
+	slices.Sort(v)
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(v)))) - 1
+		return float64(v[max(i, 0)]) / 1e3
+	}
+	return Latency{Count: len(v), P50us: q(0.50), P99us: q(0.99), MaxUs: float64(v[len(v)-1]) / 1e3}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+const heapMetric = "/memory/classes/heap/objects:bytes"
+
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: heapMetric}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// Run runs the load and reports. A cancelled ctx stops the load early: the
+// running turns are disposed, everything is flushed, and the partial
+// report comes back with Interrupted set, together with the cause.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	if err := opts.Validate(); err != nil {
+		return Report{}, err
+	}
+	o := opts.withDefaults()
+	rep := Report{Sessions: o.Sessions, TurnsPerSession: o.Turns, Policy: o.Policy.String()}
+
+	dir := o.Dir
+	if o.Policy != persister.PolicyNone && dir == "" {
+		d, err := os.MkdirTemp("", "dsh-bench-*")
+		if err != nil {
+			return rep, err
+		}
+		dir = d
+		if !o.Keep {
+			defer os.RemoveAll(d)
+		}
+	}
+	if o.Policy == persister.PolicyNone {
+		dir = ""
+	}
+	rep.Dir = dir
+
+	syn, err := synthetic.New(synthetic.Config{Seed: o.Seed, TextChunks: o.Chunks, ReasoningChunks: o.ReasoningChunks,
+		ToolCallRate: o.ToolRate, ReasoningRate: o.ReasoningRate, TokensPerSecond: o.TokensPerSecond})
+	if err != nil {
+		return rep, err
+	}
+	tp := &timedProvider{inner: syn}
+	tools, err := agent.NewRegistry(echoTool{})
+	if err != nil {
+		return rep, err
+	}
+	var flushes, turnLat, overhead samples
+	var writeFailures atomic.Int64
+
+	runtime.GC()
+	heapBase := heapObjects()
+	h, err := supervisor.Open(supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
+		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards,
+		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
+		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) }})
+	if err != nil {
+		return rep, err
+	}
+
+	// Peak heap sampler and progress.
+	var peak atomic.Uint64
+	var turnsDone atomic.Int64
+	stopBg := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if v := heapObjects(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stopBg:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	start := time.Now()
+	cpu0 := cpuTime()
+	total := int64(o.Sessions * o.Turns)
+	if o.Progress != nil {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			tick := time.NewTicker(o.ProgressInterval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopBg:
+					if o.Live {
+						fmt.Fprint(o.Progress, "\r\033[K")
+					}
+					return
+				case <-tick.C:
+					progress(o, start, turnsDone.Load(), total)
+				}
+			}
+		}()
+	}
+
+	ids := make([]session.SessionID, o.Sessions)
+	var (
+		wg      sync.WaitGroup
+		errMu   sync.Mutex
+		firstEr error
+	)
+	setErr := func(err error) {
+		errMu.Lock()
+		if firstEr == nil {
+			firstEr = err
+		}
+		errMu.Unlock()
+	}
+	for i := range o.Sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := h.Create(ctx, supervisor.CreateOptions{ID: session.SessionID(fmt.Sprintf("bench-%05d", i)), Cwd: "/bench"})
+			if err != nil {
+				setErr(err)
+				return
+			}
+			ids[i] = id
+			model := tp.counter(string(id))
+			for t := range o.Turns {
+				m, err := messages.NewUserMessage([]messages.ContentBlock{
+					messages.TextBlock(fmt.Sprintf("session %d turn %d: tell me something", i, t+1))}, messages.UserSource())
+				if err != nil {
+					setErr(err)
+					return
+				}
+				m0 := model.Load()
+				t0 := time.Now()
+				if err := h.Followup(ctx, id, m); err != nil {
+					setErr(err)
+					return
+				}
+				if err := h.WaitIdle(ctx, id); err != nil {
+					setErr(err)
+					return
+				}
+				d := time.Since(t0)
+				turnLat.add(d)
+				overhead.add(max(d-time.Duration(model.Load()-m0), 0))
+				turnsDone.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	cpu := cpuTime() - cpu0
+
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		st, err := h.Stats(id)
+		if err != nil {
+			continue
+		}
+		rep.Turns += st.Turns
+		rep.Events += st.Events
+		rep.Chunks += st.Chunks
+		rep.InputTokens += st.Usage.InputTokens
+		rep.OutputTokens += st.Usage.OutputTokens
+	}
+	runtime.GC()
+	heapAfter := heapObjects()
+	close(stopBg)
+	bg.Wait()
+
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	closeErr := h.Close(closeCtx)
+
+	rep.WallSeconds = wall.Seconds()
+	rep.CPUSeconds = cpu.Seconds()
+	if rep.Chunks > 0 {
+		rep.CPUPerChunkNs = float64(cpu) / float64(rep.Chunks)
+	}
+	if s := wall.Seconds(); s > 0 {
+		rep.EventsPerSec = float64(rep.Events) / s
+		rep.ChunksPerSec = float64(rep.Chunks) / s
+		rep.TurnsPerSec = float64(rep.Turns) / s
+	}
+	rep.TurnLatency = turnLat.summary()
+	rep.TurnOverhead = overhead.summary()
+	rep.FlushLatency = flushes.summary()
+	rep.PeakHeapBytes = max(peak.Load(), heapAfter)
+	if o.Sessions > 0 && heapAfter > heapBase {
+		rep.HeapPerSession = float64(heapAfter-heapBase) / float64(o.Sessions)
+	}
+	if rep.Events > 0 && heapAfter > heapBase {
+		rep.HeapPerEvent = float64(heapAfter-heapBase) / float64(rep.Events)
+	}
+	rep.WriteFailures = writeFailures.Load()
+
+	if dir != "" {
+		if err := diskStats(dir, !o.NoVerify, &rep); err != nil && closeErr == nil {
+			closeErr = err
+		}
+	}
+	if err := context.Cause(ctx); err != nil {
+		rep.Interrupted = true
+		return rep, err
+	}
+	if firstEr != nil {
+		return rep, firstEr
+	}
+	return rep, closeErr
+}
+
+func progress(o Options, start time.Time, done, total int64) {
+	el := time.Since(start).Seconds()
+	rate := float64(done) / max(el, 1e-9)
+	if o.Live {
+		const width = 30
+		n := int(float64(width) * float64(done) / float64(max(total, 1)))
+		fmt.Fprintf(o.Progress, "\r\033[K[%s%s] %d/%d turns  %.0f turns/s  %.1fs",
+			strings.Repeat("=", n), strings.Repeat(" ", width-n), done, total, rate, el)
+		return
+	}
+	fmt.Fprintf(o.Progress, "bench: %d/%d turns, %.0f turns/s, %.1fs\n", done, total, rate, el)
+}
+
+// diskStats sizes the session files under dir, decodes them for the raw
+// size and, when verify, validates each as a log.
+func diskStats(dir string, verify bool, rep *Report) error {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	var bad []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() || !(name == "session.jsonl" || name == "session.jsonl.zstd") {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rep.Files++
+		rep.BytesOnDisk += int64(len(data))
+		if strings.HasSuffix(name, ".zstd") {
+			raw, err := dec.DecodeAll(data, nil)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %v", p, err))
+			}
+			rep.BytesRaw += int64(len(raw))
+		} else {
+			rep.BytesRaw += int64(len(data))
+		}
+		if verify {
+			f, err := session.ParseFile(data, p)
+			if err == nil && f.Torn != nil {
+				err = fmt.Errorf("torn tail")
+			}
+			if err == nil {
+				_, err = f.Log()
+			}
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %v", p, err))
+			} else {
+				rep.FilesVerified++
+			}
+		}
+		return nil
+	})
+	if rep.BytesOnDisk > 0 {
+		rep.CompressionRatio = float64(rep.BytesRaw) / float64(rep.BytesOnDisk)
+	}
+	if err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("bench: %d invalid logs, first: %s", len(bad), bad[0])
+	}
+	return nil
+}
+
+// WriteTable prints the report as a table.
+func WriteTable(w io.Writer, r Report) {
+	row := func(k, format string, args ...any) { fmt.Fprintf(w, "%-28s %s\n", k, fmt.Sprintf(format, args...)) }
+	us := func(l Latency) string {
+		if l.Count == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("p50 %s  p99 %s  max %s  (n=%d)", dur(l.P50us), dur(l.P99us), dur(l.MaxUs), l.Count)
+	}
+	if r.Interrupted {
+		row("status", "INTERRUPTED (partial results)")
+	}
+	row("sessions", "%d × %d turns", r.Sessions, r.TurnsPerSession)
+	row("policy", "%s", r.Policy)
+	row("wall time", "%.2fs", r.WallSeconds)
+	row("turns", "%d  (%.0f/s)", r.Turns, r.TurnsPerSec)
+	row("events", "%d  (%.0f/s)", r.Events, r.EventsPerSec)
+	row("chunks", "%d  (%.0f/s)", r.Chunks, r.ChunksPerSec)
+	row("CPU", "%.2fs  (%.2f µs per chunk)", r.CPUSeconds, r.CPUPerChunkNs/1e3)
+	row("turn latency", "%s", us(r.TurnLatency))
+	row("turn beyond model", "%s", us(r.TurnOverhead))
+	row("turn-end flush", "%s", us(r.FlushLatency))
+	if r.Files > 0 {
+		row("on disk", "%s in %d files (%d verified), %s raw, ratio %.1f×",
+			bytesStr(float64(r.BytesOnDisk)), r.Files, r.FilesVerified, bytesStr(float64(r.BytesRaw)), r.CompressionRatio)
+	} else {
+		row("on disk", "nothing (memory only)")
+	}
+	row("peak heap", "%s", bytesStr(float64(r.PeakHeapBytes)))
+	row("heap after load", "%s per session, %.0f B per event", bytesStr(r.HeapPerSession), r.HeapPerEvent)
+	row("tokens", "%d in, %d out", r.InputTokens, r.OutputTokens)
+	if r.WriteFailures > 0 {
+		row("write failures", "%d (retried)", r.WriteFailures)
+	}
+}
+
+func dur(us float64) string {
+	return time.Duration(us * 1e3).Round(time.Microsecond).String()
+}
+
+func bytesStr(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}

@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dshgo/dsh/actors/persister"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func tiny(policy persister.Policy, dir string) Options {
+	return Options{Sessions: 20, Turns: 2, Chunks: 20, ReasoningChunks: 5, Policy: policy, Dir: dir, Seed: 7}
+}
+
+func TestTinyBenchMemory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Run(ctx, tiny(persister.PolicyNone, ""))
+	require.NoError(t, err)
+	require.EqualValues(t, 40, r.Turns)
+	require.Positive(t, r.Chunks)
+	require.Greater(t, r.Events, r.Chunks)
+	require.Zero(t, r.Files)
+	require.Equal(t, 40, r.TurnLatency.Count)
+}
+
+func TestTinyBenchJSONL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	r, err := Run(ctx, tiny(persister.PolicyTurnEnd, dir))
+	require.NoError(t, err)
+	require.EqualValues(t, 40, r.Turns)
+	require.Equal(t, 20, r.Files)
+	require.Equal(t, 20, r.FilesVerified)
+	require.Positive(t, r.BytesOnDisk)
+	require.Greater(t, r.CompressionRatio, 1.0)
+	// A Durable notice may still be in flight when the host closes.
+	require.Positive(t, r.FlushLatency.Count)
+	require.LessOrEqual(t, r.FlushLatency.Count, 40)
+}

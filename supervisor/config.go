@@ -1,0 +1,131 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// Config configures a Host. The zero Config is a memory-only host with the
+// synthetic model: every field has a default that works.
+type Config struct {
+	// Dir is the root of the JSONL+zstd store (created on the first write).
+	// "" keeps everything in memory: a MemStore and PolicyNone.
+	Dir string
+	// Plain writes plain session.jsonl files instead of session.jsonl.zstd.
+	Plain bool
+	// Store overrides the store (Dir and Plain are then ignored). The host
+	// closes it on Close.
+	Store persister.Store
+	// System is the actor system the host's actors live in. nil: the host
+	// owns a fresh one with protoactor's logging silenced, shut down on
+	// Close. An attached system is left running.
+	System *actor.ActorSystem
+	// Provider makes the model calls. nil: the synthetic model with its
+	// defaults (seed 0).
+	Provider llm.Provider
+	// Model is the model id of every request. Default: the provider's own
+	// Model() when it has one, else "default".
+	Model string
+	// Tools are offered to the model (nil: none).
+	Tools *agent.Registry
+	// SystemPrompt is the system prompt of every session ("" for none).
+	SystemPrompt string
+	// Hooks are installed on every agent.
+	Hooks agent.Hooks
+	// Inbox configures each session's inbox.
+	Inbox inbox.Config
+	// Retry is the retry policy of failed model calls (zero: defaults).
+	Retry llm.RetryPolicy
+	// Policy is the durability policy (persister.Policy). With Dir == ""
+	// and no Store it is forced to PolicyNone.
+	Policy persister.Policy
+	// Window, FsyncWorkers and Shards configure the persister (zero:
+	// persister defaults).
+	Window       time.Duration
+	FsyncWorkers int
+	Shards       int
+	// RequestTimeout bounds every blocking request the host makes to an
+	// actor when the caller's context has no deadline. Default 10 minutes.
+	RequestTimeout time.Duration
+	// SubscriberBuffer is the number of live events a subscriber may fall
+	// behind before it is dropped with ErrSlowSubscriber (the replayed past
+	// is on top of it). Default 4096.
+	SubscriberBuffer int
+	// OnTurnDurable, when set, is called (from an actor; it must not block)
+	// each time a session's turn/end became durable, with the time from the
+	// commit of the turn/end to the persister's Durable notice.
+	OnTurnDurable func(id session.SessionID, seq int64, latency time.Duration)
+	// OnWriteFailed, when set, is called (from an actor; it must not block)
+	// with each write failure the persister reports. The events are kept
+	// and retried.
+	OnWriteFailed func(id session.SessionID, err error)
+	// Clock returns the time stamped on events, in epoch ms. Default: the
+	// wall clock.
+	Clock func() int64
+}
+
+// Defaults.
+const (
+	DefaultRequestTimeout   = 10 * time.Minute
+	DefaultSubscriberBuffer = 4096
+)
+
+// Validate reports a config that cannot work. Zero fields are fine.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Policy < persister.PolicyTurnEnd || c.Policy > persister.PolicyNone {
+		errs = append(errs, fmt.Errorf("supervisor: unknown policy %d", int(c.Policy)))
+	}
+	if c.FsyncWorkers < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative FsyncWorkers %d", c.FsyncWorkers))
+	}
+	if c.Shards < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative Shards %d", c.Shards))
+	}
+	if c.Window < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative Window %v", c.Window))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative RequestTimeout %v", c.RequestTimeout))
+	}
+	if c.SubscriberBuffer < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative SubscriberBuffer %d", c.SubscriberBuffer))
+	}
+	if err := c.Inbox.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Errors of the host. Match them with errors.Is.
+var (
+	// ErrClosed: the host was closed.
+	ErrClosed = errors.New("supervisor: host closed")
+	// ErrNoSession: no session with that id is resident or stored.
+	ErrNoSession = errors.New("supervisor: no such session")
+	// ErrExists: Create of an id that is resident or stored.
+	ErrExists = errors.New("supervisor: session already exists")
+	// ErrSlowSubscriber: a subscriber fell more than SubscriberBuffer
+	// events behind and was dropped; the session went on.
+	ErrSlowSubscriber = errors.New("supervisor: subscriber too slow, dropped")
+)
+
+// quietLogger discards protoactor's logging.
+func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// NewQuietSystem returns an actor system whose own logging is silenced,
+// as the host makes when Config.System is nil.
+func NewQuietSystem() *actor.ActorSystem {
+	return actor.NewActorSystem(actor.WithLoggerFactory(quietLogger),
+		actor.WithDeadLetterThrottleInterval(time.Millisecond))
+}

@@ -1,0 +1,763 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// Host runs many sessions in one process. It is safe for concurrent use.
+type Host struct {
+	cfg       Config
+	sys       *actor.ActorSystem
+	ownSys    bool
+	store     persister.Store
+	persister *actor.PID
+	notices   *actor.PID
+	name      string
+	epoch     time.Time
+
+	refs atomic.Uint64
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[session.SessionID]*entry
+	subs     map[*Subscription]struct{}
+}
+
+var hostSeq atomic.Uint64
+
+// entry is one resident session.
+type entry struct {
+	id     session.SessionID
+	ready  chan struct{} // closed once spawned (or failed)
+	err    error         // set before ready closes when the start failed
+	header session.Header
+
+	session, agent *actor.PID
+
+	// Folded by the session observer (in the session actor).
+	events, chunks, turns             atomic.Int64
+	inTokens, outTokens, reasonTokens atomic.Int64
+	cacheRead, cacheWrite             atomic.Int64
+	turnEndSeq, turnEndAt             atomic.Int64 // last turn/end seq, its commit time (ns since epoch; 0 once durable)
+	durable                           atomic.Int64
+}
+
+// Open starts a host.
+func Open(cfg Config) (*Host, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*Subscription]struct{}{},
+		name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now()}
+	if h.cfg.RequestTimeout == 0 {
+		h.cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if h.cfg.SubscriberBuffer == 0 {
+		h.cfg.SubscriberBuffer = DefaultSubscriberBuffer
+	}
+	if h.cfg.Clock == nil {
+		h.cfg.Clock = func() int64 { return time.Now().UnixMilli() }
+	}
+	if h.cfg.Provider == nil {
+		p, err := synthetic.New(synthetic.Config{})
+		if err != nil {
+			return nil, err
+		}
+		h.cfg.Provider = p
+	}
+	if h.cfg.Model == "" {
+		h.cfg.Model = "default"
+		if m, ok := h.cfg.Provider.(interface{ Model() string }); ok && m.Model() != "" {
+			h.cfg.Model = m.Model()
+		}
+	}
+	switch {
+	case cfg.Store != nil:
+		h.store = cfg.Store
+	case cfg.Dir != "":
+		st, err := persister.NewJSONLStore(persister.JSONLConfig{Root: cfg.Dir, Plain: cfg.Plain})
+		if err != nil {
+			return nil, err
+		}
+		h.store = st
+	default:
+		h.store = persister.NewMemStore()
+		h.cfg.Policy = persister.PolicyNone
+	}
+	pp, err := persister.Props(persister.Config{Store: h.store, Policy: h.cfg.Policy, Window: cfg.Window,
+		FsyncWorkers: cfg.FsyncWorkers, Shards: cfg.Shards})
+	if err != nil {
+		_ = h.store.Close()
+		return nil, err
+	}
+	h.sys = cfg.System
+	if h.sys == nil {
+		h.sys = NewQuietSystem()
+		h.ownSys = true
+	}
+	h.persister, err = h.sys.Root.SpawnNamed(pp, h.name+"/persister")
+	if err != nil {
+		h.shutdown()
+		return nil, err
+	}
+	h.notices, err = h.sys.Root.SpawnNamed(actor.PropsFromFunc(h.onNotice), h.name+"/notices")
+	if err != nil {
+		_ = h.sys.Root.PoisonFuture(h.persister).Wait()
+		h.shutdown()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Host) shutdown() {
+	_ = h.store.Close()
+	if h.ownSys {
+		h.sys.Shutdown()
+	}
+}
+
+// System returns the actor system the host's actors live in.
+func (h *Host) System() *actor.ActorSystem { return h.sys }
+
+// PersisterPID returns the persister actor (protocol: persister.Track,
+// Flush, Untrack; see package persister).
+func (h *Host) PersisterPID() *actor.PID { return h.persister }
+
+// SessionPID returns the session actor of a resident session. Other actors
+// may talk to it directly with the protocol of package session (Append,
+// Subscribe/Unsubscribe, QueryMessages, QueryEvents, QueryHeader, Fork).
+// Appending behind the agent's back is allowed by the session but breaks
+// the agent's view of the log (it panics and is restarted): only query and
+// subscribe unless you know why.
+func (h *Host) SessionPID(id session.SessionID) (*actor.PID, error) {
+	e, err := h.resident(id)
+	if err != nil {
+		return nil, err
+	}
+	return e.session, nil
+}
+
+// AgentPID returns the agent actor of a resident session. Its protocol is
+// that of package agent: Followup, Steer, Inject (reply Sent | SendFailed),
+// Cancel, SetSystem (no reply), WaitIdle (reply Idle), Dispose (reply
+// Disposed; the host does this on Close).
+func (h *Host) AgentPID(id session.SessionID) (*actor.PID, error) {
+	e, err := h.resident(id)
+	if err != nil {
+		return nil, err
+	}
+	return e.agent, nil
+}
+
+func (h *Host) resident(id session.SessionID) (*entry, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	e, ok := h.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s (not resident)", ErrNoSession, id)
+	}
+	select {
+	case <-e.ready:
+		if e.err != nil {
+			return nil, e.err
+		}
+		return e, nil
+	default:
+		return nil, fmt.Errorf("%w: %s (starting)", ErrNoSession, id)
+	}
+}
+
+// CreateOptions are the options of Create.
+type CreateOptions struct {
+	// ID is the session id; "" mints a UUID.
+	ID session.SessionID
+	// Cwd is the session's working directory (absolute, or "").
+	Cwd string
+}
+
+// Create starts a new, empty session.
+func (h *Host) Create(ctx context.Context, opts CreateOptions) (session.SessionID, error) {
+	id := opts.ID
+	if id == "" {
+		id = session.SessionID(uuid.NewString())
+	}
+	hdr := session.Header{ID: id, CreatedAt: h.cfg.Clock(), Cwd: opts.Cwd}
+	if err := hdr.Validate(); err != nil {
+		return "", err
+	}
+	e, fresh, err := h.reserve(id)
+	if err != nil {
+		return "", err
+	}
+	if !fresh {
+		return "", fmt.Errorf("%w: %s", ErrExists, id)
+	}
+	l, err := session.New(hdr)
+	if err != nil {
+		h.release(e, err)
+		return "", err
+	}
+	if err := h.start(ctx, e, l, 0); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Resume makes a stored session resident: it is loaded from the store
+// (which commits crash repair: a torn tail is cut, an open turn closed),
+// seeded (a session/end-seed is appended) and tracked from the loaded
+// length. Resuming a resident session is a no-op. Every other method
+// resumes a stored session on demand, so calling Resume is optional.
+func (h *Host) Resume(ctx context.Context, id session.SessionID) error {
+	_, err := h.live(ctx, id)
+	return err
+}
+
+// live returns the resident entry of id, resuming it from the store when
+// needed.
+func (h *Host) live(ctx context.Context, id session.SessionID) (*entry, error) {
+	e, fresh, err := h.reserve(id)
+	if err != nil {
+		return nil, err
+	}
+	if !fresh {
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		if e.err != nil {
+			return nil, e.err
+		}
+		return e, nil
+	}
+	st, err := h.store.Load(ctx, id)
+	if err != nil {
+		if errors.Is(err, persister.ErrNotFound) {
+			err = fmt.Errorf("%w: %s", ErrNoSession, id)
+		}
+		h.release(e, err)
+		return nil, err
+	}
+	l, err := session.NewSeeded(st.Header, st.Events, h.cfg.Clock())
+	if err != nil {
+		h.release(e, err)
+		return nil, err
+	}
+	if err := h.start(ctx, e, l, int64(len(st.Events))); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// reserve returns the entry of id, creating a starting one (fresh) when
+// there is none.
+func (h *Host) reserve(id session.SessionID) (e *entry, fresh bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, false, ErrClosed
+	}
+	if e, ok := h.sessions[id]; ok {
+		return e, false, nil
+	}
+	e = &entry{id: id, ready: make(chan struct{})}
+	e.turnEndSeq.Store(-1)
+	e.durable.Store(-1)
+	h.sessions[id] = e
+	return e, true, nil
+}
+
+// release forgets a starting entry that failed.
+func (h *Host) release(e *entry, err error) {
+	h.mu.Lock()
+	if h.sessions[e.id] == e {
+		delete(h.sessions, e.id)
+	}
+	h.mu.Unlock()
+	e.err = err
+	close(e.ready)
+}
+
+// start spawns the session actor over l and the agent, and tracks the
+// session from seq from.
+func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) error {
+	e.header = l.Header()
+	e.events.Store(l.Len())
+	sp, err := session.Props(session.Config{Log: l, Clock: h.cfg.Clock, Observers: []session.Observer{e.observe(h)}})
+	if err != nil {
+		h.release(e, err)
+		return err
+	}
+	prefix := h.name + "/" + persister.EncodeSegment(string(e.id))
+	spid, err := h.sys.Root.SpawnNamed(sp, prefix+"/session")
+	if err != nil {
+		h.release(e, err)
+		return err
+	}
+	ap, err := agent.Props(agent.Config{Session: spid, Inbox: h.cfg.Inbox, Provider: h.cfg.Provider, Model: h.cfg.Model,
+		System: h.cfg.SystemPrompt, Tools: h.cfg.Tools, Retry: h.cfg.Retry, Hooks: h.cfg.Hooks})
+	if err != nil {
+		_ = h.sys.Root.PoisonFuture(spid).Wait()
+		h.release(e, err)
+		return err
+	}
+	apid, err := h.sys.Root.SpawnNamed(ap, prefix+"/agent")
+	if err != nil {
+		_ = h.sys.Root.PoisonFuture(spid).Wait()
+		h.release(e, err)
+		return err
+	}
+	e.session, e.agent = spid, apid
+	res, err := h.ask(ctx, h.persister, persister.Track{Ref: h.refs.Add(1), Header: e.header, Session: spid, From: from, Owner: h.notices})
+	if err == nil {
+		if tf, ok := res.(persister.TrackFailed); ok {
+			err = tf.Err
+			if errors.Is(err, persister.ErrExists) {
+				err = fmt.Errorf("%w: %s (stored)", ErrExists, e.id)
+			}
+		}
+	}
+	if err != nil {
+		_ = h.sys.Root.PoisonFuture(apid).Wait()
+		_ = h.sys.Root.PoisonFuture(spid).Wait()
+		h.release(e, err)
+		return err
+	}
+	close(e.ready)
+	return nil
+}
+
+// observe folds the committed events of a session into its counters.
+func (e *entry) observe(h *Host) session.Observer {
+	return func(ev session.Event) error {
+		e.events.Add(1)
+		switch ev.Type() {
+		case session.TypeAssistantChunk:
+			e.chunks.Add(1)
+		case session.TypeAssistantMessage:
+			if p, ok := ev.Payload().(session.AssistantMessage); ok && p.HasUsage {
+				e.inTokens.Add(p.Usage.InputTokens)
+				e.outTokens.Add(p.Usage.OutputTokens)
+				e.reasonTokens.Add(p.Usage.ReasoningTokens.Or(0))
+				e.cacheRead.Add(p.Usage.CacheReadTokens.Or(0))
+				e.cacheWrite.Add(p.Usage.CacheWriteTokens.Or(0))
+			}
+		case session.TypeTurnEnd:
+			e.turns.Add(1)
+			e.turnEndSeq.Store(ev.Seq())
+			e.turnEndAt.Store(int64(time.Since(h.epoch)) | 1)
+		}
+		return nil
+	}
+}
+
+// onNotice receives the persister's notices for every session.
+func (h *Host) onNotice(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case persister.Durable:
+		h.mu.Lock()
+		e := h.sessions[m.ID]
+		h.mu.Unlock()
+		if e == nil {
+			return
+		}
+		e.durable.Store(m.Seq)
+		if m.Seq >= e.turnEndSeq.Load() {
+			if at := e.turnEndAt.Swap(0); at != 0 && h.cfg.OnTurnDurable != nil {
+				h.cfg.OnTurnDurable(m.ID, m.Seq, time.Since(h.epoch)-time.Duration(at))
+			}
+		}
+	case persister.WriteFailed:
+		if h.cfg.OnWriteFailed != nil {
+			h.cfg.OnWriteFailed(m.ID, m.Err)
+		}
+	}
+}
+
+// ask makes a blocking request bounded by ctx and RequestTimeout.
+func (h *Host) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	timeout := h.cfg.RequestTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	if timeout <= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	f := h.sys.Root.RequestFuture(pid, msg, timeout)
+	if ctx.Done() == nil {
+		return f.Result()
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f.Result()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// Followup queues msg as its own later turn (spec §4.3). When the session
+// was idle, the turn has started by the time Followup returns.
+func (h *Host) Followup(ctx context.Context, id session.SessionID, msg messages.Message) error {
+	return h.send(ctx, id, func(ref uint64) any { return agent.Followup{Ref: ref, Message: msg} })
+}
+
+// Steer queues msg for the next step boundary of the running turn, or
+// starts a turn when idle.
+func (h *Host) Steer(ctx context.Context, id session.SessionID, msg messages.Message) error {
+	return h.send(ctx, id, func(ref uint64) any { return agent.Steer{Ref: ref, Message: msg} })
+}
+
+// Inject stages msg without waking the session: it rides with the next
+// waking input.
+func (h *Host) Inject(ctx context.Context, id session.SessionID, msg messages.Message) error {
+	return h.send(ctx, id, func(ref uint64) any { return agent.Inject{Ref: ref, Message: msg} })
+}
+
+func (h *Host) send(ctx context.Context, id session.SessionID, mk func(uint64) any) error {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return err
+	}
+	res, err := h.ask(ctx, e.agent, mk(h.refs.Add(1)))
+	if err != nil {
+		return err
+	}
+	switch r := res.(type) {
+	case agent.Sent:
+		return nil
+	case agent.SendFailed:
+		return r.Err
+	default:
+		return fmt.Errorf("supervisor: unexpected reply %T", res)
+	}
+}
+
+// Cancel aborts the running turn with cause (the first cause wins) and
+// cancels what is pending in the inbox. Follow it with WaitIdle.
+func (h *Host) Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return err
+	}
+	h.sys.Root.Send(e.agent, agent.Cancel{Cause: cause})
+	return nil
+}
+
+// SetSystem replaces the session's system prompt from its next step on.
+func (h *Host) SetSystem(ctx context.Context, id session.SessionID, prompt string) error {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return err
+	}
+	h.sys.Root.Send(e.agent, agent.SetSystem{Prompt: prompt})
+	return nil
+}
+
+// WaitIdle returns once the session is idle (no turn running, nothing
+// latched) and everything it logged is durable (written and fsynced under
+// PolicyTurnEnd and PolicyStrict).
+func (h *Host) WaitIdle(ctx context.Context, id session.SessionID) error {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return err
+	}
+	if _, err := h.ask(ctx, e.agent, agent.WaitIdle{Ref: h.refs.Add(1)}); err != nil {
+		return err
+	}
+	_, err = h.flush(ctx, e)
+	return err
+}
+
+// Flush makes everything the session has logged durable and returns the
+// durable watermark (the last durable seq).
+func (h *Host) Flush(ctx context.Context, id session.SessionID) (int64, error) {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	return h.flush(ctx, e)
+}
+
+func (h *Host) flush(ctx context.Context, e *entry) (int64, error) {
+	hr, err := h.ask(ctx, e.session, session.QueryHeader{Ref: h.refs.Add(1)})
+	if err != nil {
+		return -1, err
+	}
+	last := hr.(session.HeaderReply).Len - 1
+	return h.barrier(ctx, persister.Flush{Ref: h.refs.Add(1), ID: e.id, UpTo: last})
+}
+
+func (h *Host) barrier(ctx context.Context, msg any) (int64, error) {
+	res, err := h.ask(ctx, h.persister, msg)
+	if err != nil {
+		return -1, err
+	}
+	switch r := res.(type) {
+	case persister.Flushed:
+		return r.Durable, nil
+	case persister.FlushFailed:
+		return r.Durable, r.Err
+	default:
+		return -1, fmt.Errorf("supervisor: unexpected reply %T", res)
+	}
+}
+
+// Messages returns the session's derived (model-visible) messages.
+func (h *Host) Messages(ctx context.Context, id session.SessionID) (session.Messages, error) {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return session.Messages{}, err
+	}
+	res, err := h.ask(ctx, e.session, session.QueryMessages{Ref: h.refs.Add(1)})
+	if err != nil {
+		return session.Messages{}, err
+	}
+	return res.(session.MessagesReply).Messages, nil
+}
+
+// Events returns the session's events from seq from on.
+func (h *Host) Events(ctx context.Context, id session.SessionID, from int64) (session.Events, error) {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return session.Events{}, err
+	}
+	res, err := h.ask(ctx, e.session, session.QueryEvents{Ref: h.refs.Add(1), From: from})
+	if err != nil {
+		return session.Events{}, err
+	}
+	return res.(session.EventsReply).Events, nil
+}
+
+// Fork creates a new session seeded with the events of id up to boundary
+// (inclusive; session.LastEvent for the end). The boundary must not fall
+// inside an open turn.
+func (h *Host) Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error) {
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	child := session.SessionID(uuid.NewString())
+	res, err := h.ask(ctx, e.session, session.Fork{Ref: h.refs.Add(1), Child: child, Boundary: boundary, CreatedAt: h.cfg.Clock()})
+	if err != nil {
+		return "", err
+	}
+	var fr session.ForkReply
+	switch r := res.(type) {
+	case session.ForkReply:
+		fr = r
+	case session.ForkFailed:
+		return "", r.Err
+	default:
+		return "", fmt.Errorf("supervisor: unexpected reply %T", res)
+	}
+	ce, fresh, err := h.reserve(child)
+	if err != nil {
+		return "", err
+	}
+	if !fresh {
+		return "", fmt.Errorf("%w: %s", ErrExists, child)
+	}
+	l, err := session.NewSeeded(fr.Header, fr.Seed.Slice(), h.cfg.Clock())
+	if err != nil {
+		h.release(ce, err)
+		return "", err
+	}
+	if err := h.start(ctx, ce, l, 0); err != nil {
+		return "", err
+	}
+	return child, nil
+}
+
+// Info describes a session.
+type Info struct {
+	Header   session.Header
+	Resident bool
+}
+
+// List names the sessions stored or resident, sorted by id.
+func (h *Host) List(ctx context.Context) ([]Info, error) {
+	stored, err := h.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[session.SessionID]Info{}
+	for _, s := range stored {
+		byID[s.Header.ID] = Info{Header: s.Header}
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	for id, e := range h.sessions {
+		select {
+		case <-e.ready:
+			if e.err == nil {
+				byID[id] = Info{Header: e.header, Resident: true}
+			}
+		default:
+		}
+	}
+	h.mu.Unlock()
+	out := make([]Info, 0, len(byID))
+	for _, i := range byID {
+		out = append(out, i)
+	}
+	slices.SortFunc(out, func(a, b Info) int {
+		switch {
+		case a.Header.ID < b.Header.ID:
+			return -1
+		case a.Header.ID > b.Header.ID:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// Stats are a resident session's counters since it became resident
+// (events counts the whole log).
+type Stats struct {
+	Events  int64 // events in the log
+	Chunks  int64 // assistant/chunk events committed while resident
+	Turns   int64 // turns ended while resident
+	Durable int64 // last durable seq the persister reported (-1: none yet)
+	// Usage sums the usage of the assistant messages committed while
+	// resident.
+	Usage messages.TokenUsage
+}
+
+// Stats returns a resident session's counters.
+func (h *Host) Stats(id session.SessionID) (Stats, error) {
+	e, err := h.resident(id)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Events: e.events.Load(), Chunks: e.chunks.Load(), Turns: e.turns.Load(), Durable: e.durable.Load(),
+		Usage: messages.TokenUsage{InputTokens: e.inTokens.Load(), OutputTokens: e.outTokens.Load(),
+			ReasoningTokens:  messages.Some(e.reasonTokens.Load()),
+			CacheReadTokens:  messages.Some(e.cacheRead.Load()),
+			CacheWriteTokens: messages.Some(e.cacheWrite.Load())}}, nil
+}
+
+// Usage returns a resident session's token usage totals.
+func (h *Host) Usage(id session.SessionID) (messages.TokenUsage, error) {
+	s, err := h.Stats(id)
+	return s.Usage, err
+}
+
+// Close stops every session: each running turn ends with reason disposed
+// (agent.Dispose), everything is flushed (the persister untracks each
+// session after a flush), and the agents, sessions, subscriptions and the
+// persister are stopped in that order; then the store is closed and, when
+// the host owns it, the actor system shut down. Close returns the first
+// error met but always stops everything. A second Close returns ErrClosed.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	h.closed = true
+	entries := make([]*entry, 0, len(h.sessions))
+	for _, e := range h.sessions {
+		entries = append(entries, e)
+	}
+	subs := make([]*Subscription, 0, len(h.subs))
+	for s := range h.subs {
+		subs = append(subs, s)
+	}
+	h.mu.Unlock()
+
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, 64)
+	for _, e := range entries {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := h.stopSession(ctx, e); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("session %s: %w", e.id, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, s := range subs {
+		s.stop(ErrClosed)
+	}
+	_ = h.sys.Root.PoisonFuture(h.notices).Wait()
+	if err := h.sys.Root.PoisonFuture(h.persister).Wait(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := h.store.Close(); err != nil && !errors.Is(err, persister.ErrClosed) {
+		errs = append(errs, err)
+	}
+	if h.ownSys {
+		h.sys.Shutdown()
+	}
+	return errors.Join(errs...)
+}
+
+// stopSession disposes the agent, flushes and untracks the session, and
+// stops its actors.
+func (h *Host) stopSession(ctx context.Context, e *entry) error {
+	<-e.ready
+	if e.err != nil {
+		return nil
+	}
+	var errs []error
+	if _, err := h.ask(ctx, e.agent, agent.Dispose{Ref: h.refs.Add(1)}); err != nil {
+		errs = append(errs, fmt.Errorf("dispose: %w", err))
+	}
+	if _, err := h.flush(ctx, e); err != nil {
+		errs = append(errs, fmt.Errorf("flush: %w", err))
+	}
+	if _, err := h.barrier(ctx, persister.Untrack{Ref: h.refs.Add(1), ID: e.id}); err != nil {
+		errs = append(errs, fmt.Errorf("untrack: %w", err))
+	}
+	if err := h.sys.Root.PoisonFuture(e.agent).Wait(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := h.sys.Root.PoisonFuture(e.session).Wait(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
