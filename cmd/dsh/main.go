@@ -45,6 +45,8 @@ var errHelp = errors.New("help")
 const topUsage = `dsh — a Go runtime for LLM agent sessions
 
 Usage:
+  dsh run [flags] PROMPT               send PROMPT to a session (new, or --session ID) and stream the answer
+  dsh chat [flags]                     an interactive session: streaming answers, /steer /inject /cancel /fork /messages /quit
   dsh bench [--sessions N] [--json] ...  load test: concurrent sessions, synthetic model, real persistence
   dsh log verify [--fixture] FILE...   check session logs; one summary line per file
   dsh log show [--fixture] FILE        print a readable transcript
@@ -91,6 +93,10 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return sessionsCmd(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
+	case "run":
+		return runCmd(args[1:], stdout, stderr)
+	case "chat":
+		return chatCmd(args[1:], os.Stdin, stdout, stderr)
 	default:
 		return usagef("unknown command %q", args[0])
 	}

@@ -1,0 +1,607 @@
+// Package fstools are dsh's read-only file tools, confined to a working
+// directory: read_file, list_dir, glob and grep (agent.Tool values).
+//
+// Confinement: every path is taken relative to the workdir (an absolute
+// path is accepted only when it lies inside it), must not climb out with
+// "..", and is opened through an [os.Root], which refuses a symlink that
+// resolves outside the workdir at open time (no check-then-open race). A
+// refused or failed call is an error result (IsError, with a typed
+// ToolError code) that the model sees; nothing panics. Directory walks
+// (glob, grep) do not follow symlinked directories.
+//
+// The tools only read, so every call runs in agent.Parallel mode. A [Set]
+// holds an open directory handle: Close it when done.
+package fstools
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// Limits of the tools' output.
+const (
+	DefaultReadLines = 2000      // read_file's default limit
+	MaxReadBytes     = 256 << 10 // read_file stops after this many bytes
+	MaxLineBytes     = 2000      // longer lines are cut (read_file, grep)
+	MaxListEntries   = 1000      // list_dir
+	MaxGlobMatches   = 1000      // glob
+	MaxGrepMatches   = 200       // grep
+	MaxGrepFileBytes = 4 << 20   // grep skips larger files
+)
+
+// Error codes of the tools' error results (session.ToolError.Code; the
+// name is "FileToolError").
+const (
+	CodeOutside    = "OUTSIDE_WORKDIR"
+	CodeNotFound   = "NOT_FOUND"
+	CodeBadInput   = "INVALID_INPUT"
+	CodeNotAFile   = "NOT_A_FILE"
+	CodeNotADir    = "NOT_A_DIRECTORY"
+	CodeBinaryFile = "BINARY_FILE"
+	CodeIO         = "IO_ERROR"
+)
+
+// Set is the file tools over one workdir. Its tools are safe for
+// concurrent use.
+type Set struct {
+	dir   string // absolute, as given
+	real  string // dir with symlinks resolved
+	root  *os.Root
+	fsys  fs.FS
+	tools []agent.Tool
+}
+
+// New opens the tools over workdir (which must be an existing directory).
+func New(workdir string) (*Set, error) {
+	abs, err := filepath.Abs(workdir)
+	if err != nil {
+		return nil, fmt.Errorf("fstools: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("fstools: workdir: %w", err)
+	}
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("fstools: workdir: %w", err)
+	}
+	s := &Set{dir: abs, real: real, root: root, fsys: root.FS()}
+	s.tools = []agent.Tool{readFile{s}, listDir{s}, globTool{s}, grepTool{s}}
+	return s, nil
+}
+
+// Dir returns the workdir (absolute, symlinks resolved).
+func (s *Set) Dir() string { return s.real }
+
+// Tools returns read_file, list_dir, glob and grep.
+func (s *Set) Tools() []agent.Tool { return append([]agent.Tool(nil), s.tools...) }
+
+// Close releases the workdir handle; later calls fail with an error
+// result.
+func (s *Set) Close() error { return s.root.Close() }
+
+// toolError is a failure reported to the model as an error result.
+type toolError struct {
+	code string
+	msg  string
+}
+
+func (e *toolError) Error() string { return e.msg }
+
+func errorf(code, format string, args ...any) *toolError {
+	return &toolError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// result turns (text, err) into a tool result: a toolError (or any other
+// error) is an IsError result with a typed code.
+func result(text string, err error) (agent.Result, error) {
+	if err == nil {
+		return agent.Result{Content: []messages.ContentBlock{messages.TextBlock(text)}}, nil
+	}
+	var te *toolError
+	if !errors.As(err, &te) {
+		te = &toolError{code: CodeIO, msg: err.Error()}
+	}
+	return agent.Result{Content: []messages.ContentBlock{messages.TextBlock("Error: " + te.msg)}, IsError: true,
+		Error: session.ToolError{Name: "FileToolError", Code: te.code}}, nil
+}
+
+// rel maps a path the model gave to a slash path relative to the workdir
+// (fs.ValidPath), or refuses it.
+func (s *Set) rel(p string) (string, error) {
+	if strings.ContainsRune(p, 0) {
+		return "", errorf(CodeBadInput, "path contains a NUL byte")
+	}
+	if p == "" {
+		p = "."
+	}
+	orig := p
+	if filepath.IsAbs(p) {
+		p = filepath.Clean(p)
+		r, ok := within(s.real, p)
+		if !ok {
+			r, ok = within(s.dir, p)
+		}
+		if !ok {
+			return "", errorf(CodeOutside, "path %q is outside the workdir", orig)
+		}
+		p = r
+	}
+	p = filepath.ToSlash(filepath.Clean(p))
+	if p == ".." || strings.HasPrefix(p, "../") || !fs.ValidPath(p) {
+		return "", errorf(CodeOutside, "path %q is outside the workdir", orig)
+	}
+	return p, nil
+}
+
+// within returns p relative to dir when p is dir or below it.
+func within(dir, p string) (string, bool) {
+	r, err := filepath.Rel(dir, p)
+	if err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return "", false
+	}
+	return r, true
+}
+
+// fsErr describes a filesystem error without the host's absolute paths.
+func fsErr(orig string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errorf(CodeNotFound, "%q does not exist", orig)
+	case strings.Contains(err.Error(), "escapes"):
+		return errorf(CodeOutside, "path %q resolves outside the workdir", orig)
+	case errors.Is(err, fs.ErrPermission):
+		return errorf(CodeIO, "%q: permission denied", orig)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return errorf(CodeIO, "%q: %v", orig, pe.Err)
+	}
+	return errorf(CodeIO, "%q: %v", orig, err)
+}
+
+// Input helpers.
+
+func strArg(in messages.JSON, key string, required bool) (string, error) {
+	v, ok := in.Field(key)
+	if !ok || v.Kind() == messages.KindNull {
+		if required {
+			return "", errorf(CodeBadInput, "missing %q", key)
+		}
+		return "", nil
+	}
+	s, ok := v.AsString()
+	if !ok {
+		return "", errorf(CodeBadInput, "%q must be a string", key)
+	}
+	return s, nil
+}
+
+func intArg(in messages.JSON, key string, def int64) (int64, error) {
+	v, ok := in.Field(key)
+	if !ok || v.Kind() == messages.KindNull {
+		return def, nil
+	}
+	n, ok := v.AsInt()
+	if !ok {
+		return 0, errorf(CodeBadInput, "%q must be an integer", key)
+	}
+	return n, nil
+}
+
+func checkInput(in messages.JSON) error {
+	if in.Kind() != messages.KindObject {
+		return errorf(CodeBadInput, "arguments must be a JSON object")
+	}
+	return nil
+}
+
+func schema(name, desc, params string) messages.ToolSchema {
+	return messages.ToolSchema{Name: name, Description: desc, Parameters: messages.MustParseJSON(params)}
+}
+
+func cut(line string) string {
+	if len(line) > MaxLineBytes {
+		return line[:MaxLineBytes] + "…"
+	}
+	return line
+}
+
+// read_file
+
+type readFile struct{ s *Set }
+
+func (readFile) Name() string { return "read_file" }
+
+func (readFile) Schema() messages.ToolSchema {
+	return schema("read_file", "Read a text file in the working directory. Lines are numbered from 1; "+
+		"offset is the first line to read, limit the number of lines (default 2000).",
+		`{"type":"object","properties":{"path":{"type":"string","description":"file path, relative to the working directory"},`+
+			`"offset":{"type":"integer","minimum":1},"limit":{"type":"integer","minimum":1}},"required":["path"]}`)
+}
+
+func (readFile) Mode(messages.JSON) agent.Mode { return agent.Parallel }
+
+func (t readFile) Execute(ctx context.Context, call agent.Call) (agent.Result, error) {
+	return result(t.run(ctx, call.Input))
+}
+
+func (t readFile) run(ctx context.Context, in messages.JSON) (string, error) {
+	if err := checkInput(in); err != nil {
+		return "", err
+	}
+	p, err := strArg(in, "path", true)
+	if err != nil {
+		return "", err
+	}
+	offset, err := intArg(in, "offset", 1)
+	if err != nil {
+		return "", err
+	}
+	limit, err := intArg(in, "limit", DefaultReadLines)
+	if err != nil {
+		return "", err
+	}
+	if offset < 1 || limit < 1 {
+		return "", errorf(CodeBadInput, "offset and limit must be at least 1")
+	}
+	rel, err := t.s.rel(p)
+	if err != nil {
+		return "", err
+	}
+	f, err := t.s.fsys.Open(rel)
+	if err != nil {
+		return "", fsErr(p, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fsErr(p, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", errorf(CodeNotAFile, "%q is not a regular file", p)
+	}
+	br := bufio.NewReader(f)
+	var b strings.Builder
+	var n, shown, bytesOut int64
+	more := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		line, err := br.ReadString('\n')
+		if line == "" && err != nil {
+			if err != io.EOF {
+				return "", fsErr(p, err)
+			}
+			break
+		}
+		n++
+		if strings.IndexByte(line, 0) >= 0 {
+			return "", errorf(CodeBinaryFile, "%q looks like a binary file", p)
+		}
+		if n < offset {
+			continue
+		}
+		if shown == limit || bytesOut >= MaxReadBytes {
+			more = true
+			break
+		}
+		out := fmt.Sprintf("%6d\t%s\n", n, cut(strings.TrimRight(line, "\r\n")))
+		b.WriteString(out)
+		shown++
+		bytesOut += int64(len(out))
+	}
+	switch {
+	case n == 0:
+		return fmt.Sprintf("(%s is empty)", p), nil
+	case shown == 0:
+		return "", errorf(CodeBadInput, "offset %d is past the end of %q (%d lines)", offset, p, n)
+	case more:
+		fmt.Fprintf(&b, "(more lines follow: read on with offset %d)\n", offset+shown)
+	}
+	return b.String(), nil
+}
+
+// list_dir
+
+type listDir struct{ s *Set }
+
+func (listDir) Name() string { return "list_dir" }
+
+func (listDir) Schema() messages.ToolSchema {
+	return schema("list_dir", "List a directory in the working directory (default: the working directory itself). "+
+		"Directories end in /.",
+		`{"type":"object","properties":{"path":{"type":"string","description":"directory path, relative to the working directory"}}}`)
+}
+
+func (listDir) Mode(messages.JSON) agent.Mode { return agent.Parallel }
+
+func (t listDir) Execute(_ context.Context, call agent.Call) (agent.Result, error) {
+	return result(t.run(call.Input))
+}
+
+func (t listDir) run(in messages.JSON) (string, error) {
+	if err := checkInput(in); err != nil {
+		return "", err
+	}
+	p, err := strArg(in, "path", false)
+	if err != nil {
+		return "", err
+	}
+	rel, err := t.s.rel(p)
+	if err != nil {
+		return "", err
+	}
+	fi, err := fs.Stat(t.s.fsys, rel)
+	if err != nil {
+		return "", fsErr(p, err)
+	}
+	if !fi.IsDir() {
+		return "", errorf(CodeNotADir, "%q is not a directory", p)
+	}
+	ents, err := fs.ReadDir(t.s.fsys, rel)
+	if err != nil {
+		return "", fsErr(p, err)
+	}
+	if len(ents) == 0 {
+		return "(empty directory)", nil
+	}
+	var b strings.Builder
+	for i, e := range ents {
+		if i == MaxListEntries {
+			fmt.Fprintf(&b, "(%d more entries)\n", len(ents)-i)
+			break
+		}
+		name := e.Name()
+		switch {
+		case e.IsDir():
+			name += "/"
+		case e.Type()&fs.ModeSymlink != 0:
+			name += "@"
+		}
+		b.WriteString(name + "\n")
+	}
+	return b.String(), nil
+}
+
+// glob
+
+type globTool struct{ s *Set }
+
+func (globTool) Name() string { return "glob" }
+
+func (globTool) Schema() messages.ToolSchema {
+	return schema("glob", "Find files in the working directory whose path matches a pattern: * ? [..] match "+
+		"within a path segment, ** matches any number of segments (e.g. **/*.go). The pattern is matched "+
+		"against paths relative to path (default: the working directory); the paths printed are relative to "+
+		"the working directory.",
+		`{"type":"object","properties":{"pattern":{"type":"string"},"path":{"type":"string"}},"required":["pattern"]}`)
+}
+
+func (globTool) Mode(messages.JSON) agent.Mode { return agent.Parallel }
+
+func (t globTool) Execute(ctx context.Context, call agent.Call) (agent.Result, error) {
+	return result(t.run(ctx, call.Input))
+}
+
+func (t globTool) run(ctx context.Context, in messages.JSON) (string, error) {
+	if err := checkInput(in); err != nil {
+		return "", err
+	}
+	pat, err := strArg(in, "pattern", true)
+	if err != nil {
+		return "", err
+	}
+	if _, err := path.Match(strings.ReplaceAll(pat, "**", "*"), ""); err != nil {
+		return "", errorf(CodeBadInput, "bad pattern %q: %v", pat, err)
+	}
+	p, err := strArg(in, "path", false)
+	if err != nil {
+		return "", err
+	}
+	base, err := t.s.rel(p)
+	if err != nil {
+		return "", err
+	}
+	segs := strings.Split(strings.Trim(pat, "/"), "/")
+	var out []string
+	more := false
+	err = t.s.walk(ctx, base, func(full, rel string, d fs.DirEntry) error {
+		if d.IsDir() {
+			return nil
+		}
+		if matchSegs(segs, strings.Split(rel, "/")) {
+			if len(out) == MaxGlobMatches {
+				more = true
+				return fs.SkipAll
+			}
+			out = append(out, full)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fsErr(p, err)
+	}
+	if len(out) == 0 {
+		return "(no matches)", nil
+	}
+	s := strings.Join(out, "\n") + "\n"
+	if more {
+		s += fmt.Sprintf("(stopped after %d matches)\n", MaxGlobMatches)
+	}
+	return s, nil
+}
+
+// walk visits the entries under base (not following symlinked
+// directories), passing each one's path relative to the workdir and to
+// base.
+func (s *Set) walk(ctx context.Context, base string, fn func(full, rel string, d fs.DirEntry) error) error {
+	if _, err := fs.Stat(s.fsys, base); err != nil {
+		return err
+	}
+	return fs.WalkDir(s.fsys, base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == base {
+				return err
+			}
+			return nil // unreadable entries are skipped
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		rel := p
+		if base != "." {
+			rel = strings.TrimPrefix(strings.TrimPrefix(p, base), "/")
+		}
+		if rel == "" {
+			if d.IsDir() {
+				return nil
+			}
+			rel = path.Base(p)
+		}
+		return fn(p, rel, d)
+	})
+}
+
+// matchSegs matches path segments against pattern segments, where "**"
+// matches zero or more segments.
+func matchSegs(pat, name []string) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			for i := 0; i <= len(name); i++ {
+				if matchSegs(pat[1:], name[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(name) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(pat[0], name[0]); !ok {
+			return false
+		}
+		pat, name = pat[1:], name[1:]
+	}
+	return len(name) == 0
+}
+
+// grep
+
+type grepTool struct{ s *Set }
+
+func (grepTool) Name() string { return "grep" }
+
+func (grepTool) Schema() messages.ToolSchema {
+	return schema("grep", "Search text files in the working directory for a regular expression (RE2 syntax). "+
+		"Prints path:line:text. path is a file or a directory (default: the working directory); include "+
+		"filters file paths with a glob pattern (as in the glob tool).",
+		`{"type":"object","properties":{"pattern":{"type":"string"},"path":{"type":"string"},"include":{"type":"string"}},`+
+			`"required":["pattern"]}`)
+}
+
+func (grepTool) Mode(messages.JSON) agent.Mode { return agent.Parallel }
+
+func (t grepTool) Execute(ctx context.Context, call agent.Call) (agent.Result, error) {
+	return result(t.run(ctx, call.Input))
+}
+
+func (t grepTool) run(ctx context.Context, in messages.JSON) (string, error) {
+	if err := checkInput(in); err != nil {
+		return "", err
+	}
+	pat, err := strArg(in, "pattern", true)
+	if err != nil {
+		return "", err
+	}
+	re, err := regexp.Compile(pat)
+	if err != nil {
+		return "", errorf(CodeBadInput, "bad pattern: %v", err)
+	}
+	include, err := strArg(in, "include", false)
+	if err != nil {
+		return "", err
+	}
+	var incl []string
+	if include != "" {
+		if _, err := path.Match(strings.ReplaceAll(include, "**", "*"), ""); err != nil {
+			return "", errorf(CodeBadInput, "bad include pattern %q: %v", include, err)
+		}
+		incl = strings.Split(strings.Trim(include, "/"), "/")
+	}
+	p, err := strArg(in, "path", false)
+	if err != nil {
+		return "", err
+	}
+	base, err := t.s.rel(p)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	count := 0
+	more := false
+	err = t.s.walk(ctx, base, func(full, rel string, d fs.DirEntry) error {
+		if d.IsDir() || !d.Type().IsRegular() {
+			return nil
+		}
+		if incl != nil && !matchSegs(incl, strings.Split(rel, "/")) && !matchSegs(incl, []string{path.Base(rel)}) {
+			return nil
+		}
+		data, err := t.readSmall(full)
+		if err != nil || bytes.IndexByte(data, 0) >= 0 {
+			return nil // unreadable, too large or binary: skipped
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if re.MatchString(line) {
+				if count == MaxGrepMatches {
+					more = true
+					return fs.SkipAll
+				}
+				fmt.Fprintf(&b, "%s:%d:%s\n", full, i+1, cut(strings.TrimRight(line, "\r")))
+				count++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fsErr(p, err)
+	}
+	if count == 0 {
+		return "(no matches)", nil
+	}
+	if more {
+		fmt.Fprintf(&b, "(stopped after %d matches)\n", MaxGrepMatches)
+	}
+	return b.String(), nil
+}
+
+func (t grepTool) readSmall(rel string) ([]byte, error) {
+	f, err := t.s.fsys.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > MaxGrepFileBytes {
+		return nil, errors.New("skipped")
+	}
+	return io.ReadAll(io.LimitReader(f, MaxGrepFileBytes))
+}

@@ -1,0 +1,325 @@
+package bench
+
+// The benchmarks of DESIGN §10 that are not covered by the session and
+// persister packages' own, each beside the baseline that does the same
+// work the simplest way, in the same run:
+//
+//	BenchmarkChunksEndToEnd   runtime CPU per streamed chunk through host, agent,
+//	                          session and persister, vs the synthetic model alone
+//	BenchmarkLoadFromDisk     load + validate + derive a written log, vs raw JSON
+//	                          decoding of the same lines
+//	BenchmarkIdleSessionMemory heap per resident idle session, vs a mutex-guarded
+//	                          in-memory log per session
+//
+// Run: go test -run '^$' -bench . -benchtime=1x ./bench/ (a few seconds);
+// raise -benchtime for stable figures.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/supervisor"
+)
+
+const (
+	benchChunks      = 200 // text deltas per response: the reference's mix
+	turnsPerSession  = 8   // a fresh session every few turns keeps history short
+	benchTurnTimeout = time.Minute
+)
+
+func benchUser(b *testing.B, text string) messages.Message {
+	m, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.UserSource())
+	require.NoError(b, err)
+	return m
+}
+
+func benchModel(b *testing.B) *synthetic.Provider {
+	p, err := synthetic.New(synthetic.Config{Seed: 1, TextChunks: benchChunks})
+	require.NoError(b, err)
+	return p
+}
+
+// reportPerChunk reports CPU and wall time per chunk.
+func reportPerChunk(b *testing.B, chunks int64, cpu, wall time.Duration) {
+	if chunks == 0 {
+		return
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(chunks), "cpu-ns/chunk")
+	b.ReportMetric(float64(wall.Nanoseconds())/float64(chunks), "ns/chunk")
+	b.ReportMetric(float64(chunks)/float64(b.N), "chunks/op")
+}
+
+// BenchmarkChunksEndToEnd: one op is one turn (a user message, about 200
+// text deltas, the assistant message) run through a Host and made durable
+// (WaitIdle); the baseline streams the same responses from the synthetic
+// model alone. The runtime's overhead per chunk is the difference.
+func BenchmarkChunksEndToEnd(b *testing.B) {
+	for _, pol := range []struct {
+		name   string
+		policy persister.Policy
+	}{{"none", persister.PolicyNone}, {"turn-end", persister.PolicyTurnEnd}} {
+		b.Run("impl=host/policy="+pol.name, func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), benchTurnTimeout*time.Duration(max(b.N, 1)))
+			defer cancel()
+			h, err := supervisor.Open(supervisor.Config{Dir: b.TempDir(), Provider: benchModel(b), Policy: pol.policy})
+			require.NoError(b, err)
+			defer func() { require.NoError(b, h.Close(context.Background())) }()
+			msg := benchUser(b, "hello")
+			var ids []session.SessionID
+			b.ResetTimer()
+			cpu0, t0 := cpuTime(), time.Now()
+			var id session.SessionID
+			for i := range b.N {
+				if i%turnsPerSession == 0 {
+					id, err = h.Create(ctx, supervisor.CreateOptions{})
+					require.NoError(b, err)
+					ids = append(ids, id)
+				}
+				require.NoError(b, h.Followup(ctx, id, msg))
+				require.NoError(b, h.WaitIdle(ctx, id))
+			}
+			cpu, wall := cpuTime()-cpu0, time.Since(t0)
+			b.StopTimer()
+			var chunks int64
+			for _, id := range ids {
+				st, err := h.Stats(id)
+				require.NoError(b, err)
+				chunks += st.Chunks
+			}
+			reportPerChunk(b, chunks, cpu, wall)
+		})
+	}
+	b.Run("impl=provider-alone", func(b *testing.B) {
+		ctx := context.Background()
+		p := benchModel(b)
+		user := benchUser(b, "hello")
+		var history []messages.Message
+		var chunks int64
+		b.ResetTimer()
+		cpu0, t0 := cpuTime(), time.Now()
+		for i := range b.N {
+			if i%turnsPerSession == 0 {
+				history = history[:0]
+			}
+			history = append(history, user)
+			req := llm.NewRequest(messages.CallConfig{Model: p.Model()}, "", history, nil)
+			var text strings.Builder
+			for c, err := range p.Stream(ctx, req) {
+				require.NoError(b, err)
+				chunks++
+				if c.Type() == messages.ChunkTextDelta {
+					text.WriteString(c.Text())
+				}
+			}
+			history = append(history, assistantText(b, text.String()))
+		}
+		cpu, wall := cpuTime()-cpu0, time.Since(t0)
+		b.StopTimer()
+		reportPerChunk(b, chunks, cpu, wall)
+	})
+}
+
+func assistantText(b *testing.B, text string) messages.Message {
+	m, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.ModelSource{Provider: "synthetic", Model: "synthetic-1"})
+	require.NoError(b, err)
+	return m
+}
+
+// writtenLog runs turns sessions' worth of the reference mix into a JSONL+
+// zstd store and returns the path of the log file.
+func writtenLog(b *testing.B, turns int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), benchTurnTimeout)
+	defer cancel()
+	dir := b.TempDir()
+	p, err := synthetic.New(synthetic.Config{Seed: 2, TextChunks: benchChunks, ToolCallRate: 0.5, ReasoningRate: 0.5,
+		ReasoningChunks: 50})
+	require.NoError(b, err)
+	tools, err := agent.NewRegistry(echoTool{})
+	require.NoError(b, err)
+	h, err := supervisor.Open(supervisor.Config{Dir: dir, Provider: p, Tools: tools})
+	require.NoError(b, err)
+	id, err := h.Create(ctx, supervisor.CreateOptions{})
+	require.NoError(b, err)
+	for range turns {
+		require.NoError(b, h.Followup(ctx, id, benchUser(b, "go on")))
+		require.NoError(b, h.WaitIdle(ctx, id))
+	}
+	require.NoError(b, h.Close(ctx))
+	var path string
+	require.NoError(b, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasPrefix(d.Name(), "session.jsonl") {
+			path = p
+		}
+		return err
+	}))
+	require.NotEmpty(b, path)
+	return path
+}
+
+// BenchmarkLoadFromDisk: one op loads a written log (zstd, about 25 k
+// events): session.ReadFile (decompress, parse, check seqs), File.Log
+// (validate and rebuild) and DeriveMessages. The baselines decode the same
+// decompressed lines with encoding/json into generic values, without and
+// with the decompression.
+func BenchmarkLoadFromDisk(b *testing.B) {
+	path := writtenLog(b, 100)
+	f, err := session.ReadFile(path)
+	require.NoError(b, err)
+	events := float64(len(f.Events))
+	raw, err := os.ReadFile(path)
+	require.NoError(b, err)
+	dec, err := zstd.NewReader(nil)
+	require.NoError(b, err)
+	defer dec.Close()
+	plain, err := dec.DecodeAll(raw, nil)
+	require.NoError(b, err)
+	lines := bytes.Split(bytes.TrimSuffix(plain, []byte("\n")), []byte("\n"))
+	report := func(b *testing.B, d time.Duration) {
+		b.ReportMetric(events*float64(b.N)/d.Seconds(), "events/s")
+		b.ReportMetric(events, "events/op")
+		b.ReportMetric(float64(len(lines)), "lines/op")
+	}
+	b.Run("impl=dsh-read+validate+derive", func(b *testing.B) {
+		b.ReportAllocs()
+		t0 := time.Now()
+		for range b.N {
+			f, err := session.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := f.Log()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if l.DeriveMessages().Len() == 0 {
+				b.Fatal("no messages")
+			}
+		}
+		report(b, time.Since(t0))
+	})
+	b.Run("impl=json-decode", func(b *testing.B) {
+		b.ReportAllocs()
+		t0 := time.Now()
+		for range b.N {
+			decodeLines(b, lines)
+		}
+		report(b, time.Since(t0))
+	})
+	b.Run("impl=zstd+json-decode", func(b *testing.B) {
+		b.ReportAllocs()
+		t0 := time.Now()
+		for range b.N {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			plain, err := dec.DecodeAll(data, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			decodeLines(b, bytes.Split(bytes.TrimSuffix(plain, []byte("\n")), []byte("\n")))
+		}
+		report(b, time.Since(t0))
+	})
+}
+
+func decodeLines(b *testing.B, lines [][]byte) {
+	for _, ln := range lines {
+		var v map[string]any
+		if err := json.Unmarshal(ln, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkIdleSessionMemory: one op opens a host, creates N sessions that
+// stay resident and idle (no turn ran: no logged events, which are counted
+// per event), and measures the live heap they add, per session. The
+// baseline holds N mutex-guarded in-memory logs with the same header.
+func BenchmarkIdleSessionMemory(b *testing.B) {
+	for _, n := range []int{1000} {
+		for _, store := range []string{"memory", "jsonl"} {
+			b.Run(fmt.Sprintf("impl=host/store=%s/sessions=%d", store, n), func(b *testing.B) {
+				ctx, cancel := context.WithTimeout(context.Background(), benchTurnTimeout)
+				defer cancel()
+				var perSession float64
+				for range b.N {
+					cfg := supervisor.Config{Provider: benchModel(b)}
+					if store == "jsonl" {
+						cfg.Dir = b.TempDir()
+					}
+					before := heapInUse()
+					h, err := supervisor.Open(cfg)
+					require.NoError(b, err)
+					for range n {
+						_, err := h.Create(ctx, supervisor.CreateOptions{})
+						require.NoError(b, err)
+					}
+					after := heapInUse()
+					perSession += (float64(after) - float64(before)) / float64(n)
+					require.NoError(b, h.Close(ctx))
+				}
+				b.ReportMetric(perSession/float64(b.N), "B/session")
+			})
+		}
+		b.Run(fmt.Sprintf("impl=mutex-log/sessions=%d", n), func(b *testing.B) {
+			var perSession float64
+			for range b.N {
+				before := heapInUse()
+				logs := make(map[session.SessionID]*mutexLog, n)
+				for i := range n {
+					id := session.SessionID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
+					logs[id] = &mutexLog{header: session.Header{ID: id, CreatedAt: time.Now().UnixMilli()}}
+				}
+				after := heapInUse()
+				perSession += (float64(after) - float64(before)) / float64(n)
+				total := 0
+				for _, l := range logs {
+					total += l.len()
+				}
+				require.Zero(b, total)
+			}
+			b.ReportMetric(perSession/float64(b.N), "B/session")
+		})
+	}
+}
+
+// mutexLog is the baseline's session: a header and events behind a mutex.
+type mutexLog struct {
+	mu     sync.Mutex
+	header session.Header
+	events []session.Event
+}
+
+func (l *mutexLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.events)
+}

@@ -1,0 +1,570 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/agent/fstools"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/llm/deepseek"
+	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/supervisor"
+)
+
+const runUsage = `Usage: dsh run [flags] PROMPT
+
+Sends PROMPT to a session and streams the assistant's text to stdout until
+the session is idle; the session id goes to stderr at the end. Without
+--session a new session is created under --dir; --session ID resumes one.
+The model may use the built-in tools: todo_write, and the read-only file
+tools read_file, list_dir, glob and grep, confined to --workdir.
+
+Exit status: 0 when the turn completed, 1 when it ended in error (the
+failure is printed as one line on stderr) or was interrupted, 2 on bad
+usage. Ctrl-C cancels the running turn (cause user), flushes the session
+and exits 1 (not 130: DESIGN §8 has a single failure status).
+
+Flags:
+`
+
+// talkFlags are the flags shared by run and chat.
+type talkFlags struct {
+	provider, baseURL, model string
+	dir, sessionID, system   string
+	workdir                  string
+	showReasoning, verbose   bool
+	asJSON                   bool
+}
+
+func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
+	def := "synthetic"
+	if os.Getenv(deepseek.APIKeyEnv) != "" {
+		def = "deepseek"
+	}
+	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set)")
+	fs.StringVar(&f.baseURL, "base-url", "", "deepseek: API root (default "+deepseek.DefaultBaseURL+")")
+	fs.StringVar(&f.model, "model", "", "model id (default: the provider's)")
+	fs.StringVar(&f.dir, "dir", "", "data directory holding the sessions (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh)")
+	fs.StringVar(&f.sessionID, "session", "", "resume this session instead of creating one")
+	fs.StringVar(&f.system, "system", "", "system prompt")
+	fs.StringVar(&f.workdir, "workdir", "", "directory the file tools may read (default: the current directory)")
+	fs.BoolVar(&f.showReasoning, "show-reasoning", false, "print the model's reasoning on stderr")
+	fs.BoolVar(&f.verbose, "verbose", false, "print tool calls and turn ends on stderr")
+	if withJSON {
+		fs.BoolVar(&f.asJSON, "json", false, "print one JSON value at the end instead of streaming the text")
+	}
+}
+
+// talkEnv lets tests replace the model.
+type talkEnv struct {
+	provider llm.Provider
+}
+
+// talk is an open host with one current session.
+type talk struct {
+	h     *supervisor.Host
+	tools *fstools.Set
+	id    session.SessionID
+	dir   string
+}
+
+// openTalk opens the host and creates or resumes the session.
+func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
+	prov := env.provider
+	model := f.model
+	switch {
+	case prov != nil:
+	case f.provider == "synthetic":
+		if f.baseURL != "" {
+			return nil, usagef("--base-url is for --provider deepseek")
+		}
+		p, err := synthetic.New(synthetic.Config{Model: f.model, TextChunks: 40})
+		if err != nil {
+			return nil, err
+		}
+		prov = p
+	case f.provider == "deepseek":
+		p, err := deepseek.New(deepseek.Config{BaseURL: f.baseURL, Model: f.model})
+		if err != nil {
+			return nil, err
+		}
+		prov = p
+		if model == "" {
+			model = deepseek.DefaultModel
+		}
+	default:
+		return nil, usagef("unknown --provider %q (synthetic or deepseek)", f.provider)
+	}
+	dir := f.dir
+	if dir == "" {
+		d, err := defaultDataDir()
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+	}
+	wd := f.workdir
+	if wd == "" {
+		d, err := os.Getwd()
+		if err != nil {
+			return nil, err
+		}
+		wd = d
+	}
+	fst, err := fstools.New(wd)
+	if err != nil {
+		return nil, fmt.Errorf("--workdir: %w", err)
+	}
+	reg, err := agent.NewRegistry(append(fst.Tools(), agent.TodoWrite{})...)
+	if err != nil {
+		_ = fst.Close()
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		_ = fst.Close()
+		return nil, err
+	}
+	st, err := openStoreAt(dir)
+	if err != nil {
+		_ = fst.Close()
+		return nil, err
+	}
+	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
+		SystemPrompt: f.system, Policy: persister.PolicyTurnEnd})
+	if err != nil {
+		_ = st.Close()
+		_ = fst.Close()
+		return nil, err
+	}
+	t := &talk{h: h, tools: fst, dir: dir}
+	if f.sessionID != "" {
+		t.id = session.SessionID(f.sessionID)
+		if err := h.Resume(ctx, t.id); err != nil {
+			t.close()
+			if errors.Is(err, supervisor.ErrNoSession) {
+				return nil, fmt.Errorf("no session %s under %s", f.sessionID, dir)
+			}
+			return nil, err
+		}
+	} else {
+		id, err := h.Create(ctx, supervisor.CreateOptions{Cwd: fst.Dir()})
+		if err != nil {
+			t.close()
+			return nil, err
+		}
+		t.id = id
+	}
+	return t, nil
+}
+
+// close flushes and stops everything (bounded, whatever the caller's
+// context).
+func (t *talk) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := t.h.Close(ctx)
+	_ = t.tools.Close()
+	return err
+}
+
+// waitIdle waits for the session to be idle and durable, then for the
+// streamer to have seen everything it logged.
+func (t *talk) waitIdle(ctx context.Context, s *streamer) error {
+	if err := t.h.WaitIdle(ctx, t.id); err != nil {
+		return err
+	}
+	st, err := t.h.Stats(t.id)
+	if err != nil {
+		return err
+	}
+	return s.waitSeen(ctx, st.Events-1)
+}
+
+// cancelAndWait cancels the running turn (cause user) and waits, bounded,
+// for the session to settle.
+func (t *talk) cancelAndWait(s *streamer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := t.h.Cancel(ctx, t.id, session.CancelCause{Kind: session.CauseUser}); err != nil {
+		return err
+	}
+	return t.waitIdle(ctx, s)
+}
+
+// userMessage builds a user message from text.
+func userMessage(text string) (messages.Message, error) {
+	return messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.UserSource())
+}
+
+// streamer prints a session's events as they commit: text deltas to out,
+// reasoning (when asked) and notices to diag.
+type streamer struct {
+	sub           *supervisor.Subscription
+	out, diag     io.Writer
+	showReasoning bool
+	verbose       bool // tool calls and turn ends on diag
+	dim           bool // diag is a terminal
+	quietText     bool // --json: collect, do not print
+	noticeEnds    bool // print turns that did not complete on diag
+
+	mu       sync.Mutex
+	seen     int64
+	changed  chan struct{} // closed and replaced on every batch
+	done     chan struct{} // closed when the subscription ends
+	ended    chan struct{} // gets a token when a turn ends (never blocks)
+	running  bool
+	text     strings.Builder
+	lastText byte // last text byte printed in the current step (0: none)
+	usage    messages.TokenUsage
+	ends     []session.TurnEnd
+}
+
+func newStreamer(sub *supervisor.Subscription, from int64, out, diag io.Writer) *streamer {
+	s := &streamer{sub: sub, out: out, diag: diag, seen: from - 1, changed: make(chan struct{}), done: make(chan struct{}),
+		ended: make(chan struct{}, 1)}
+	return s
+}
+
+func (s *streamer) start() { go s.loop() }
+
+func (s *streamer) loop() {
+	defer close(s.done)
+	for ev := range s.sub.C {
+		s.mu.Lock()
+		s.handle(ev)
+		s.seen = ev.Seq()
+		if len(s.sub.C) == 0 {
+			close(s.changed)
+			s.changed = make(chan struct{})
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+const (
+	dimOn  = "\x1b[2m"
+	dimOff = "\x1b[0m"
+)
+
+func (s *streamer) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if s.dim {
+		msg = dimOn + msg + dimOff
+	}
+	fmt.Fprintln(s.diag, msg)
+}
+
+// endLine ends a partial line of text before a notice.
+func (s *streamer) endLine() {
+	if s.lastText != 0 && s.lastText != '\n' && !s.quietText {
+		fmt.Fprintln(s.out)
+		s.lastText = '\n'
+	}
+}
+
+func (s *streamer) handle(ev session.Event) {
+	switch p := ev.Payload().(type) {
+	case session.TurnStart:
+		s.running = true
+		s.lastText = 0
+	case session.StepStart:
+		if s.lastText != 0 && s.lastText != '\n' {
+			s.text.WriteByte('\n')
+			if !s.quietText {
+				fmt.Fprintln(s.out)
+			}
+		}
+		s.lastText = 0
+	case session.AssistantChunk:
+		switch p.Chunk.Type() {
+		case messages.ChunkTextDelta:
+			t := p.Chunk.Text()
+			if t == "" {
+				return
+			}
+			s.text.WriteString(t)
+			s.lastText = t[len(t)-1]
+			if !s.quietText {
+				io.WriteString(s.out, t)
+			}
+		case messages.ChunkReasoningDelta:
+			if s.showReasoning {
+				t := p.Chunk.Text()
+				if s.dim {
+					t = dimOn + t + dimOff
+				}
+				io.WriteString(s.diag, t)
+			}
+		}
+	case session.AssistantMessage:
+		if p.HasUsage {
+			s.usage = sumUsage(s.usage, p.Usage)
+		}
+		if s.showReasoning {
+			fmt.Fprintln(s.diag)
+		}
+	case session.ToolCall:
+		if s.verbose {
+			s.endLine()
+			s.note("[tool %s %s]", p.Name, p.Arguments)
+		}
+	case session.ToolResult:
+		if s.verbose && p.Error.Code != "" {
+			s.note("[tool %s failed: %s]", p.Message.ID(), p.Error.Code)
+		}
+	case session.TurnEnd:
+		s.running = false
+		s.ends = append(s.ends, p)
+		s.endLine()
+		if s.verbose || (s.noticeEnds && p.Reason.Kind != session.EndCompleted) {
+			s.note("[turn %d %s]", p.Turn, describeEnd(p.Reason))
+		}
+		s.lastText = 0
+		select {
+		case s.ended <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitSeen waits until the streamer has handled seq.
+func (s *streamer) waitSeen(ctx context.Context, seq int64) error {
+	for {
+		s.mu.Lock()
+		seen, ch := s.seen, s.changed
+		s.mu.Unlock()
+		if seen >= seq {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-s.done:
+			s.mu.Lock()
+			seen = s.seen
+			s.mu.Unlock()
+			if seen >= seq {
+				return nil
+			}
+			if err := s.sub.Err(); err != nil {
+				return err
+			}
+			return errors.New("event stream ended early")
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// isRunning reports whether a turn is open.
+func (s *streamer) isRunning() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+// stop ends the subscription and waits for the loop.
+func (s *streamer) stop() {
+	s.sub.Close()
+	<-s.done
+}
+
+func sumUsage(a, b messages.TokenUsage) messages.TokenUsage {
+	opt := func(x, y messages.OptInt) messages.OptInt {
+		xv, xok := x.Get()
+		yv, yok := y.Get()
+		if !xok && !yok {
+			return messages.OptInt{}
+		}
+		return messages.Some(xv + yv)
+	}
+	return messages.TokenUsage{InputTokens: a.InputTokens + b.InputTokens, OutputTokens: a.OutputTokens + b.OutputTokens,
+		CacheReadTokens: opt(a.CacheReadTokens, b.CacheReadTokens), CacheWriteTokens: opt(a.CacheWriteTokens, b.CacheWriteTokens),
+		ReasoningTokens: opt(a.ReasoningTokens, b.ReasoningTokens)}
+}
+
+// describeEnd renders a turn-end reason in a few words.
+func describeEnd(r session.TurnEndReason) string {
+	switch r.Kind {
+	case session.EndAborted:
+		if r.Cause.Kind == session.CauseUser {
+			return "cancelled"
+		}
+		return "aborted (" + string(r.Cause.Kind) + ")"
+	case session.EndError:
+		return "failed: " + describeFailure(r.Error)
+	}
+	return string(r.Kind)
+}
+
+func describeFailure(f messages.LlmFailure) string {
+	msg := strings.Join(strings.Fields(f.Message), " ")
+	switch f.Code {
+	case llm.CodeAuth:
+		return "authentication failed (check " + deepseek.APIKeyEnv + "): " + msg
+	case "":
+		return msg
+	}
+	return f.Code + ": " + msg
+}
+
+// subscribe starts a streamer on the current session from its end.
+func (t *talk) subscribe(ctx context.Context, out, diag io.Writer, f talkFlags) (*streamer, error) {
+	st, err := t.h.Stats(t.id)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := t.h.Subscribe(ctx, t.id, st.Events)
+	if err != nil {
+		return nil, err
+	}
+	s := newStreamer(sub, st.Events, out, diag)
+	s.showReasoning, s.verbose, s.dim, s.quietText = f.showReasoning, f.verbose, isTerminal(diag), f.asJSON
+	s.start()
+	return s, nil
+}
+
+// runCmd is `dsh run`.
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runRun(ctx, args, stdout, stderr, talkEnv{})
+}
+
+// runResult is the --json output of dsh run.
+type runResult struct {
+	Session string        `json:"session"`
+	End     string        `json:"end"`
+	Error   *runFailure   `json:"error,omitempty"`
+	Cause   string        `json:"cause,omitempty"`
+	Text    string        `json:"text"`
+	Usage   runUsageStats `json:"usage"`
+}
+
+type runFailure struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Status  int    `json:"status,omitempty"`
+}
+
+type runUsageStats struct {
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	ReasoningTokens  int64 `json:"reasoning_tokens,omitempty"`
+	CacheReadTokens  int64 `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
+}
+
+// runRun is dsh run; ctx is cancelled on Ctrl-C.
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env talkEnv) (err error) {
+	fs := flag.NewFlagSet("dsh run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f talkFlags
+	f.register(fs, true)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, runUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return errHelp
+		}
+		return usagef("run: %v", err)
+	}
+	if fs.NArg() != 1 || strings.TrimSpace(fs.Arg(0)) == "" {
+		return usagef("run: want exactly one PROMPT argument (flags go before it)")
+	}
+	msg, err := userMessage(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	t, err := openTalk(ctx, f, env)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := t.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing: %w", cerr)
+		}
+		fmt.Fprintf(stderr, "session %s\n", t.id)
+	}()
+	s, err := t.subscribe(ctx, stdout, stderr, f)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	interrupted := false
+	if err := t.h.Followup(ctx, t.id, msg); err != nil {
+		if ctx.Err() == nil {
+			return err
+		}
+		interrupted = true
+	}
+	if !interrupted {
+		if err := t.waitIdle(ctx, s); err != nil {
+			if ctx.Err() == nil {
+				return err
+			}
+			interrupted = true
+		}
+	}
+	if interrupted {
+		if err := t.cancelAndWait(s); err != nil {
+			return fmt.Errorf("interrupted; cancelling the turn: %w", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := runResult{Session: string(t.id), Text: s.text.String(), End: "none",
+		Usage: runUsageStats{InputTokens: s.usage.InputTokens, OutputTokens: s.usage.OutputTokens,
+			ReasoningTokens: s.usage.ReasoningTokens.Or(0), CacheReadTokens: s.usage.CacheReadTokens.Or(0),
+			CacheWriteTokens: s.usage.CacheWriteTokens.Or(0)}}
+	var failure error
+	if n := len(s.ends); n > 0 {
+		end := s.ends[n-1].Reason
+		res.End = string(end.Kind)
+		switch end.Kind {
+		case session.EndCompleted, session.EndMaxTokens:
+		case session.EndError:
+			res.Error = &runFailure{Code: end.Error.Code, Message: end.Error.Message, Status: end.Error.Status}
+			failure = errors.New("turn " + describeEnd(end))
+		case session.EndAborted:
+			res.Cause = string(end.Cause.Kind)
+			failure = errors.New("turn " + describeEnd(end))
+		default:
+			failure = errors.New("turn ended " + describeEnd(end))
+		}
+	}
+	if interrupted {
+		failure = errors.New("interrupted: turn cancelled")
+	}
+	if f.asJSON {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else if s.lastText != 0 && s.lastText != '\n' {
+		fmt.Fprintln(stdout)
+	}
+	if failure != nil {
+		return fmt.Errorf("run: %w", failure)
+	}
+	return nil
+}
