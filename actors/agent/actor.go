@@ -105,6 +105,10 @@ type Config struct {
 	Routes func(provider, model string) Route
 	// StreamTimeout bounds one model call (llm.StreamConfig.Timeout).
 	StreamTimeout time.Duration
+	// Compaction configures compaction (spec §4.13): context-overflow,
+	// pressure (needs a route with a ContextWindow) and manual (Compact).
+	// The zero value enables it with the defaults.
+	Compaction CompactionConfig
 	// Hooks are the embedder's hooks.
 	Hooks Hooks
 	// Observer, when set, receives StatusChanged and TurnFailed.
@@ -128,7 +132,7 @@ func (c Config) driverConfig() DriverConfig {
 	dc := DriverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
 		Tools: c.Tools.Schemas(), Modes: c.Tools.modeOf, MaxParallelTools: c.MaxParallelTools, Retry: c.Retry,
 		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil,
-		Routes: c.Routes}
+		Routes: c.Routes, Compaction: c.Compaction}
 	if h := c.Hooks.Request; h != nil {
 		dc.Request = h.Request
 	}
@@ -166,6 +170,7 @@ type (
 		err error
 	}
 	retryTick     struct{ gen uint64 }
+	compactReq    struct{ ref uint64 } // a Compact, by the driver ref of its reply
 	contextPushed struct{ ref uint64 } // the inbox answered a context push
 )
 
@@ -198,7 +203,8 @@ type agentActor struct {
 	sends    map[uint64]caller // forwarded sends by inbox ref
 	pushes   map[uint64]uint64 // context pushes: the driver's ref by inbox ref
 	waiters  []caller
-	disposes []caller // Dispose requests, answered once idle
+	disposes []caller          // Dispose requests, answered once idle
+	compacts map[uint64]caller // Compact requests by driver ref
 	stream   *actor.PID
 
 	life         context.Context // cancelled at Stopping
@@ -307,6 +313,17 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		// A failed clear leaves the inbox as it was; nothing to undo.
 	case WaitIdle:
 		a.waiters = append(a.waiters, caller{pid: ctx.Sender(), ref: m.Ref})
+	case Compact:
+		if a.compacts == nil {
+			a.compacts = map[uint64]caller{}
+		}
+		ref := a.nextRef()
+		a.compacts[ref] = caller{pid: ctx.Sender(), ref: m.Ref}
+		if !a.booted {
+			a.buffered = append(a.buffered, compactReq{ref: ref})
+			return
+		}
+		a.handle(ctx, compactReq{ref: ref})
 	default:
 		if !a.booted {
 			a.buffered = append(a.buffered, m)
@@ -414,6 +431,8 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		eff = d.SetSystem(m.Prompt)
 	case Dispose:
 		eff = d.Dispose()
+	case compactReq:
+		eff = d.Compact(m.ref)
 	}
 	if err != nil {
 		panic(err)
@@ -472,6 +491,12 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 		case TurnErrorEffect:
 			if a.cfg.Observer != nil {
 				ctx.Send(a.cfg.Observer, TurnFailed(e))
+			}
+		case CompactDoneEffect:
+			c, ok := a.compacts[e.Ref]
+			delete(a.compacts, e.Ref)
+			if ok && c.pid != nil {
+				ctx.Send(c.pid, Compacted{Ref: c.ref, Outcome: e.Outcome, CompactionID: e.CompactionID, Error: e.Err})
 			}
 		}
 	}

@@ -10,7 +10,7 @@
 // [Driver] (state.go) is the pure core: a state machine with no
 // goroutines, clock or I/O. Each input (Wake, Appended, Claimed,
 // StreamChunk, StreamEnded, ToolDone, PreStepDone, TurnStoppingDone,
-// RetryTimerFired, Cancel, SetSystem, Dispose, inbox counts, and
+// RetryTimerFired, Cancel, SetSystem, Dispose, Compact, inbox counts, and
 // Committed for the log mirror) returns [Effects]. state_test.go drives
 // it alone (inputs in, effects out). The core keeps a mirror of the session log
 // (fed by the agent's subscription to the session) and builds every
@@ -41,6 +41,8 @@
 //	                                               disposed}, inbox kept, sends then refused
 //	                                               (ErrDisposed); the caller stops the actor
 //	WaitIdle                  caller → agent       Idle, once idle (no turn, no latch, no append)
+//	Compact                   caller → agent       Compacted (done | nothing | busy | failed |
+//	                                               disabled), once the bracket is committed
 //	StatusChanged, TurnFailed agent → Observer     status changes, agent/error
 //	session.Append            agent → session      AppendReply | AppendFailed
 //	session.QueryHeader,      agent → session      at start: header, then the whole log and
@@ -95,10 +97,49 @@
 // contexts). The pre-step hook is not consulted at a step boundary that
 // found next-step empty after a finished step (§4.5 step 2.8).
 //
+// # Compaction
+//
+// compaction.go (spec §4.13) compacts the surface on three triggers:
+//
+//   - context-overflow: a failed attempt whose failure code is
+//     CONTEXT_WINDOW_EXCEEDED compacts first (before the RequestError
+//     hook), then retries the attempt in the same step, with no llm/retry
+//     and no backoff, only if the surface's replace generation advanced;
+//     otherwise the failure takes the ordinary request-error path. At most
+//     two per step.
+//   - pressure: after a claim, before the pre-step hook (the reference's
+//     compaction listener precedes the hook bridges), the request is
+//     estimated (the surface's messages, the claimed batch, the system
+//     prompt and the tool schemas; EstimateMessageTokens or
+//     CompactionConfig.EstimateTokens, the prompt and schemas at bytes/4)
+//     against floor(contextWindow × 0.8), the window being the route's
+//     (Route.ContextWindow) for the config in force. No window, no
+//     pressure.
+//   - manual: Compact between turns (turn null); answered CompactBusy
+//     while a turn runs. A turn woken meanwhile starts after the bracket.
+//
+// The bracket is compaction/start, the summariser call (through a stream
+// actor, purpose "compaction", the same system prompt and tools, the
+// shadowed messages and a fixed final instruction that is sent, not
+// logged; its chunks are not logged), compaction/summary, the checkpoint
+// user/message (source {kind:plugin, plugin:compact, compactionId};
+// CompactionPreamble + the summary + </compacted-summary>; surface
+// replace over the shadowed span; sourceEventSeqs [start, summary,
+// ...shadowed]) and compaction/end. A failed, empty or cancelled summary
+// writes compaction/end {error} and leaves the surface untouched. The
+// shadowed span is the surface's prefix before the most recent tail that
+// holds RetainRatio (0.16) of the estimated tokens, its edge moved back
+// (retaining more) until no tool call is separated from its results. The
+// lock is the durable bracket: an unmatched compaction/start after the
+// newest session/end-seed is live and makes every trigger busy (it is
+// rebuilt from the log at start). Ids come from CompactionConfig.NewID
+// (the log replay hands out the recorded ones).
+//
 // # Not done yet
 //
 // The runtime-context snapshot (§4.12; a PreStep hook can supply it as an
-// Entry), maintenance tasks (runMaintenance), compaction (§4.13), and
+// Entry), maintenance tasks (runMaintenance), the compaction tool-result
+// pruner (compaction/prune + a content-only tool/result replace), and
 // per-listener tools/execute wrapping. Post-execute runs in the call's
 // goroutine right after the body rather than at commit time in model
 // order (see ToolPostExecuteHook).

@@ -387,10 +387,15 @@ func (c *chanLog) get() []string {
 func TestABurstGivesEveryMessageItsOwnTurn(t *testing.T) {
 	const n = 5
 	obs := &observer{ch: make(chan Status, 64)}
-	h := newHarness(t, newMock(), nil, withObserver(t, obs))
+	// The first turn's model call waits for the whole burst: otherwise a
+	// loaded machine may finish it before the next followup is queued,
+	// and the agent goes idle in between.
+	gate := make(chan struct{})
+	h := newHarness(t, newMock(entry{chunks: textResponse("ok").chunks, gate: gate}), nil, withObserver(t, obs))
 	for i := range n {
 		h.followup(strings.Repeat("x", i+1))
 	}
+	close(gate)
 	h.waitIdle()
 	es := h.events()
 	starts := ofType(es, session.TypeTurnStart)

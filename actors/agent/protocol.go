@@ -88,3 +88,19 @@ type Dispose struct{ Ref uint64 }
 
 // Disposed answers Dispose.
 type Disposed struct{ Ref uint64 }
+
+// Compact asks for a manual compaction between turns (spec §4.13: the
+// /compact command): the bracket compaction/start {turn: null} …
+// compaction/end. Reply: Compacted, once the bracket is committed (at
+// once when the agent is busy or there is nothing to compact). A turn
+// woken meanwhile starts after it.
+type Compact struct{ Ref uint64 }
+
+// Compacted answers Compact. Error is compaction/end's error for
+// CompactFailed, or why nothing was done.
+type Compacted struct {
+	Ref          uint64
+	Outcome      CompactOutcome
+	CompactionID string
+	Error        string
+}

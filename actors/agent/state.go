@@ -302,6 +302,8 @@ type DriverConfig struct {
 	// the zero Route for every route). It runs inside the core and must
 	// not block.
 	Routes func(provider, model string) Route
+	// Compaction configures compaction (spec §4.13; see CompactionConfig).
+	Compaction CompactionConfig
 }
 
 // Route is what the agent knows of a provider/model route (the reference's
@@ -344,6 +346,7 @@ const (
 	phRetryWait          // waiting for the backoff timer
 	phTools              // tool calls in flight or uncommitted
 	phTurnStopping       // waiting for the turn-stopping hook
+	phCompact            // waiting for a compaction's summariser call
 )
 
 // stepOutcome is how a step ended (spec §4.6 step 6, §4.9, §4.10).
@@ -361,6 +364,9 @@ const (
 type appendTag struct {
 	chunk    bool // an assistant/chunk of the current attempt
 	toolCall int  // index+1 of a tool call whose seq is needed; 0 for none
+	// compaction is compStart or compSummary: a bracket event whose seq
+	// the checkpoint cites.
+	compaction uint8
 }
 
 type toolCall struct {
@@ -402,6 +408,7 @@ type turnState struct {
 	concludes  bool
 	pushes     map[uint64]bool // context pushes not answered yet
 	firstClaim bool
+	overflows  int // context-overflow compactions of the step
 }
 
 // Driver is the agent's pure core. Not safe for concurrent use: it
@@ -431,6 +438,13 @@ type Driver struct {
 
 	system   string // the system prompt steps start with (SetSystem)
 	disposed bool   // Dispose was called: no turn starts again
+
+	// Compaction (compaction.go).
+	comp            CompactionConfig // with defaults
+	cmp             *compaction      // in flight
+	lastCompaction  *compaction      // the last one that ended
+	openCompactions map[string]bool  // live compaction/starts in the log (the lock)
+	replaceGen      int              // surface replaces in the log
 }
 
 // NewDriver returns a driver over a session whose log so far is past
@@ -450,8 +464,10 @@ func NewDriver(cfg DriverConfig, h session.Header, past []session.Event) (*Drive
 	if turn, _, open := m.OpenTurn(); open {
 		return nil, fmt.Errorf("agent: the log has turn %d open; repair it first", turn)
 	}
-	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true, system: cfg.System}
+	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true, system: cfg.System,
+		comp: cfg.Compaction.withDefaults(), openCompactions: map[string]bool{}}
 	for _, e := range past {
+		d.observeCompaction(e)
 		if p, ok := e.Payload().(session.TurnStart); ok {
 			d.lastTurn = p.Turn
 		}
@@ -552,6 +568,7 @@ func (d *Driver) Committed(events []session.Event) error {
 		if _, err := d.mirror.Append(dr, e.Time()); err != nil {
 			return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
 		}
+		d.observeCompaction(e)
 	}
 	return nil
 }
@@ -580,6 +597,9 @@ func (d *Driver) Wake(t inbox.Target) Effects {
 	case d.disposed:
 	case d.phase == phIdle:
 		d.startTurn()
+	case d.t == nil:
+		// a manual compaction runs: the turn starts after it
+		d.wakeRequested = true
 	case d.t.aborted:
 		if d.t.cause.Kind != session.CauseDisposed {
 			d.wakeRequested = true
@@ -597,12 +617,19 @@ func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
 		d.emit(ClearInboxEffect{})
 		d.wakeRequested = false
 	}
+	if d.t == nil && d.cmp != nil {
+		d.cancelCompaction() // a manual compaction
+		return d.flush()
+	}
 	if d.phase == phIdle || d.t == nil || d.t.aborted {
 		return d.flush()
 	}
 	t := d.t
 	t.aborted, t.cause = true, cause
 	d.emit(AbortEffect{Cause: cause})
+	if d.cmp != nil {
+		d.cancelCompaction()
+	}
 	if t.ending {
 		// turn/end is already issued with its own reason; the abort only
 		// stops the continuation (the cleared inbox's counts lag behind)
@@ -653,6 +680,8 @@ func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
 		}
 		seq := events.At(0).Seq()
 		switch {
+		case tag.compaction > 0:
+			d.compactionSeq(tag.compaction, seq)
 		case tag.chunk && d.t != nil:
 			d.t.chunkSeqs = append(d.t.chunkSeqs, seq)
 		case tag.toolCall > 0 && d.t != nil && tag.toolCall <= len(d.t.calls):
@@ -692,13 +721,22 @@ func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
 		// step 2.8); running the hook here would let it block a turn
 		// that already completed.
 		d.enter(nil, nil, 0)
-	case d.cfg.PreStep:
-		d.phase = phPreStep
-		d.hookRef = d.ref()
-		d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs)})
 	default:
-		_, batch, n, _ := enterBatch(PreStepDecision{Messages: msgs})
-		d.enter(nil, batch, n)
+		// The pressure trigger runs before the pre-step hook (spec §4.11:
+		// the reference's compaction listener precedes the hook bridges).
+		d.pressureCompaction(msgs, func() {
+			switch {
+			case t.aborted:
+				d.endTurn(abortedReason(t.cause))
+			case d.cfg.PreStep:
+				d.phase = phPreStep
+				d.hookRef = d.ref()
+				d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs)})
+			default:
+				_, batch, n, _ := enterBatch(PreStepDecision{Messages: msgs})
+				d.enter(nil, batch, n)
+			}
+		})
 	}
 	return d.flush()
 }
@@ -761,6 +799,10 @@ func (d *Driver) TurnStoppingDone(ref uint64, err error) Effects {
 
 // StreamChunk delivers chunk c of call ref.
 func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
+	if d.cmp != nil && ref != 0 && ref == d.cmp.streamRef {
+		d.compactionChunk(c)
+		return d.flush()
+	}
 	if d.phase != phStream || ref != d.t.streamRef {
 		return d.flush()
 	}
@@ -772,6 +814,10 @@ func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
 
 // StreamEnded delivers the end of call ref.
 func (d *Driver) StreamEnded(ref uint64, finish messages.FinishReason, cancelled bool) Effects {
+	if d.cmp != nil && ref != 0 && ref == d.cmp.streamRef {
+		d.compactionStreamDone(finish, cancelled)
+		return d.flush()
+	}
 	if d.phase != phStream || ref != d.t.streamRef {
 		return d.flush()
 	}
@@ -904,6 +950,7 @@ func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
 	t.stoppingRan = false
 	t.retries = nil
 	t.attempt = 0
+	t.overflows = 0
 	t.system = d.system
 	drafts := append([]session.Draft{session.StepStart{Turn: t.turn, Step: t.step}.Draft()}, batch...)
 	d.appendDrafts(appendTag{}, drafts...)
@@ -1155,13 +1202,22 @@ func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 // failedAttempt is §4.6 step 4 and §4.10: retry inside the step, or end
 // the turn in error. No assistant message is written.
 func (d *Driver) failedAttempt(f messages.LlmFailure) {
-	t := d.t
 	if f.Code == "" {
 		f.Code = llm.CodeUnknown
 	}
 	if f.Message == "" {
 		f.Message = f.Code
 	}
+	if d.overflowCompaction(f) {
+		return
+	}
+	d.requestError(f)
+}
+
+// requestError runs the request-error hook and the retry policy over a
+// failed attempt's failure.
+func (d *Driver) requestError(f messages.LlmFailure) {
+	t := d.t
 	dec := DecideDefault
 	if d.cfg.RequestError != nil {
 		var err error

@@ -30,6 +30,11 @@
 //     hook);
 //   - retries: a request-error hook retries exactly where the recording has
 //     an llm/retry, with a 1ms backoff.
+//   - compaction: the agent's own (actors/agent, spec §4.13); the recorded
+//     compaction/* events are not re-appended, the recording gives the
+//     compaction ids (handed out in order) and the summariser's maxTokens,
+//     and the replay provider serves each compaction/summary with
+//     llmStreamCall as the summariser's stream.
 //
 // A driver goroutine re-sends every recorded inbox insert as the same
 // delivery (next-turn: followup; next-step: steer, or inject when the

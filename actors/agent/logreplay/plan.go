@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/inbox"
 	"github.com/dshgo/dsh/actors/session"
@@ -67,6 +69,11 @@ type plan struct {
 	turnEnds   map[int64]session.TurnEndReason
 	routes     map[routeKey]agent.Route
 	actions    []action
+
+	// Compaction: the recorded compaction ids, in order (handed out to
+	// the agent's compactions), and the summariser's maxTokens.
+	compactionIDs       []string
+	compactionMaxTokens messages.OptInt
 }
 
 type routeKey struct{ provider, model string }
@@ -252,6 +259,12 @@ func newPlan(h session.Header, events []session.Event) *plan {
 			if t == session.TypeLlmRetryStarted {
 				break
 			}
+			if isCompaction(t) {
+				// dsh's agent compacts itself: the recording gives its ids
+				// and the summariser's maxTokens.
+				p.noteCompaction(e)
+				break
+			}
 			// A log-only contribution: a foreign event, todo/write or a
 			// compaction event. A pre-step hook may contribute foreign
 			// (or unknown) events only.
@@ -286,6 +299,46 @@ func newPlan(h session.Header, events []session.Event) *plan {
 	}
 	slices.SortStableFunc(p.actions, func(a, b action) int { return cmp.Compare(a.pos, b.pos) })
 	return p
+}
+
+func isCompaction(t session.EventType) bool {
+	switch t {
+	case session.TypeCompactionStart, session.TypeCompactionSum, session.TypeCompactionPrune, session.TypeCompactionEnd:
+		return true
+	}
+	return false
+}
+
+func (p *plan) noteCompaction(e session.Event) {
+	switch e.Type() {
+	case session.TypeCompactionStart:
+		if v, ok := e.Data().Field("compactionId"); ok {
+			if id, ok := v.AsString(); ok {
+				p.compactionIDs = append(p.compactionIDs, id)
+			}
+		}
+	case session.TypeCompactionSum:
+		if v, ok := e.Data().Field("maxTokens"); ok {
+			if n, ok := v.AsInt(); ok {
+				if _, has := p.compactionMaxTokens.Get(); !has {
+					p.compactionMaxTokens = messages.Some(n)
+				}
+			}
+		}
+	}
+}
+
+// nextCompactionID hands out the recorded compaction ids in order, then
+// fresh ones.
+func (p *plan) nextCompactionID() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.compactionIDs) == 0 {
+		return uuid.NewString()
+	}
+	id := p.compactionIDs[0]
+	p.compactionIDs = p.compactionIDs[1:]
+	return id
 }
 
 func nextCoreIsTurnStart(events []session.Event, rest []int) bool {

@@ -125,8 +125,9 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 	hooks := &replayHooks{plan: p}
 	cfg := agent.Config{Session: sessionPID, Provider: prov, Model: model, MaxTokens: p.config.MaxTokens,
 		System: p.system, Tools: reg, Observer: probePID, Routes: p.route,
-		Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1},
-		Hooks: agent.Hooks{PreStep: hooks, Request: hooks, RequestError: hooks}}
+		Retry:      llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1},
+		Hooks:      agent.Hooks{PreStep: hooks, Request: hooks, RequestError: hooks},
+		Compaction: agent.CompactionConfig{NewID: p.nextCompactionID, MaxTokens: p.compactionMaxTokens}}
 	ap, err := agent.Props(cfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("logreplay: %w", err)

@@ -1,0 +1,631 @@
+package agent
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// Compaction (spec §4.13). The driver compacts the surface when a request
+// overflows the model's context window (context-overflow), when the next
+// request would exceed floor(contextWindow × ThresholdRatio) at pre-step
+// (pressure), and on a Compact message between turns (manual). A
+// compaction is the durable bracket
+//
+//	compaction/start {compactionId, turn}
+//	compaction/summary {compactionId, summary, rawOutput, llmStreamCall,
+//	    shadowedRange, shadowedSeqs, shadowedTokenCount, provider, model,
+//	    maxTokens?, usage?}
+//	user/message (source {kind:plugin, plugin:compact, compactionId},
+//	    surfaceOp replace {start, end},
+//	    sourceEventSeqs [startSeq, summarySeq, ...shadowedSeqs])
+//	compaction/end {compactionId, turn}
+//
+// or, when the summary fails, compaction/start … compaction/end
+// {compactionId, turn, error} with the surface untouched.
+
+// CompactionPlugin is the plugin name of a compaction checkpoint's source.
+const CompactionPlugin = "compact"
+
+// PurposeCompaction is the llm.Request purpose of a summariser call.
+const PurposeCompaction = "compaction"
+
+// CompactionPreamble opens a checkpoint's content, before the
+// <compacted-summary> tag.
+const CompactionPreamble = "This is an automatically generated checkpoint condensing an earlier span of the " +
+	"conversation to free up context. Treat the captured context as established background and build on it " +
+	"without restating it. Continue the task directly from the messages that follow, without acknowledging " +
+	"this checkpoint.\n\n<compacted-summary>"
+
+// CompactionInstruction is the final user message of a summariser request
+// (sent to the model, never logged).
+const CompactionInstruction = "Summarize the conversation above for a checkpoint that will replace it. " +
+	"Keep every fact, decision, file, command and open task needed to continue the work; omit pleasantries. " +
+	"Reply with the summary only."
+
+// Compaction defaults (the reference's compaction-basic settings).
+const (
+	DefaultCompactionThreshold = 0.8
+	DefaultCompactionRetain    = 0.16
+	// maxOverflowCompactions bounds the context-overflow compactions of
+	// one step, so that a request that still overflows after them fails.
+	maxOverflowCompactions = 2
+)
+
+// CompactionConfig configures compaction. The zero value enables it with
+// the defaults.
+type CompactionConfig struct {
+	// Disabled turns every trigger off (Compact is answered
+	// CompactDisabled).
+	Disabled bool
+	// NoPressure turns the pre-step pressure trigger off.
+	NoPressure bool
+	// ThresholdRatio of the context window over which pressure compacts.
+	// Default DefaultCompactionThreshold.
+	ThresholdRatio float64
+	// RetainRatio of the surface's estimated tokens kept verbatim as the
+	// most recent tail. Default DefaultCompactionRetain.
+	RetainRatio float64
+	// MaxTokens, when present, is the summariser call's maxTokens (and is
+	// recorded in compaction/summary).
+	MaxTokens messages.OptInt
+	// EstimateTokens estimates a message's tokens. Default
+	// EstimateMessageTokens.
+	EstimateTokens func(messages.Message) int
+	// NewID mints compaction ids. Default: a random UUID.
+	NewID func() string
+}
+
+func (c CompactionConfig) withDefaults() CompactionConfig {
+	if c.ThresholdRatio <= 0 {
+		c.ThresholdRatio = DefaultCompactionThreshold
+	}
+	if c.RetainRatio <= 0 {
+		c.RetainRatio = DefaultCompactionRetain
+	}
+	if c.EstimateTokens == nil {
+		c.EstimateTokens = EstimateMessageTokens
+	}
+	if c.NewID == nil {
+		c.NewID = uuid.NewString
+	}
+	return c
+}
+
+// messageOverhead is the estimator's fixed cost of a message (role and
+// framing).
+const messageOverhead = 8
+
+// EstimateMessageTokens is the default token estimator: 8 per message
+// plus ceil(n/4), where n counts the bytes of the model-visible text of
+// its blocks (text and reasoning text, a tool call's name and arguments,
+// a tool result's nested blocks; 256 for an image). It reproduces the
+// shadowedTokenCount the reference recorded in the compaction fixture.
+func EstimateMessageTokens(m messages.Message) int {
+	n := 0
+	for b := range m.Blocks() {
+		n += blockBytes(b)
+	}
+	return messageOverhead + (n+3)/4
+}
+
+func blockBytes(b messages.ContentBlock) int {
+	switch b.Type() {
+	case messages.BlockText, messages.BlockReasoning:
+		return len(b.Text())
+	case messages.BlockToolCall:
+		return len(b.Name()) + len(b.Arguments())
+	case messages.BlockToolResult:
+		n := 0
+		for c := range b.NestedBlocks() {
+			n += blockBytes(c)
+		}
+		return n
+	case messages.BlockImage:
+		return 1024
+	}
+	return b.JSON().Len()
+}
+
+// CompactOutcome is how a compaction request ended.
+type CompactOutcome uint8
+
+const (
+	// CompactDone: the surface was replaced by a checkpoint.
+	CompactDone CompactOutcome = iota
+	// CompactNothing: nothing to compact (the whole surface is the
+	// retained tail, or the surface is empty); nothing was logged.
+	CompactNothing
+	// CompactBusy: a compaction is live (an unmatched compaction/start
+	// after the newest session/end-seed), or a turn is running.
+	CompactBusy
+	// CompactFailed: the summary failed; compaction/end carries the
+	// error and the surface is untouched.
+	CompactFailed
+	// CompactDisabled: compaction is disabled by the configuration.
+	CompactDisabled
+)
+
+func (o CompactOutcome) String() string {
+	switch o {
+	case CompactDone:
+		return "done"
+	case CompactNothing:
+		return "nothing"
+	case CompactBusy:
+		return "busy"
+	case CompactFailed:
+		return "failed"
+	}
+	return "disabled"
+}
+
+// ErrCompactBusy is the error of a CompactBusy outcome.
+var ErrCompactBusy = errors.New("agent: a compaction or a turn is running")
+
+type compactTrigger uint8
+
+const (
+	trigOverflow compactTrigger = iota
+	trigPressure
+	trigManual
+)
+
+// compaction is one compaction in flight.
+type compaction struct {
+	id        string
+	trigger   compactTrigger
+	turn      int64
+	hasTurn   bool
+	nodes     []int64 // shadowed surface nodes, in surface order
+	msgs      []messages.Message
+	tokens    int
+	startSeq  int64
+	sumSeq    int64
+	streamRef uint64
+	asm       llm.BlockAssembler
+	cfg       messages.CallConfig
+	genBefore int
+	cancelled bool
+	outcome   CompactOutcome
+	err       string
+	then      func(CompactOutcome)
+}
+
+// CompactDoneEffect answers a manual compaction (Driver.Compact).
+type CompactDoneEffect struct {
+	Ref          uint64
+	Outcome      CompactOutcome
+	CompactionID string
+	Err          string
+}
+
+func (CompactDoneEffect) effect() {}
+
+// surfaceMessage is the model-visible message of surface node seq (zero
+// for an empty completion anchor).
+func (d *Driver) surfaceMessage(seq int64) messages.Message {
+	e, ok := d.mirror.Event(seq)
+	if !ok {
+		return messages.Message{}
+	}
+	switch p := e.Payload().(type) {
+	case session.UserMessage:
+		return p.Message
+	case session.AssistantMessage:
+		if p.Message.NumBlocks() == 0 {
+			return messages.Message{}
+		}
+		return p.Message
+	case session.ToolResult:
+		return p.Message
+	}
+	return messages.Message{}
+}
+
+// estimate returns the estimated tokens of the messages.
+func (d *Driver) estimate(msgs []messages.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if !m.IsZero() {
+			n += d.comp.EstimateTokens(m)
+		}
+	}
+	return n
+}
+
+// compactionRange picks the shadowed prefix of the surface: everything
+// before the most recent tail holding RetainRatio of the estimated tokens,
+// with the edge moved back (retaining more) until no tool call is cut
+// from its results. It returns the nodes, their messages and tokens.
+func (d *Driver) compactionRange() (nodes []int64, msgs []messages.Message, tokens int) {
+	all := d.mirror.SurfaceNodes()
+	ms := make([]messages.Message, len(all))
+	toks := make([]int, len(all))
+	total := 0
+	for i, s := range all {
+		ms[i] = d.surfaceMessage(s)
+		if !ms[i].IsZero() {
+			toks[i] = d.comp.EstimateTokens(ms[i])
+		}
+		total += toks[i]
+	}
+	budget := int(float64(total) * d.comp.RetainRatio)
+	cut, kept := len(all), 0
+	for cut > 0 && kept+toks[cut-1] <= budget {
+		cut--
+		kept += toks[cut]
+	}
+	for cut > 0 && !balancedCut(ms, cut) {
+		cut--
+	}
+	for i := range cut {
+		tokens += toks[i]
+		if !ms[i].IsZero() {
+			msgs = append(msgs, ms[i])
+		}
+	}
+	return all[:cut], msgs, tokens
+}
+
+// balancedCut reports whether the prefix ms[:cut] answers every tool call
+// it makes and the suffix answers none of the prefix's calls.
+func balancedCut(ms []messages.Message, cut int) bool {
+	open := map[string]bool{}
+	for _, m := range ms[:cut] {
+		for b := range m.Blocks() {
+			switch b.Type() {
+			case messages.BlockToolCall:
+				open[b.ID()] = true
+			case messages.BlockToolResult:
+				delete(open, b.ToolCallID())
+			}
+		}
+	}
+	if len(open) > 0 {
+		return false
+	}
+	// A result in the suffix whose call is in the prefix would cross too;
+	// the prefix answered all of its calls, so only a result without a
+	// call in the suffix could: check the suffix's results have calls there.
+	calls := map[string]bool{}
+	for _, m := range ms[cut:] {
+		for b := range m.Blocks() {
+			switch b.Type() {
+			case messages.BlockToolCall:
+				calls[b.ID()] = true
+			case messages.BlockToolResult:
+				if !calls[b.ToolCallID()] {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// compactionLive reports whether the log has an unmatched
+// compaction/start after its newest session/end-seed (the durable lock).
+func (d *Driver) compactionLive() bool { return len(d.openCompactions) > 0 }
+
+// observeCompaction folds the lock and the replace generation from a
+// committed event.
+func (d *Driver) observeCompaction(e session.Event) {
+	switch e.Type() {
+	case session.TypeEndSeed:
+		clear(d.openCompactions)
+	case session.TypeCompactionStart, session.TypeCompactionEnd:
+		v, _ := e.Data().Field("compactionId")
+		id, _ := v.AsString()
+		if e.Type() == session.TypeCompactionStart {
+			d.openCompactions[id] = true
+		} else {
+			delete(d.openCompactions, id)
+		}
+	}
+	if e.SurfaceOp().Kind() == session.OpReplace {
+		d.replaceGen++
+	}
+}
+
+// ReplaceGeneration returns the surface's replace generation: the number
+// of surface replaces in the log.
+func (d *Driver) ReplaceGeneration() int { return d.replaceGen }
+
+// Compacting reports whether a compaction of this driver is in flight.
+func (d *Driver) Compacting() bool { return d.cmp != nil }
+
+// Compact starts a manual compaction between turns (spec §4.13 "Manual").
+// Its outcome comes back as a CompactDoneEffect with ref. While a turn or
+// a compaction runs it is answered CompactBusy at once.
+func (d *Driver) Compact(ref uint64) Effects {
+	reply := func(o CompactOutcome, id, err string) {
+		d.emit(CompactDoneEffect{Ref: ref, Outcome: o, CompactionID: id, Err: err})
+	}
+	switch {
+	case d.cfg.Compaction.Disabled:
+		reply(CompactDisabled, "", "agent: compaction is disabled")
+	case d.phase != phIdle || d.t != nil || d.cmp != nil || d.inflight > 0 || d.disposed:
+		reply(CompactBusy, "", ErrCompactBusy.Error())
+	default:
+		d.phase = phCompact
+		d.startCompaction(trigManual, 0, false, d.system, d.seedConfig(), func(o CompactOutcome) {
+			c := d.lastCompaction
+			reply(o, c.id, c.err)
+			d.phase = phIdle
+			d.wakeRequested = false
+			if !d.disposed && (d.pendingTurn > 0 || d.pendingStep > 0 && d.stepWoke) {
+				d.startTurn()
+			}
+		})
+	}
+	return d.flush()
+}
+
+// pressure reports whether the next request (the surface plus the
+// entering messages, the system prompt and the tools) would exceed
+// floor(contextWindow × ThresholdRatio) of the route in force.
+func (d *Driver) pressure(entering []messages.Message) bool {
+	if d.cfg.Compaction.Disabled || d.cfg.Compaction.NoPressure {
+		return false
+	}
+	win, ok := d.route(d.seedConfig()).ContextWindow.Get()
+	if !ok || win <= 0 {
+		return false
+	}
+	limit := int64(float64(win) * d.comp.ThresholdRatio)
+	n := d.estimate(d.mirror.DeriveMessages().Slice()) + d.estimate(entering)
+	n += (len(d.system) + 3) / 4
+	for _, s := range d.cfg.Tools {
+		if j, err := messages.MarshalValue(s); err == nil {
+			n += (j.Len() + 3) / 4
+		}
+	}
+	return int64(n) > limit
+}
+
+// startCompaction runs one compaction and calls then with its outcome once
+// its bracket is committed (at once, with nothing logged, for
+// CompactNothing and CompactBusy). The phase is the caller's.
+func (d *Driver) startCompaction(trig compactTrigger, turn int64, hasTurn bool, system string,
+	cfg messages.CallConfig, then func(CompactOutcome)) {
+	if d.compactionLive() || d.cmp != nil {
+		d.lastCompaction = &compaction{outcome: CompactBusy, err: ErrCompactBusy.Error()}
+		then(CompactBusy)
+		return
+	}
+	nodes, msgs, tokens := d.compactionRange()
+	if len(nodes) == 0 || len(msgs) == 0 {
+		d.lastCompaction = &compaction{outcome: CompactNothing}
+		then(CompactNothing)
+		return
+	}
+	if mt, ok := d.cfg.Compaction.MaxTokens.Get(); ok {
+		cfg.MaxTokens = messages.Some(mt)
+	}
+	c := &compaction{id: d.comp.NewID(), trigger: trig, turn: turn, hasTurn: hasTurn, nodes: nodes, msgs: msgs,
+		tokens: tokens, startSeq: -1, sumSeq: -1, cfg: cfg, genBefore: d.replaceGen, then: then}
+	d.cmp = c
+	var o messages.ObjectBuilder
+	o.String("compactionId", c.id)
+	if hasTurn {
+		o.Int("turn", turn)
+	} else {
+		o.Raw("turn", messages.JSONNull)
+	}
+	d.appendDrafts(appendTag{compaction: compStart}, session.NewDraft(session.TypeCompactionStart, o.Build()))
+	d.settle(func() {
+		if c.cancelled {
+			d.endCompaction(CompactFailed, "compaction aborted")
+			return
+		}
+		msgs := append(c.msgs[:len(c.msgs):len(c.msgs)], compactionInstruction())
+		req := llm.NewRequest(c.cfg, system, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID())).
+			WithPurpose(PurposeCompaction)
+		c.streamRef = d.ref()
+		d.phase = phCompact
+		d.emit(StartStreamEffect{Ref: c.streamRef, Request: req})
+	})
+}
+
+func compactionInstruction() messages.Message {
+	m, _ := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(CompactionInstruction)},
+		messages.UserSource())
+	return m
+}
+
+// compactionChunk feeds a summariser chunk (not logged).
+func (d *Driver) compactionChunk(c messages.StreamChunk) { d.cmp.asm.Push(c) }
+
+// compactionStreamDone records the summary and the checkpoint, or the
+// failure.
+func (d *Driver) compactionStreamDone(finish messages.FinishReason, cancelled bool) {
+	c := d.cmp
+	c.streamRef = 0
+	switch {
+	case cancelled || c.cancelled:
+		d.endCompaction(CompactFailed, "compaction aborted")
+		return
+	case finish.Kind == messages.FinishError || finish.Kind == messages.FinishAborted:
+		msg := finish.Failure.Message
+		if msg == "" {
+			msg = string(finish.Kind)
+		}
+		d.endCompaction(CompactFailed, "compaction summary failed: "+msg)
+		return
+	}
+	raw := c.asm.Blocks()
+	var summary []messages.ContentBlock
+	for _, b := range raw {
+		if b.Type() == messages.BlockText && strings.TrimSpace(b.Text()) != "" {
+			summary = append(summary, b)
+		}
+	}
+	if len(summary) == 0 {
+		d.endCompaction(CompactFailed, "compaction summary is empty")
+		return
+	}
+	if !d.shadowedStillCurrent() {
+		d.endCompaction(CompactFailed, "the surface changed during the compaction")
+		return
+	}
+	sumJ, err1 := messages.MarshalValue(summary)
+	rawJ, err2 := messages.MarshalValue(raw)
+	seqsJ, err3 := messages.MarshalValue(c.nodes)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		d.endCompaction(CompactFailed, err.Error())
+		return
+	}
+	var rng messages.ObjectBuilder
+	rng.Int("start", c.nodes[0]).Int("end", c.nodes[len(c.nodes)-1])
+	var o messages.ObjectBuilder
+	o.String("compactionId", c.id).Raw("summary", sumJ).Raw("rawOutput", rawJ).Bool("llmStreamCall", true).
+		Raw("shadowedRange", rng.Build()).Raw("shadowedSeqs", seqsJ).Int("shadowedTokenCount", int64(c.tokens)).
+		String("provider", c.cfg.Provider).String("model", c.cfg.Model)
+	if mt, ok := c.cfg.MaxTokens.Get(); ok {
+		o.Int("maxTokens", mt)
+	}
+	if u, ok := c.asm.Usage(); ok {
+		o.Raw("usage", u.JSON())
+	}
+	d.appendDrafts(appendTag{compaction: compSummary}, session.NewDraft(session.TypeCompactionSum, o.Build()))
+	d.settle(func() {
+		content := make([]messages.ContentBlock, 0, len(summary)+2)
+		content = append(content, messages.TextBlock(CompactionPreamble))
+		content = append(content, summary...)
+		content = append(content, messages.TextBlock("</compacted-summary>"))
+		var extra messages.ObjectBuilder
+		extra.String("compactionId", c.id)
+		src, err := messages.PluginSource(CompactionPlugin, extra.Build())
+		var m messages.Message
+		if err == nil {
+			m, err = messages.NewUserMessage(content, src)
+		}
+		if err != nil || !d.shadowedStillCurrent() {
+			msg := "the surface changed during the compaction"
+			if err != nil {
+				msg = err.Error()
+			}
+			d.endCompaction(CompactFailed, msg)
+			return
+		}
+		sources := append([]int64{c.startSeq, c.sumSeq}, c.nodes...)
+		d.appendDrafts(appendTag{}, session.UserMessage{Message: m}.Draft().
+			WithSurface(session.ReplaceOp(c.nodes[0], c.nodes[len(c.nodes)-1])).WithSources(sources))
+		d.endCompaction(CompactDone, "")
+	})
+}
+
+// shadowedStillCurrent reports whether the shadowed nodes are still a
+// contiguous span of the surface (nothing else replaced them meanwhile).
+func (d *Driver) shadowedStillCurrent() bool {
+	c := d.cmp
+	all := d.mirror.SurfaceNodes()
+	for i, s := range all {
+		if s == c.nodes[0] {
+			if i+len(c.nodes) > len(all) {
+				return false
+			}
+			for j, n := range c.nodes {
+				if all[i+j] != n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// endCompaction appends compaction/end and, once it is committed, hands
+// the outcome to the compaction's continuation.
+func (d *Driver) endCompaction(out CompactOutcome, errMsg string) {
+	c := d.cmp
+	c.outcome, c.err = out, errMsg
+	var o messages.ObjectBuilder
+	o.String("compactionId", c.id)
+	if c.hasTurn {
+		o.Int("turn", c.turn)
+	} else {
+		o.Raw("turn", messages.JSONNull)
+	}
+	if errMsg != "" {
+		o.String("error", errMsg)
+	}
+	d.appendDrafts(appendTag{}, session.NewDraft(session.TypeCompactionEnd, o.Build()))
+	d.settle(func() {
+		d.cmp, d.lastCompaction = nil, c
+		c.then(out)
+	})
+}
+
+// cancelCompaction aborts the compaction in flight: its summariser call
+// is cancelled and the bracket closes with an error.
+func (d *Driver) cancelCompaction() {
+	c := d.cmp
+	if c == nil || c.cancelled {
+		return
+	}
+	c.cancelled = true
+	if c.streamRef != 0 {
+		d.emit(CancelStreamEffect{Ref: c.streamRef})
+	}
+}
+
+// compactionSeq records the seq of a bracket event.
+func (d *Driver) compactionSeq(kind uint8, seq int64) {
+	if d.cmp == nil {
+		return
+	}
+	switch kind {
+	case compStart:
+		d.cmp.startSeq = seq
+	case compSummary:
+		d.cmp.sumSeq = seq
+	}
+}
+
+const (
+	compStart uint8 = iota + 1
+	compSummary
+)
+
+// overflowCompaction is the context-overflow trigger (§4.10): compact, then
+// retry the attempt in the same step only if the replace generation
+// advanced; otherwise the failure takes the ordinary request-error path.
+func (d *Driver) overflowCompaction(f messages.LlmFailure) bool {
+	t := d.t
+	if d.cfg.Compaction.Disabled || f.Code != llm.CodeContextWindowExceeded || t.overflows >= maxOverflowCompactions {
+		return false
+	}
+	t.overflows++
+	d.phase = phCompact
+	d.startCompaction(trigOverflow, t.turn, true, t.system, t.cfg, func(CompactOutcome) {
+		switch {
+		case t.aborted:
+			d.finishStep(outAborted, messages.LlmFailure{})
+		case d.replaceGen > d.lastCompaction.genBefore && d.lastCompaction.outcome == CompactDone:
+			d.beginAttempt()
+		default:
+			d.requestError(f)
+		}
+	})
+	return true
+}
+
+// pressureCompaction is the pressure trigger, run at pre-step before the
+// claimed batch is recorded; next continues the pre-step.
+func (d *Driver) pressureCompaction(entering []messages.Message, next func()) {
+	t := d.t
+	if !d.pressure(entering) {
+		next()
+		return
+	}
+	d.phase = phCompact
+	d.startCompaction(trigPressure, t.turn, true, d.system, d.seedConfig(), func(CompactOutcome) { next() })
+}
