@@ -171,6 +171,7 @@ type (
 	}
 	retryTick     struct{ gen uint64 }
 	compactReq    struct{ ref uint64 } // a Compact, by the driver ref of its reply
+	maintDone     struct{ err error }  // the maintenance task returned
 	contextPushed struct{ ref uint64 } // the inbox answered a context push
 )
 
@@ -205,6 +206,7 @@ type agentActor struct {
 	waiters  []caller
 	disposes []caller          // Dispose requests, answered once idle
 	compacts map[uint64]caller // Compact requests by driver ref
+	maint    *caller           // the running maintenance task's caller
 	stream   *actor.PID
 
 	life         context.Context // cancelled at Stopping
@@ -313,6 +315,12 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		// A failed clear leaves the inbox as it was; nothing to undo.
 	case WaitIdle:
 		a.waiters = append(a.waiters, caller{pid: ctx.Sender(), ref: m.Ref})
+	case RunMaintenance:
+		if !a.booted {
+			a.buffered = append(a.buffered, maintReq{RunMaintenance: m, from: ctx.Sender()})
+			return
+		}
+		a.handle(ctx, maintReq{RunMaintenance: m, from: ctx.Sender()})
 	case Compact:
 		if a.compacts == nil {
 			a.compacts = map[uint64]caller{}
@@ -433,6 +441,18 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		eff = d.Dispose()
 	case compactReq:
 		eff = d.Compact(m.ref)
+	case maintReq:
+		a.startMaintenance(ctx, m)
+		return
+	case maintDone:
+		eff = d.MaintenanceDone()
+		c := a.maint
+		a.maint = nil
+		a.perform(ctx, eff)
+		if c != nil && c.pid != nil {
+			ctx.Send(c.pid, MaintenanceDone{Ref: c.ref, Err: m.err})
+		}
+		return
 	}
 	if err != nil {
 		panic(err)
@@ -562,5 +582,36 @@ func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
 	a.wg.Go(func() {
 		err := h.TurnStopping(sig, TurnStoppingInput{Turn: e.Turn, Steer: steer})
 		root.Send(self, turnStoppingDone{ref: e.Ref, err: err})
+	})
+}
+
+// maintReq is a RunMaintenance with its sender (kept when buffered).
+type maintReq struct {
+	RunMaintenance
+	from *actor.PID
+}
+
+// startMaintenance runs a maintenance task under a fresh abort signal, or
+// refuses it.
+func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
+	reply := func(err error) {
+		if m.from != nil {
+			ctx.Send(m.from, MaintenanceDone{Ref: m.Ref, Err: err})
+		}
+	}
+	if m.Task == nil {
+		reply(errors.New("agent: maintenance without a task"))
+		return
+	}
+	eff, err := a.d.StartMaintenance()
+	a.perform(ctx, eff)
+	if err != nil {
+		reply(err)
+		return
+	}
+	a.maint = &caller{pid: m.from, ref: m.Ref}
+	root, self, sig, task := a.root, a.self, a.signal, m.Task
+	a.wg.Go(func() {
+		root.Send(self, maintDone{err: task(sig)})
 	})
 }

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -79,7 +81,20 @@ type CompactionConfig struct {
 	EstimateTokens func(messages.Message) int
 	// NewID mints compaction ids. Default: a random UUID.
 	NewID func() string
+	// PruneToolResultBytes, when positive, turns the tool-result pruner
+	// on: before the summariser call of a compaction inside a turn
+	// (context-overflow, pressure), every tool result of the shadowed
+	// span whose model-visible content exceeds this many bytes has its
+	// content replaced by a short placeholder (compaction/prune, then a
+	// content-only tool/result replace of that single node). A manual
+	// compaction between turns does not prune: a tool/result replace
+	// belongs inside a turn. Zero: off.
+	PruneToolResultBytes int
 }
+
+// PrunedToolResultText is the placeholder content of a pruned tool
+// result; %d is the number of bytes removed.
+const PrunedToolResultText = "[tool result pruned by compaction: %d bytes omitted]"
 
 func (c CompactionConfig) withDefaults() CompactionConfig {
 	if c.ThresholdRatio <= 0 {
@@ -350,7 +365,7 @@ func (d *Driver) Compact(ref uint64) Effects {
 	switch {
 	case d.cfg.Compaction.Disabled:
 		reply(CompactDisabled, "", "agent: compaction is disabled")
-	case d.phase != phIdle || d.t != nil || d.cmp != nil || d.inflight > 0 || d.disposed:
+	case d.phase != phIdle || d.t != nil || d.cmp != nil || d.inflight > 0 || d.disposed || d.maintenance:
 		reply(CompactBusy, "", ErrCompactBusy.Error())
 	default:
 		d.phase = phCompact
@@ -424,13 +439,103 @@ func (d *Driver) startCompaction(trig compactTrigger, turn int64, hasTurn bool, 
 			d.endCompaction(CompactFailed, "compaction aborted")
 			return
 		}
-		msgs := append(c.msgs[:len(c.msgs):len(c.msgs)], compactionInstruction())
-		req := llm.NewRequest(c.cfg, system, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID())).
-			WithPurpose(PurposeCompaction)
-		c.streamRef = d.ref()
-		d.phase = phCompact
-		d.emit(StartStreamEffect{Ref: c.streamRef, Request: req})
+		d.pruneToolResults(c, func() { d.summarise(c, system) })
 	})
+}
+
+// summarise starts the summariser call of compaction c.
+func (d *Driver) summarise(c *compaction, system string) {
+	if c.cancelled {
+		d.endCompaction(CompactFailed, "compaction aborted")
+		return
+	}
+	msgs := append(c.msgs[:len(c.msgs):len(c.msgs)], compactionInstruction())
+	req := llm.NewRequest(c.cfg, system, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID())).
+		WithPurpose(PurposeCompaction)
+	c.streamRef = d.ref()
+	d.phase = phCompact
+	d.emit(StartStreamEffect{Ref: c.streamRef, Request: req})
+}
+
+// pruneToolResults is the tool-result pruner (spec §4.13): each oversized
+// tool result of c's shadowed span is replaced, content only, by a
+// placeholder; each replace is preceded by its compaction/prune, in one
+// atomic append. Only inside a turn. Once they are committed, c's span, messages and tokens
+// are those of the pruned surface, and next runs.
+func (d *Driver) pruneToolResults(c *compaction, next func()) {
+	bound := d.comp.PruneToolResultBytes
+	if bound <= 0 || !c.hasTurn {
+		// A tool/result replace belongs inside a turn (the trace
+		// invariant): a manual compaction between turns does not prune.
+		next()
+		return
+	}
+	idx := slices.Index(d.mirror.SurfaceNodes(), c.nodes[0])
+	pruned := false
+	for _, seq := range c.nodes {
+		drafts, ok := d.pruneDrafts(seq, bound)
+		if ok {
+			d.appendDrafts(appendTag{}, drafts...)
+			pruned = true
+		}
+	}
+	if !pruned || idx < 0 {
+		next()
+		return
+	}
+	d.settle(func() {
+		all := d.mirror.SurfaceNodes()
+		if idx+len(c.nodes) > len(all) {
+			d.endCompaction(CompactFailed, "the surface changed during the compaction")
+			return
+		}
+		c.nodes = slices.Clone(all[idx : idx+len(c.nodes)])
+		c.msgs, c.tokens = nil, 0
+		for _, s := range c.nodes {
+			if m := d.surfaceMessage(s); !m.IsZero() {
+				c.msgs = append(c.msgs, m)
+				c.tokens += d.comp.EstimateTokens(m)
+			}
+		}
+		next()
+	})
+}
+
+// pruneDrafts returns compaction/prune and the content-only tool/result
+// replace of surface node seq, when it is a tool result over bound bytes
+// whose event dsh can rewrite without changing anything but the content.
+func (d *Driver) pruneDrafts(seq int64, bound int) ([]session.Draft, bool) {
+	e, ok := d.mirror.Event(seq)
+	if !ok {
+		return nil, false
+	}
+	p, ok := e.Payload().(session.ToolResult)
+	if !ok || p.Message.NumBlocks() != 1 {
+		return nil, false
+	}
+	b := p.Message.Block(0)
+	n := blockBytes(b)
+	if b.Type() != messages.BlockToolResult || n <= bound || !p.Draft().Data().Equal(e.Data()) {
+		return nil, false
+	}
+	nb, err := b.WithNestedContent([]messages.ContentBlock{messages.TextBlock(fmt.Sprintf(PrunedToolResultText, n))})
+	if err != nil {
+		return nil, false
+	}
+	np := p
+	np.Message = p.Message.WithContent([]messages.ContentBlock{nb})
+	seqs, err := messages.MarshalValue([]int64{seq})
+	if err != nil {
+		return nil, false
+	}
+	var rng, o messages.ObjectBuilder
+	rng.Int("start", seq).Int("end", seq)
+	o.Raw("shadowedRange", rng.Build()).Raw("shadowedSeqs", seqs).
+		Int("shadowedTokenCount", int64(d.comp.EstimateTokens(p.Message)))
+	return []session.Draft{
+		session.NewDraft(session.TypeCompactionPrune, o.Build()),
+		np.Draft().WithSurface(session.ReplaceOp(seq, seq)).WithSources([]int64{seq}),
+	}, true
 }
 
 func compactionInstruction() messages.Message {

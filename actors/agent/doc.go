@@ -43,6 +43,8 @@
 //	WaitIdle                  caller → agent       Idle, once idle (no turn, no latch, no append)
 //	Compact                   caller → agent       Compacted (done | nothing | busy | failed |
 //	                                               disabled), once the bracket is committed
+//	RunMaintenance            caller → agent       MaintenanceDone once the task returned
+//	                                               (ErrNotIdle at once unless idle)
 //	StatusChanged, TurnFailed agent → Observer     status changes, agent/error
 //	session.Append            agent → session      AppendReply | AppendFailed
 //	session.QueryHeader,      agent → session      at start: header, then the whole log and
@@ -135,12 +137,44 @@
 // rebuilt from the log at start). Ids come from CompactionConfig.NewID
 // (the log replay hands out the recorded ones).
 //
+// The tool-result pruner (CompactionConfig.PruneToolResultBytes, off by
+// default) runs after compaction/start is committed and before the
+// summariser call, in compactions inside a turn only (the trace invariant
+// puts a tool/result replace inside a turn; a manual compaction between
+// turns does not prune): each tool result of the shadowed span whose
+// model-visible content exceeds the bound gets compaction/prune
+// {shadowedRange, shadowedSeqs, shadowedTokenCount} and a tool/result
+// replace of that single node (same data, content = PrunedToolResultText),
+// in one atomic append. The summariser then sees the pruned content, and
+// the checkpoint shadows the replacements. Prunes are durable: they stay
+// when the summary fails.
+//
+// # Cancellation
+//
+// Spec §4.9 is tested systematically (cancelpoints_test.go): one turn
+// through every phase is cancelled (cause user, and by Dispose) at every
+// event of its log, and each log must be balanced, pass CheckTrace, pair
+// every tool/call with a tool/result, cite no chunk of a failed attempt
+// from an assistant/message, and let the next turn complete. Chunks that
+// arrive after the abort are dropped (no finish chunk is logged), and an
+// attempt whose error finish arrived before the abort writes no
+// assistant message.
+//
+// # Maintenance
+//
+// RunMaintenance (maintenance.go; spec §4.1 runMaintenance) runs a task on
+// an idle agent, in a goroutine it owns, under a fresh abort signal:
+// refused (ErrNotIdle) unless idle and not disposed; the status stays
+// idle; WaitIdle waits for it; Compact and another task are busy; a
+// waking send meanwhile is latched and its turn starts when the task
+// returns (before the reply); Cancel and Dispose cancel the task's
+// context (Cancel without KeepInbox also clears the inbox and drops the
+// latch).
+//
 // # Not done yet
 //
 // The runtime-context snapshot (§4.12; a PreStep hook can supply it as an
-// Entry), maintenance tasks (runMaintenance), the compaction tool-result
-// pruner (compaction/prune + a content-only tool/result replace), and
-// per-listener tools/execute wrapping. Post-execute runs in the call's
+// Entry) and per-listener tools/execute wrapping. Post-execute runs in the call's
 // goroutine right after the body rather than at commit time in model
 // order (see ToolPostExecuteHook).
 package agent

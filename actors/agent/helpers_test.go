@@ -159,6 +159,7 @@ type harness struct {
 	refs    uint64
 
 	observers []session.Observer // session observers, set by options
+	cfg       Config             // the agent's configuration
 	agentPID  atomic.Pointer[actor.PID]
 }
 
@@ -193,6 +194,7 @@ func newHarness(t *testing.T, mock *mockProvider, l *session.Log, opts ...option
 	require.NoError(t, err)
 	h.session = sys.Root.Spawn(sp)
 	cfg.Session = h.session
+	h.cfg = cfg
 	ap, err := Props(cfg)
 	require.NoError(t, err)
 	mock.check = h.checkReconstruction

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/messages"
 )
@@ -103,4 +105,24 @@ type Compacted struct {
 	Outcome      CompactOutcome
 	CompactionID string
 	Error        string
+}
+
+// RunMaintenance runs Task on the idle agent (spec §4.1 runMaintenance).
+// It is refused with ErrNotIdle unless the agent is idle (no turn, no
+// compaction, nothing latched or in flight, not disposed). The status
+// stays idle during the task; a waking input that arrives meanwhile is
+// latched and replays when the task finishes; Cancel (and Dispose)
+// cancels the task's ctx. Task runs in a goroutine owned by the agent and
+// must honour ctx. Reply: MaintenanceDone, once the task has returned (a
+// latched turn has then started).
+type RunMaintenance struct {
+	Ref  uint64
+	Task func(ctx context.Context) error
+}
+
+// MaintenanceDone answers RunMaintenance: Err is ErrNotIdle for a refused
+// task, otherwise the task's error.
+type MaintenanceDone struct {
+	Ref uint64
+	Err error
 }

@@ -393,22 +393,25 @@ type turnState struct {
 	system      string // the system prompt of the step in flight
 
 	// the step in flight
-	retries    map[string]int // per provider and policy key
-	attempt    int
-	streamRef  uint64
-	asm        llm.BlockAssembler
-	chunkSeqs  []int64
-	cfg        messages.CallConfig
-	timerGen   uint64
-	calls      []toolCall
-	next       int // first unscheduled call
-	commitIdx  int
-	running    int
-	exclusive  bool // an exclusive call is in flight
-	concludes  bool
-	pushes     map[uint64]bool // context pushes not answered yet
-	firstClaim bool
-	overflows  int // context-overflow compactions of the step
+	retries   map[string]int // per provider and policy key
+	attempt   int
+	streamRef uint64
+	asm       llm.BlockAssembler
+	chunkSeqs []int64
+	// failedFinish: the attempt's stream delivered an error or aborted
+	// finish before any abort.
+	failedFinish bool
+	cfg          messages.CallConfig
+	timerGen     uint64
+	calls        []toolCall
+	next         int // first unscheduled call
+	commitIdx    int
+	running      int
+	exclusive    bool // an exclusive call is in flight
+	concludes    bool
+	pushes       map[uint64]bool // context pushes not answered yet
+	firstClaim   bool
+	overflows    int // context-overflow compactions of the step
 }
 
 // Driver is the agent's pure core. Not safe for concurrent use: it
@@ -438,6 +441,10 @@ type Driver struct {
 
 	system   string // the system prompt steps start with (SetSystem)
 	disposed bool   // Dispose was called: no turn starts again
+
+	// maintenance: a maintenance task runs (spec §4.1 runMaintenance);
+	// the status stays idle and waking input is latched.
+	maintenance bool
 
 	// Compaction (compaction.go).
 	comp            CompactionConfig // with defaults
@@ -483,7 +490,9 @@ func (d *Driver) LastTurn() int64 { return d.lastTurn }
 
 // Idle reports whether the agent is quiescent: no turn, no append in
 // flight, no latched wake.
-func (d *Driver) Idle() bool { return d.phase == phIdle && d.inflight == 0 && !d.wakeRequested }
+func (d *Driver) Idle() bool {
+	return d.phase == phIdle && d.inflight == 0 && !d.wakeRequested && !d.maintenance
+}
 
 // Disposed reports whether Dispose was called.
 func (d *Driver) Disposed() bool { return d.disposed }
@@ -595,6 +604,8 @@ func (d *Driver) InboxChanged(t inbox.Target, delta int) {
 func (d *Driver) Wake(t inbox.Target) Effects {
 	switch {
 	case d.disposed:
+	case d.maintenance:
+		d.wakeRequested = true // replays when the task finishes
 	case d.phase == phIdle:
 		d.startTurn()
 	case d.t == nil:
@@ -616,6 +627,12 @@ func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
 	if !keepInbox {
 		d.emit(ClearInboxEffect{})
 		d.wakeRequested = false
+	}
+	if d.maintenance {
+		// The task's context is the signal: abort it. Its end comes back
+		// as MaintenanceDone.
+		d.emit(AbortEffect{Cause: cause})
+		return d.flush()
 	}
 	if d.t == nil && d.cmp != nil {
 		d.cancelCompaction() // a manual compaction
@@ -807,6 +824,16 @@ func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
 		return d.flush()
 	}
 	t := d.t
+	if t.aborted {
+		// The abort stopped the stream (§4.9 "while streaming": the chunks
+		// so far, no finish chunk); what was already in flight is dropped.
+		return d.flush()
+	}
+	if c.Type() == messages.ChunkFinish {
+		if k := c.Reason().Kind; k == messages.FinishError || k == messages.FinishAborted {
+			t.failedFinish = true
+		}
+	}
 	d.appendDrafts(appendTag{chunk: true}, session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft())
 	t.asm.Push(c)
 	return d.flush()
@@ -1134,6 +1161,7 @@ func (d *Driver) dispatch() {
 	req := llm.NewRequest(t.cfg, t.system, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID()))
 	t.asm.Reset()
 	t.chunkSeqs = nil
+	t.failedFinish = false
 	t.streamRef = d.ref()
 	d.phase = phStream
 	d.emit(StartStreamEffect{Ref: t.streamRef, Request: req})
@@ -1148,7 +1176,11 @@ func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 	src := messages.ModelSource{Provider: t.cfg.Provider, Model: t.cfg.Model}
 	usage, hasUsage := t.asm.Usage()
 	if t.aborted || cancelled {
-		if blocks := t.asm.InterruptedBlocks(); len(blocks) > 0 {
+		// An attempt that had already failed (its error finish arrived
+		// before the abort) writes no assistant message: the abort landed
+		// in request-error (§4.9), and its chunks belong to a failed
+		// attempt.
+		if blocks := t.asm.InterruptedBlocks(); len(blocks) > 0 && !t.failedFinish {
 			m, err := messages.NewAssistantMessage(blocks, src)
 			if err == nil {
 				d.appendDrafts(appendTag{}, session.AssistantMessage{Turn: t.turn, Step: t.step, Message: m,
