@@ -20,8 +20,11 @@
 //   - memory: the peak of live heap objects sampled during the load, and
 //     the live heap after the load per session (logged events included).
 //
-// Not done yet: the baselines of DESIGN §10 (a mutex-guarded in-memory log,
-// raw JSON encoding, raw fsync) run in the same process.
+// After the load, in the same process, the baselines of DESIGN §10 do the
+// same work without the runtime (Baselines): the run's events appended to
+// mutex-guarded in-memory logs, encoded as JSONL, written with a raw fsync
+// per turn, and the synthetic model streaming alone; the table prints the
+// runtime's figures as ratios against them.
 package bench
 
 import (
@@ -71,8 +74,11 @@ type Options struct {
 	Dir  string
 	Keep bool
 	Seed int64
-	// NoVerify skips reading every log back after the run.
+	// NoVerify skips reading every log back after the run (and with it the
+	// baselines that replay the logs).
 	NoVerify bool
+	// NoBaselines skips the baselines.
+	NoBaselines bool
 	// Progress receives progress lines (nil: none). Live rewrites one line
 	// (a terminal); otherwise a plain line every ProgressInterval.
 	Progress         io.Writer
@@ -168,6 +174,8 @@ type Report struct {
 	InputTokens      int64   `json:"input_tokens"`
 	OutputTokens     int64   `json:"output_tokens"`
 	WriteFailures    int64   `json:"write_failures"`
+	// Baselines is the same work without the runtime (nil when skipped).
+	Baselines *Baselines `json:"baselines,omitempty"`
 }
 
 // timedProvider measures the wall time each session's model calls spend
@@ -454,10 +462,19 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	rep.WriteFailures = writeFailures.Load()
 
+	var logs []loggedSession
 	if dir != "" {
-		if err := diskStats(dir, !o.NoVerify, &rep); err != nil && closeErr == nil {
+		var err error
+		if logs, err = diskStats(dir, !o.NoVerify, &rep); err != nil && closeErr == nil {
 			closeErr = err
 		}
+	}
+	if !o.NoBaselines && ctx.Err() == nil && closeErr == nil && firstEr == nil {
+		b, err := runBaselines(ctx, o, logs, "")
+		if err != nil {
+			return rep, err
+		}
+		rep.Baselines = &b
 	}
 	if err := context.Cause(ctx); err != nil {
 		rep.Interrupted = true
@@ -484,10 +501,11 @@ func progress(o Options, start time.Time, done, total int64) {
 
 // diskStats sizes the session files under dir, decodes them for the raw
 // size and, when verify, validates each as a log.
-func diskStats(dir string, verify bool, rep *Report) error {
+func diskStats(dir string, verify bool, rep *Report) ([]loggedSession, error) {
+	var logs []loggedSession
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer dec.Close()
 	var bad []string
@@ -526,6 +544,7 @@ func diskStats(dir string, verify bool, rep *Report) error {
 				bad = append(bad, fmt.Sprintf("%s: %v", p, err))
 			} else {
 				rep.FilesVerified++
+				logs = append(logs, loggedSession{header: f.Header, events: f.Events})
 			}
 		}
 		return nil
@@ -534,12 +553,12 @@ func diskStats(dir string, verify bool, rep *Report) error {
 		rep.CompressionRatio = float64(rep.BytesRaw) / float64(rep.BytesOnDisk)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("bench: %d invalid logs, first: %s", len(bad), bad[0])
+		return nil, fmt.Errorf("bench: %d invalid logs, first: %s", len(bad), bad[0])
 	}
-	return nil
+	return logs, nil
 }
 
 // WriteTable prints the report as a table.
@@ -575,6 +594,21 @@ func WriteTable(w io.Writer, r Report) {
 	row("tokens", "%d in, %d out", r.InputTokens, r.OutputTokens)
 	if r.WriteFailures > 0 {
 		row("write failures", "%d (retried)", r.WriteFailures)
+	}
+	if b := r.Baselines; b != nil {
+		ratio := func(a, base float64) string {
+			if base <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f×", a/base)
+		}
+		fmt.Fprintln(w, "baselines (same process)")
+		if b.MutexLogEventsPerSec > 0 {
+			row("  mutex-guarded log", "%.0f events/s (the runtime did %s of it, end to end)", b.MutexLogEventsPerSec, ratio(r.EventsPerSec, b.MutexLogEventsPerSec))
+			row("  JSON encoding alone", "%.0f events/s (the runtime did %s of it)", b.EncodeEventsPerSec, ratio(r.EventsPerSec, b.EncodeEventsPerSec))
+			row("  raw write+fsync per turn", "%.0f/s, %s (turn-end flush p99 is %s of raw p99)", b.RawFsyncPerSec, us(b.RawFsync), ratio(r.FlushLatency.P99us, b.RawFsync.P99us))
+		}
+		row("  synthetic model alone", "%.2f µs CPU per chunk (runtime overhead %.2f µs per chunk)", b.ProviderCPUPerChunkNs/1e3, max(r.CPUPerChunkNs-b.ProviderCPUPerChunkNs, 0)/1e3)
 	}
 }
 
