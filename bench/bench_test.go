@@ -29,6 +29,8 @@ func TestTinyBenchMemory(t *testing.T) {
 	require.Greater(t, r.Events, r.Chunks)
 	require.Zero(t, r.Files)
 	require.Equal(t, 40, r.TurnLatency.Count)
+	require.NotNil(t, r.Baselines, "the model-alone baseline runs without files too")
+	require.Zero(t, r.Baselines.MutexLogEventsPerSec)
 }
 
 func TestTinyBenchJSONL(t *testing.T) {
@@ -45,4 +47,11 @@ func TestTinyBenchJSONL(t *testing.T) {
 	// A Durable notice may still be in flight when the host closes.
 	require.Positive(t, r.FlushLatency.Count)
 	require.LessOrEqual(t, r.FlushLatency.Count, 40)
+
+	// The baselines replayed exactly the run's logs.
+	require.NotNil(t, r.Baselines)
+	require.Positive(t, r.Baselines.MutexLogEventsPerSec)
+	require.Positive(t, r.Baselines.EncodeEventsPerSec)
+	require.Equal(t, 40, r.Baselines.RawFsync.Count, "one raw write+fsync per turn")
+	require.Positive(t, r.Baselines.ProviderCPUPerChunkNs)
 }
