@@ -69,6 +69,17 @@ type Config struct {
 	// with each write failure the persister reports. The events are kept
 	// and retried.
 	OnWriteFailed func(id session.SessionID, err error)
+	// IdleTimeout, when positive, passivates a session idle that long (no
+	// host call using it, no turn open, no open Subscription, its log
+	// durable): its actors stop and it is resumed from the store,
+	// transparently, by the next call that names it. 0: never. Ignored
+	// under PolicyNone (and so for a memory-only host): nothing is written
+	// there, a passivated session could not come back.
+	IdleTimeout time.Duration
+	// MaxConcurrentModelCalls, when positive, bounds the model calls open
+	// at once across the host; the others wait in a queue (until their
+	// context is done), they do not fail. 0: unbounded.
+	MaxConcurrentModelCalls int
 	// Clock returns the time stamped on events, in epoch ms. Default: the
 	// wall clock.
 	Clock func() int64
@@ -98,6 +109,12 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("supervisor: negative RequestTimeout %v", c.RequestTimeout))
 	}
+	if c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative IdleTimeout %v", c.IdleTimeout))
+	}
+	if c.MaxConcurrentModelCalls < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative MaxConcurrentModelCalls %d", c.MaxConcurrentModelCalls))
+	}
 	if c.SubscriberBuffer < 0 {
 		errs = append(errs, fmt.Errorf("supervisor: negative SubscriberBuffer %d", c.SubscriberBuffer))
 	}
@@ -118,6 +135,10 @@ var (
 	// ErrSlowSubscriber: a subscriber fell more than SubscriberBuffer
 	// events behind and was dropped; the session went on.
 	ErrSlowSubscriber = errors.New("supervisor: subscriber too slow, dropped")
+	// ErrNotDurable: a Followup or Steer refused because the session's
+	// last write failed (fail closed); it wraps the write error. Host.Flush
+	// retries the write; once a write succeeds, turns start again.
+	ErrNotDurable = errors.New("supervisor: session not durable, no new turn")
 )
 
 // quietLogger discards protoactor's logging.

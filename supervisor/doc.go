@@ -48,8 +48,30 @@
 // *session.ForkError, a persister write error) are returned wrapped or as
 // they are; match with errors.Is / errors.As.
 //
-// # Not done yet
+// # Passivation, limits, failing closed
 //
-// Passivation, supervision by fault injection, and a host-wide bound on
-// concurrent model calls (issue 6) are not implemented.
+// With Config.IdleTimeout a session idle that long (no host call using
+// it, no turn open, no open Subscription, its last write not failed) is
+// passivated: untracked (flushed) and its actors stopped; the next call
+// naming it resumes it from the store. The idle timer is a time.AfterFunc
+// per resident session whose callback goroutine the host joins on Close.
+// [Host.Resident], [Host.Passivated], [Host.ResidentBytes] and
+// Stats.ResidentBytes (a documented estimate) account for it.
+// Config.MaxConcurrentModelCalls bounds the model calls open at once:
+// the rest wait in a queue ([Host.ModelCalls]). [Host.Stats] and
+// [Host.Usage] cover the whole log (the loaded events are folded on
+// resume) and stay readable after a passivation. While a session's last
+// write failed, Followup and Steer answer [ErrNotDurable] (fail closed)
+// until a write succeeds (Host.Flush retries it).
+//
+// # Supervision
+//
+// Tested by fault injection (fault_test.go, crash_test.go): a panicking
+// tool body (an error result), provider (a failed call), session observer
+// (contained), agent hook (Request, PreStep: recovered by the agent, the
+// turn ends in error), and a process killed mid-turn (the log is repaired
+// on resume). An agent actor that does crash mid-turn is restarted by
+// protoactor and closes the open turn itself (turn/end {interrupted},
+// through the session actor) before it resumes; see actors/agent. Not
+// covered yet: a panic in the inbox or session actor.
 package supervisor

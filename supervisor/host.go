@@ -31,11 +31,18 @@ type Host struct {
 	epoch     time.Time
 
 	refs atomic.Uint64
+	// testObserve, set by tests before any session starts, is called by
+	// every session's observer (fault injection).
+	testObserve func(session.Event)
+	limit       *limitedProvider // nil when MaxConcurrentModelCalls is 0
+	passWG      sync.WaitGroup   // passivation goroutines (timer callbacks)
 
-	mu       sync.Mutex
-	closed   bool
-	sessions map[session.SessionID]*entry
-	subs     map[*Subscription]struct{}
+	mu         sync.Mutex
+	closed     bool
+	sessions   map[session.SessionID]*entry
+	subs       map[*Subscription]struct{}
+	parked     map[session.SessionID]Stats // counters of passivated sessions
+	passivated int64                       // passivations so far
 }
 
 var hostSeq atomic.Uint64
@@ -48,6 +55,20 @@ type entry struct {
 	header session.Header
 
 	session, agent *actor.PID
+
+	// Guarded by Host.mu.
+	inflight    int           // host calls using the entry
+	subs        int           // open Subscriptions (they pin it resident)
+	passivating chan struct{} // non-nil while passivating; closed when done
+	timer       *time.Timer   // the idle timer
+
+	lastUse atomic.Int64 // ns since Host.epoch of the last use or turn/end
+	open    atomic.Bool  // a turn is open in the log
+	bytes   atomic.Int64 // estimated bytes of the resident log (see Stats.ResidentBytes)
+
+	failMu      sync.Mutex
+	writeErr    error // the last write failure, until a later write succeeds
+	failDurable int64 // the durable watermark when it failed
 
 	// Folded by the session observer (in the session actor).
 	events, chunks, turns             atomic.Int64
@@ -63,7 +84,7 @@ func Open(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*Subscription]struct{}{},
-		name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now()}
+		parked: map[session.SessionID]Stats{}, name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now()}
 	if h.cfg.RequestTimeout == 0 {
 		h.cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -85,6 +106,10 @@ func Open(cfg Config) (*Host, error) {
 		if m, ok := h.cfg.Provider.(interface{ Model() string }); ok && m.Model() != "" {
 			h.cfg.Model = m.Model()
 		}
+	}
+	if cfg.MaxConcurrentModelCalls > 0 {
+		h.limit = newLimitedProvider(h.cfg.Provider, cfg.MaxConcurrentModelCalls)
+		h.cfg.Provider = h.limit
 	}
 	switch {
 	case cfg.Store != nil:
@@ -203,11 +228,12 @@ func (h *Host) Create(ctx context.Context, opts CreateOptions) (session.SessionI
 	if err := hdr.Validate(); err != nil {
 		return "", err
 	}
-	e, fresh, err := h.reserve(id)
+	e, fresh, err := h.reserve(ctx, id)
 	if err != nil {
 		return "", err
 	}
 	if !fresh {
+		h.unuse(e)
 		return "", fmt.Errorf("%w: %s", ErrExists, id)
 	}
 	l, err := session.New(hdr)
@@ -218,6 +244,7 @@ func (h *Host) Create(ctx context.Context, opts CreateOptions) (session.SessionI
 	if err := h.start(ctx, e, l, 0); err != nil {
 		return "", err
 	}
+	h.unuse(e)
 	return id, nil
 }
 
@@ -227,14 +254,19 @@ func (h *Host) Create(ctx context.Context, opts CreateOptions) (session.SessionI
 // length. Resuming a resident session is a no-op. Every other method
 // resumes a stored session on demand, so calling Resume is optional.
 func (h *Host) Resume(ctx context.Context, id session.SessionID) error {
-	_, err := h.live(ctx, id)
-	return err
+	e, err := h.live(ctx, id)
+	if err != nil {
+		return err
+	}
+	h.unuse(e)
+	return nil
 }
 
 // live returns the resident entry of id, resuming it from the store when
-// needed.
+// needed. On success the entry is in use (it cannot passivate) until the
+// caller calls h.unuse(e).
 func (h *Host) live(ctx context.Context, id session.SessionID) (*entry, error) {
-	e, fresh, err := h.reserve(id)
+	e, fresh, err := h.reserve(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +274,7 @@ func (h *Host) live(ctx context.Context, id session.SessionID) (*entry, error) {
 		select {
 		case <-e.ready:
 		case <-ctx.Done():
+			h.unuse(e)
 			return nil, context.Cause(ctx)
 		}
 		if e.err != nil {
@@ -268,22 +301,48 @@ func (h *Host) live(ctx context.Context, id session.SessionID) (*entry, error) {
 	return e, nil
 }
 
-// reserve returns the entry of id, creating a starting one (fresh) when
-// there is none.
-func (h *Host) reserve(id session.SessionID) (e *entry, fresh bool, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil, false, ErrClosed
-	}
-	if e, ok := h.sessions[id]; ok {
+// reserve returns the entry of id, in use, creating a starting one (fresh)
+// when there is none. It waits for a passivation of id in progress to
+// finish.
+func (h *Host) reserve(ctx context.Context, id session.SessionID) (e *entry, fresh bool, err error) {
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, false, ErrClosed
+		}
+		e, ok := h.sessions[id]
+		if !ok {
+			break
+		}
+		if wait := e.passivating; wait != nil {
+			h.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, false, context.Cause(ctx)
+			}
+		}
+		e.inflight++
+		h.mu.Unlock()
 		return e, false, nil
 	}
-	e = &entry{id: id, ready: make(chan struct{})}
+	defer h.mu.Unlock()
+	e = &entry{id: id, ready: make(chan struct{}), inflight: 1}
 	e.turnEndSeq.Store(-1)
 	e.durable.Store(-1)
+	e.lastUse.Store(int64(time.Since(h.epoch)))
 	h.sessions[id] = e
 	return e, true, nil
+}
+
+// unuse ends a use of e begun by live or reserve.
+func (h *Host) unuse(e *entry) {
+	e.lastUse.Store(int64(time.Since(h.epoch)))
+	h.mu.Lock()
+	e.inflight--
+	h.mu.Unlock()
 }
 
 // release forgets a starting entry that failed.
@@ -302,6 +361,11 @@ func (h *Host) release(e *entry, err error) {
 func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) error {
 	e.header = l.Header()
 	e.events.Store(l.Len())
+	for ev := range l.Events().All() {
+		e.fold(h, ev, false)
+	}
+	_, _, open := l.OpenTurn()
+	e.open.Store(open)
 	sp, err := session.Props(session.Config{Log: l, Clock: h.cfg.Clock, Observers: []session.Observer{e.observe(h)}})
 	if err != nil {
 		h.release(e, err)
@@ -342,7 +406,11 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		h.release(e, err)
 		return err
 	}
+	h.mu.Lock()
+	delete(h.parked, e.id)
+	h.mu.Unlock()
 	close(e.ready)
+	h.armIdle(e)
 	return nil
 }
 
@@ -350,23 +418,41 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 func (e *entry) observe(h *Host) session.Observer {
 	return func(ev session.Event) error {
 		e.events.Add(1)
-		switch ev.Type() {
-		case session.TypeAssistantChunk:
-			e.chunks.Add(1)
-		case session.TypeAssistantMessage:
-			if p, ok := ev.Payload().(session.AssistantMessage); ok && p.HasUsage {
-				e.inTokens.Add(p.Usage.InputTokens)
-				e.outTokens.Add(p.Usage.OutputTokens)
-				e.reasonTokens.Add(p.Usage.ReasoningTokens.Or(0))
-				e.cacheRead.Add(p.Usage.CacheReadTokens.Or(0))
-				e.cacheWrite.Add(p.Usage.CacheWriteTokens.Or(0))
-			}
-		case session.TypeTurnEnd:
-			e.turns.Add(1)
-			e.turnEndSeq.Store(ev.Seq())
-			e.turnEndAt.Store(int64(time.Since(h.epoch)) | 1)
+		e.fold(h, ev, true)
+		if h.testObserve != nil {
+			h.testObserve(ev)
 		}
 		return nil
+	}
+}
+
+// fold adds one event to the counters: live for an event committed while
+// resident, !live for the events of a loaded log.
+func (e *entry) fold(h *Host, ev session.Event, live bool) {
+	e.bytes.Add(int64(ev.Data().Len()) + EventOverheadBytes)
+	switch ev.Type() {
+	case session.TypeAssistantChunk:
+		e.chunks.Add(1)
+	case session.TypeAssistantMessage:
+		if p, ok := ev.Payload().(session.AssistantMessage); ok && p.HasUsage {
+			e.inTokens.Add(p.Usage.InputTokens)
+			e.outTokens.Add(p.Usage.OutputTokens)
+			e.reasonTokens.Add(p.Usage.ReasoningTokens.Or(0))
+			e.cacheRead.Add(p.Usage.CacheReadTokens.Or(0))
+			e.cacheWrite.Add(p.Usage.CacheWriteTokens.Or(0))
+		}
+	case session.TypeTurnStart:
+		if live {
+			e.open.Store(true)
+		}
+	case session.TypeTurnEnd:
+		e.turns.Add(1)
+		if live {
+			e.open.Store(false)
+			e.turnEndSeq.Store(ev.Seq())
+			e.turnEndAt.Store(int64(time.Since(h.epoch)) | 1)
+			e.lastUse.Store(int64(time.Since(h.epoch)))
+		}
 	}
 }
 
@@ -381,12 +467,19 @@ func (h *Host) onNotice(ctx actor.Context) {
 			return
 		}
 		e.durable.Store(m.Seq)
+		e.clearFailure(m.Seq)
 		if m.Seq >= e.turnEndSeq.Load() {
 			if at := e.turnEndAt.Swap(0); at != 0 && h.cfg.OnTurnDurable != nil {
 				h.cfg.OnTurnDurable(m.ID, m.Seq, time.Since(h.epoch)-time.Duration(at))
 			}
 		}
 	case persister.WriteFailed:
+		h.mu.Lock()
+		e := h.sessions[m.ID]
+		h.mu.Unlock()
+		if e != nil {
+			e.setFailure(m.Err, e.durable.Load())
+		}
 		if h.cfg.OnWriteFailed != nil {
 			h.cfg.OnWriteFailed(m.ID, m.Err)
 		}
@@ -429,25 +522,33 @@ func (h *Host) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 // Followup queues msg as its own later turn (spec §4.3). When the session
 // was idle, the turn has started by the time Followup returns.
 func (h *Host) Followup(ctx context.Context, id session.SessionID, msg messages.Message) error {
-	return h.send(ctx, id, func(ref uint64) any { return agent.Followup{Ref: ref, Message: msg} })
+	return h.send(ctx, id, true, func(ref uint64) any { return agent.Followup{Ref: ref, Message: msg} })
 }
 
 // Steer queues msg for the next step boundary of the running turn, or
 // starts a turn when idle.
 func (h *Host) Steer(ctx context.Context, id session.SessionID, msg messages.Message) error {
-	return h.send(ctx, id, func(ref uint64) any { return agent.Steer{Ref: ref, Message: msg} })
+	return h.send(ctx, id, true, func(ref uint64) any { return agent.Steer{Ref: ref, Message: msg} })
 }
 
 // Inject stages msg without waking the session: it rides with the next
 // waking input.
 func (h *Host) Inject(ctx context.Context, id session.SessionID, msg messages.Message) error {
-	return h.send(ctx, id, func(ref uint64) any { return agent.Inject{Ref: ref, Message: msg} })
+	return h.send(ctx, id, false, func(ref uint64) any { return agent.Inject{Ref: ref, Message: msg} })
 }
 
-func (h *Host) send(ctx context.Context, id session.SessionID, mk func(uint64) any) error {
+// send forwards a send to the agent. A waking send is refused with
+// ErrNotDurable while the session's last write failed (fail closed).
+func (h *Host) send(ctx context.Context, id session.SessionID, wakes bool, mk func(uint64) any) error {
 	e, err := h.live(ctx, id)
 	if err != nil {
 		return err
+	}
+	defer h.unuse(e)
+	if wakes {
+		if werr := e.failure(); werr != nil {
+			return fmt.Errorf("%w: %s: %w", ErrNotDurable, id, werr)
+		}
 	}
 	res, err := h.ask(ctx, e.agent, mk(h.refs.Add(1)))
 	if err != nil {
@@ -470,6 +571,7 @@ func (h *Host) Cancel(ctx context.Context, id session.SessionID, cause session.C
 	if err != nil {
 		return err
 	}
+	defer h.unuse(e)
 	h.sys.Root.Send(e.agent, agent.Cancel{Cause: cause})
 	return nil
 }
@@ -480,6 +582,7 @@ func (h *Host) SetSystem(ctx context.Context, id session.SessionID, prompt strin
 	if err != nil {
 		return err
 	}
+	defer h.unuse(e)
 	h.sys.Root.Send(e.agent, agent.SetSystem{Prompt: prompt})
 	return nil
 }
@@ -492,6 +595,7 @@ func (h *Host) WaitIdle(ctx context.Context, id session.SessionID) error {
 	if err != nil {
 		return err
 	}
+	defer h.unuse(e)
 	if _, err := h.ask(ctx, e.agent, agent.WaitIdle{Ref: h.refs.Add(1)}); err != nil {
 		return err
 	}
@@ -506,6 +610,7 @@ func (h *Host) Flush(ctx context.Context, id session.SessionID) (int64, error) {
 	if err != nil {
 		return -1, err
 	}
+	defer h.unuse(e)
 	return h.flush(ctx, e)
 }
 
@@ -515,7 +620,15 @@ func (h *Host) flush(ctx context.Context, e *entry) (int64, error) {
 		return -1, err
 	}
 	last := hr.(session.HeaderReply).Len - 1
-	return h.barrier(ctx, persister.Flush{Ref: h.refs.Add(1), ID: e.id, UpTo: last})
+	d, err := h.barrier(ctx, persister.Flush{Ref: h.refs.Add(1), ID: e.id, UpTo: last})
+	var ff flushError
+	switch {
+	case err == nil:
+		e.clearFailure(d)
+	case errors.As(err, &ff):
+		e.setFailure(ff.err, d)
+	}
+	return d, err
 }
 
 func (h *Host) barrier(ctx context.Context, msg any) (int64, error) {
@@ -527,7 +640,7 @@ func (h *Host) barrier(ctx context.Context, msg any) (int64, error) {
 	case persister.Flushed:
 		return r.Durable, nil
 	case persister.FlushFailed:
-		return r.Durable, r.Err
+		return r.Durable, flushError{r.Err}
 	default:
 		return -1, fmt.Errorf("supervisor: unexpected reply %T", res)
 	}
@@ -539,6 +652,7 @@ func (h *Host) Messages(ctx context.Context, id session.SessionID) (session.Mess
 	if err != nil {
 		return session.Messages{}, err
 	}
+	defer h.unuse(e)
 	res, err := h.ask(ctx, e.session, session.QueryMessages{Ref: h.refs.Add(1)})
 	if err != nil {
 		return session.Messages{}, err
@@ -552,6 +666,7 @@ func (h *Host) Events(ctx context.Context, id session.SessionID, from int64) (se
 	if err != nil {
 		return session.Events{}, err
 	}
+	defer h.unuse(e)
 	res, err := h.ask(ctx, e.session, session.QueryEvents{Ref: h.refs.Add(1), From: from})
 	if err != nil {
 		return session.Events{}, err
@@ -567,6 +682,7 @@ func (h *Host) Fork(ctx context.Context, id session.SessionID, boundary int64) (
 	if err != nil {
 		return "", err
 	}
+	defer h.unuse(e)
 	child := session.SessionID(uuid.NewString())
 	res, err := h.ask(ctx, e.session, session.Fork{Ref: h.refs.Add(1), Child: child, Boundary: boundary, CreatedAt: h.cfg.Clock()})
 	if err != nil {
@@ -581,11 +697,12 @@ func (h *Host) Fork(ctx context.Context, id session.SessionID, boundary int64) (
 	default:
 		return "", fmt.Errorf("supervisor: unexpected reply %T", res)
 	}
-	ce, fresh, err := h.reserve(child)
+	ce, fresh, err := h.reserve(ctx, child)
 	if err != nil {
 		return "", err
 	}
 	if !fresh {
+		h.unuse(ce)
 		return "", fmt.Errorf("%w: %s", ErrExists, child)
 	}
 	l, err := session.NewSeeded(fr.Header, fr.Seed.Slice(), h.cfg.Clock())
@@ -596,6 +713,7 @@ func (h *Host) Fork(ctx context.Context, id session.SessionID, boundary int64) (
 	if err := h.start(ctx, ce, l, 0); err != nil {
 		return "", err
 	}
+	h.unuse(ce)
 	return child, nil
 }
 
@@ -646,32 +764,56 @@ func (h *Host) List(ctx context.Context) ([]Info, error) {
 	return out, nil
 }
 
-// Stats are a resident session's counters since it became resident
-// (events counts the whole log).
+// Stats are a session's counters. Chunks, Turns and Usage cover the whole
+// log: a resumed session folds the loaded events in, so turns from before
+// a resume or a passivation count.
 type Stats struct {
 	Events  int64 // events in the log
-	Chunks  int64 // assistant/chunk events committed while resident
-	Turns   int64 // turns ended while resident
-	Durable int64 // last durable seq the persister reported (-1: none yet)
-	// Usage sums the usage of the assistant messages committed while
-	// resident.
+	Chunks  int64 // assistant/chunk events in the log
+	Turns   int64 // turn/end events in the log
+	Durable int64 // last durable seq the persister reported (-1: none yet, or not resident)
+	// Usage sums the usage of every assistant/message of the log.
 	Usage messages.TokenUsage
+	// Resident says the session's actors are running; a passivated
+	// session's Stats are those it had when it passivated.
+	Resident bool
+	// ResidentBytes is a rough estimate of the memory the resident session
+	// holds (0 when passivated): SessionOverheadBytes plus, per event of
+	// the log, its JSON data length plus EventOverheadBytes. The session
+	// actor's log and the agent's mirror share the immutable events, so
+	// each event counts once. Compare Host.ResidentBytes with the heap
+	// (runtime.MemStats) for the real figure.
+	ResidentBytes int64
 }
 
-// Stats returns a resident session's counters.
+// Stats returns a session's counters: a resident one's, or a passivated
+// one's as it passivated. A session that is only stored (never resident
+// in this host) is ErrNoSession: Resume it first.
 func (h *Host) Stats(id session.SessionID) (Stats, error) {
 	e, err := h.resident(id)
 	if err != nil {
+		h.mu.Lock()
+		st, ok := h.parked[id]
+		h.mu.Unlock()
+		if ok {
+			return st, nil
+		}
 		return Stats{}, err
 	}
+	return e.stats(), nil
+}
+
+func (e *entry) stats() Stats {
 	return Stats{Events: e.events.Load(), Chunks: e.chunks.Load(), Turns: e.turns.Load(), Durable: e.durable.Load(),
 		Usage: messages.TokenUsage{InputTokens: e.inTokens.Load(), OutputTokens: e.outTokens.Load(),
 			ReasoningTokens:  messages.Some(e.reasonTokens.Load()),
 			CacheReadTokens:  messages.Some(e.cacheRead.Load()),
-			CacheWriteTokens: messages.Some(e.cacheWrite.Load())}}, nil
+			CacheWriteTokens: messages.Some(e.cacheWrite.Load())},
+		Resident: true, ResidentBytes: SessionOverheadBytes + e.bytes.Load()}
 }
 
-// Usage returns a resident session's token usage totals.
+// Usage returns a session's token usage totals over its whole log (see
+// Stats).
 func (h *Host) Usage(id session.SessionID) (messages.TokenUsage, error) {
 	s, err := h.Stats(id)
 	return s.Usage, err
@@ -690,6 +832,16 @@ func (h *Host) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	h.closed = true
+	for _, e := range h.sessions {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+	h.mu.Unlock()
+	// Passivations in progress finish first (they take no new work once
+	// closed is set).
+	h.passWG.Wait()
+	h.mu.Lock()
 	entries := make([]*entry, 0, len(h.sessions))
 	for _, e := range h.sessions {
 		entries = append(entries, e)

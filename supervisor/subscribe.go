@@ -14,13 +14,15 @@ import (
 // backed by a small actor subscribed to the session actor that never
 // blocks it: when the consumer falls more than Config.SubscriberBuffer
 // events behind, the subscription is dropped (C is closed and Err returns
-// ErrSlowSubscriber) while the session goes on.
+// ErrSlowSubscriber) while the session goes on. An open subscription keeps
+// its session resident (no passivation) until Close.
 type Subscription struct {
 	// C carries the events. It is closed when the subscription ends
 	// (Close, a drop, the host closing).
 	C <-chan session.Event
 
 	h    *Host
+	e    *entry
 	pid  *actor.PID
 	once sync.Once
 	mu   sync.Mutex
@@ -55,6 +57,7 @@ func (s *Subscription) stop(err error) {
 		_ = s.h.sys.Root.StopFuture(s.pid).Wait()
 		s.h.mu.Lock()
 		delete(s.h.subs, s)
+		s.e.subs--
 		s.h.mu.Unlock()
 	})
 }
@@ -66,13 +69,14 @@ func (h *Host) Subscribe(ctx context.Context, id session.SessionID, from int64) 
 	if err != nil {
 		return nil, err
 	}
+	defer h.unuse(e)
 	hr, err := h.ask(ctx, e.session, session.QueryHeader{Ref: h.refs.Add(1)})
 	if err != nil {
 		return nil, err
 	}
 	backlog := max(hr.(session.HeaderReply).Len-max(from, 0), 0)
 	ch := make(chan session.Event, int64(h.cfg.SubscriberBuffer)+backlog)
-	s := &Subscription{C: ch, h: h}
+	s := &Subscription{C: ch, h: h, e: e}
 	sa := &subActor{sess: e.session, from: from, ch: ch, s: s}
 	h.mu.Lock()
 	if h.closed {
@@ -81,6 +85,7 @@ func (h *Host) Subscribe(ctx context.Context, id session.SessionID, from int64) 
 	}
 	s.pid = h.sys.Root.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return sa }), h.name+"/sub")
 	h.subs[s] = struct{}{}
+	e.subs++
 	h.mu.Unlock()
 	return s, nil
 }

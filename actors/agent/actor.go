@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -134,12 +135,28 @@ func (c Config) driverConfig() DriverConfig {
 		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil,
 		Routes: c.Routes, Compaction: c.Compaction}
 	if h := c.Hooks.Request; h != nil {
-		dc.Request = h.Request
+		dc.Request = func(in RequestInput) (cfg messages.CallConfig, err error) {
+			defer recoverHook("request", &err)
+			return h.Request(in)
+		}
 	}
 	if h := c.Hooks.RequestError; h != nil {
-		dc.RequestError = h.RequestError
+		dc.RequestError = func(in RequestErrorInput) (dec RequestErrorDecision, err error) {
+			defer recoverHook("request-error", &err)
+			return h.RequestError(in)
+		}
 	}
 	return dc
+}
+
+// recoverHook turns a hook's panic into its error (deferred by the
+// callers of every hook): the turn ends in error, as for a returned
+// error, and the agent lives on. A contained panic is better than a
+// restart, which interrupts the turn and loses in-flight replies.
+func recoverHook(name string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("agent: %s hook panicked: %v", name, r)
+	}
 }
 
 // Props returns the props of an agent actor.
@@ -147,8 +164,59 @@ func Props(cfg Config) (*actor.Props, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return actor.PropsFromProducer(func() actor.Actor { return &agentActor{cfg: cfg} }), nil
+	lin := &lineage{carried: map[string]carried{}}
+	return actor.PropsFromProducer(func() actor.Actor { return &agentActor{cfg: cfg, lin: lin} }), nil
 }
+
+// refShift splits a ref into its incarnation (the high bits) and a
+// counter. Every incarnation of an agent actor (the first spawn and each
+// restart after a panic) draws a fresh epoch, and every ref it makes
+// (its own and its driver's) carries it: a reply, chunk, hook or tool
+// result, or timer tick meant for a dead incarnation reaches the new
+// one (same PID) and is dropped by its epoch instead of being taken for
+// one of its own.
+const refShift = 40
+
+// lineage is shared by the incarnations made by one Props: the epoch
+// counter, and what an incarnation that is restarting hands to the next
+// one (by PID, as a Props may spawn several agents).
+type lineage struct {
+	mu      sync.Mutex
+	epochs  uint64
+	carried map[string]carried
+}
+
+// carried is what survives a restart: the callers of forwarded sends
+// still waiting for the inbox's answer (the answer, if the old inbox
+// gave one before it was stopped, is already in the mailbox).
+type carried struct {
+	sends map[uint64]caller
+}
+
+func (l *lineage) nextEpoch() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epochs++
+	return l.epochs
+}
+
+func (l *lineage) put(id string, c carried) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.carried[id] = c
+}
+
+func (l *lineage) take(id string) carried {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.carried[id]
+	delete(l.carried, id)
+	return c
+}
+
+// errRestarted answers the requests a crashed incarnation held that the
+// next one cannot complete (a Compact, a maintenance task).
+var errRestarted = errors.New("agent: restarted after a crash")
 
 // Messages the shell sends itself from the goroutines and timers it owns.
 type (
@@ -169,9 +237,12 @@ type (
 		ref uint64
 		err error
 	}
-	retryTick     struct{ gen uint64 }
-	compactReq    struct{ ref uint64 } // a Compact, by the driver ref of its reply
-	maintDone     struct{ err error }  // the maintenance task returned
+	retryTick  struct{ epoch, gen uint64 }
+	compactReq struct{ ref uint64 } // a Compact, by the driver ref of its reply
+	maintDone  struct {             // the maintenance task returned
+		epoch uint64
+		err   error
+	}
 	contextPushed struct{ ref uint64 } // the inbox answered a context push
 )
 
@@ -185,6 +256,8 @@ type caller struct {
 // root context, and wg, which is safe for concurrent use).
 type agentActor struct {
 	cfg   Config
+	lin   *lineage
+	epoch uint64
 	d     *Driver
 	inbox *actor.PID
 	self  *actor.PID
@@ -200,6 +273,9 @@ type agentActor struct {
 	pendingStep int
 	booted      bool
 	buffered    []any // inputs that arrived before boot, replayed in order
+	repairRef   uint64
+	repairing   bool // the closers of an open turn are appended, not yet seen
+	subscribed  bool
 
 	sends    map[uint64]caller // forwarded sends by inbox ref
 	pushes   map[uint64]uint64 // context pushes: the driver's ref by inbox ref
@@ -225,6 +301,9 @@ func (a *agentActor) nextRef() uint64 {
 // Receive never blocks, except in Stopped, which joins the tool and hook
 // goroutines it has just cancelled (tools must honour their context).
 func (a *agentActor) Receive(ctx actor.Context) {
+	if a.stale(ctx.Message()) {
+		return
+	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.start(ctx)
@@ -236,28 +315,37 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		ctx.Send(a.cfg.Session, session.Unsubscribe{Subscriber: ctx.Self()})
 	case *actor.Stopped:
 		a.wg.Wait()
-	case *actor.Restarting, *actor.Terminated:
+	case *actor.Restarting:
+		a.restarting(ctx)
+	case *actor.Terminated:
 	case session.HeaderReply:
 		if m.Ref == a.headerRef {
 			a.header = m.Session
 		}
 	case session.EventsCommitted:
 		if a.d == nil {
-			a.past = append(a.past, m.Events.Slice()...)
-			return
-		}
-		if err := a.d.Committed(m.Events.Slice()); err != nil {
+			a.mirror(m.Events.Slice())
+			a.build(ctx) // may boot: the waiters are answered below
+		} else if err := a.d.Committed(m.Events.Slice()); err != nil {
 			panic(err)
 		}
 	case session.Subscribed:
-		if a.d == nil {
-			d, err := NewDriver(a.cfg.driverConfig(), a.header, a.past)
-			if err != nil {
-				panic(err)
-			}
-			a.d, a.past = d, nil
-			a.boot(ctx)
+		if a.d == nil && !a.subscribed {
+			a.subscribed = true
+			a.repair(ctx)
+			a.build(ctx)
 		}
+	case session.AppendReply:
+		if m.Ref == a.repairRef {
+			return // the closers are taken from the subscription
+		}
+		a.input(ctx, m)
+	case session.AppendFailed:
+		if m.Ref == a.repairRef {
+			// Let the next incarnation try again.
+			panic(errors.Join(errors.New("agent: crash repair refused"), m.Err))
+		}
+		a.input(ctx, m)
 	case inbox.Pending:
 		if m.Ref == a.pendingRef {
 			a.pendingSeen = true
@@ -333,20 +421,163 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		}
 		a.handle(ctx, compactReq{ref: ref})
 	default:
-		if !a.booted {
-			a.buffered = append(a.buffered, m)
-			return
-		}
-		a.handle(ctx, m)
+		a.input(ctx, m)
 	}
 	a.answerWaiters(ctx)
 }
 
+// input handles m, or keeps it for the boot.
+func (a *agentActor) input(ctx actor.Context, m any) {
+	if !a.booted {
+		a.buffered = append(a.buffered, m)
+		return
+	}
+	a.handle(ctx, m)
+}
+
+// stale reports a message meant for an earlier incarnation (see
+// refShift): a reply to one of its refs, or a tick of its timer or
+// maintenance task.
+func (a *agentActor) stale(msg any) bool {
+	var ref uint64
+	switch m := msg.(type) {
+	case session.AppendReply:
+		ref = m.Ref
+	case session.AppendFailed:
+		ref = m.Ref
+	case inbox.Claimed:
+		ref = m.Ref
+	case inbox.ClaimFailed:
+		ref = m.Ref
+	case llm.ChunkReceived:
+		ref = m.Ref
+	case llm.StreamEnded:
+		ref = m.Ref
+	case toolDone:
+		ref = m.ref
+	case toolEmitted:
+		ref = m.ref
+	case preStepDone:
+		ref = m.ref
+	case turnStoppingDone:
+		ref = m.ref
+	case retryTick:
+		return m.epoch != a.epoch
+	case maintDone:
+		return m.epoch != a.epoch
+	default:
+		return false
+	}
+	return ref>>refShift != a.epoch
+}
+
+// mirror adds evs to the log being replayed before the driver exists. A
+// restarted incarnation may first receive events its predecessor's
+// subscription fanned out before the new one replays from the start:
+// an event that does not follow the last one restarts the mirror at its
+// seq.
+func (a *agentActor) mirror(evs []session.Event) {
+	for _, ev := range evs {
+		if n := len(a.past); n > 0 && ev.Seq() <= a.past[n-1].Seq() {
+			i := 0
+			for i < n && a.past[i].Seq() < ev.Seq() {
+				i++
+			}
+			a.past = a.past[:i]
+		}
+		a.past = append(a.past, ev)
+	}
+}
+
+// repair closes the turn the log leaves open (DESIGN §4): the previous
+// incarnation crashed inside it. The closers (synthetic results for its
+// pending tool calls, step/end, turn/end{interrupted}) are appended
+// through the session actor; the driver is built once the subscription
+// has delivered them, so it starts on a balanced log. Nothing else
+// appends meanwhile that could conflict: the agent is the only writer
+// of turn events, and inbox splices are valid anywhere.
+func (a *agentActor) repair(ctx actor.Context) {
+	closers := session.InterruptedTurnClosers(a.past)
+	if len(closers) == 0 {
+		return
+	}
+	drafts := make([]session.Draft, len(closers))
+	for i, ev := range closers {
+		d := session.NewDraft(ev.Type(), ev.Data())
+		if srcs, ok := ev.SourceEventSeqs(); ok {
+			d = d.WithSources(srcs)
+		}
+		drafts[i] = d
+	}
+	a.repairing = true
+	a.repairRef = a.nextRef()
+	ctx.Request(a.cfg.Session, session.NewAppend(a.repairRef, drafts...))
+}
+
+// build makes the driver once the log is replayed and balanced.
+func (a *agentActor) build(ctx actor.Context) {
+	if a.d != nil || !a.subscribed {
+		return
+	}
+	if a.repairing {
+		if len(session.InterruptedTurnClosers(a.past)) > 0 {
+			return
+		}
+		a.repairing = false
+	}
+	d, err := NewDriver(a.cfg.driverConfig(), a.header, a.past)
+	if err != nil {
+		panic(err)
+	}
+	// The driver's refs are apart from the shell's (the crash-repair
+	// append's reply may arrive after the driver's first appends).
+	d.refs = a.epoch<<refShift | 1<<(refShift-1)
+	a.d, a.past = d, nil
+	a.boot(ctx)
+}
+
+// restarting runs on the crashed incarnation, before the next one is
+// made (protoactor then stops the children, the inbox and any stream
+// actor, and waits for them). It stops what this incarnation owns
+// outside the actor (timer, goroutines' context), hands its waiting
+// callers over: WaitIdle and Dispose requests are re-queued to self with
+// their senders, forwarded sends are carried (see carried); and it
+// answers what cannot survive (Compact, maintenance) with errRestarted.
+func (a *agentActor) restarting(ctx actor.Context) {
+	if a.lifeCancel != nil {
+		a.lifeCancel()
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	for _, w := range a.waiters {
+		ctx.RequestWithCustomSender(ctx.Self(), WaitIdle{Ref: w.ref}, w.pid)
+	}
+	for _, w := range a.disposes {
+		ctx.RequestWithCustomSender(ctx.Self(), Dispose{Ref: w.ref}, w.pid)
+	}
+	a.waiters, a.disposes = nil, nil
+	for _, c := range a.compacts {
+		if c.pid != nil {
+			ctx.Send(c.pid, Compacted{Ref: c.ref, Outcome: CompactFailed, Error: errRestarted.Error()})
+		}
+	}
+	if c := a.maint; c != nil && c.pid != nil {
+		ctx.Send(c.pid, MaintenanceDone{Ref: c.ref, Err: errRestarted})
+	}
+	a.lin.put(ctx.Self().String(), carried{sends: a.sends})
+}
+
 func (a *agentActor) start(ctx actor.Context) {
 	a.self, a.root = ctx.Self(), ctx.ActorSystem().Root
+	a.epoch = a.lin.nextEpoch()
+	a.refs = a.epoch << refShift
 	a.life, a.lifeCancel = context.WithCancel(context.Background())
 	a.signal, a.signalCancel = context.WithCancel(a.life)
 	a.sends, a.pushes = map[uint64]caller{}, map[uint64]uint64{}
+	if c := a.lin.take(ctx.Self().String()); c.sends != nil {
+		a.sends = c.sends
+	}
 	props, err := inbox.Props(inbox.ActorConfig{Session: a.cfg.Session, Owner: ctx.Self(), Inbox: a.cfg.Inbox})
 	if err != nil {
 		panic(err)
@@ -491,11 +722,11 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 		case RunTurnStoppingEffect:
 			a.runTurnStopping(e)
 		case StartTimerEffect:
-			root, self, gen := a.root, a.self, e.Gen
+			root, self, epoch, gen := a.root, a.self, a.epoch, e.Gen
 			if a.timer != nil {
 				a.timer.Stop()
 			}
-			a.timer = time.AfterFunc(e.Delay, func() { root.Send(self, retryTick{gen: gen}) })
+			a.timer = time.AfterFunc(e.Delay, func() { root.Send(self, retryTick{epoch: epoch, gen: gen}) })
 		case NewSignalEffect:
 			a.signalCancel()
 			a.signal, a.signalCancel = context.WithCancel(a.life)
@@ -571,7 +802,10 @@ func (a *agentActor) runTool(e RunToolEffect) {
 func (a *agentActor) runPreStep(e RunPreStepEffect) {
 	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.PreStep
 	a.wg.Go(func() {
-		dec, err := h.PreStep(sig, PreStepInput{Turn: e.Turn, Step: e.Step, Messages: e.Messages})
+		dec, err := func() (dec PreStepDecision, err error) {
+			defer recoverHook("pre-step", &err)
+			return h.PreStep(sig, PreStepInput{Turn: e.Turn, Step: e.Step, Messages: e.Messages})
+		}()
 		root.Send(self, preStepDone{ref: e.Ref, dec: dec, err: err})
 	})
 }
@@ -580,7 +814,10 @@ func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
 	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.TurnStopping
 	steer := func(m messages.Message) { root.Send(self, Steer{Message: m}) }
 	a.wg.Go(func() {
-		err := h.TurnStopping(sig, TurnStoppingInput{Turn: e.Turn, Steer: steer})
+		err := func() (err error) {
+			defer recoverHook("turn-stopping", &err)
+			return h.TurnStopping(sig, TurnStoppingInput{Turn: e.Turn, Steer: steer})
+		}()
 		root.Send(self, turnStoppingDone{ref: e.Ref, err: err})
 	})
 }
@@ -610,8 +847,8 @@ func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
 		return
 	}
 	a.maint = &caller{pid: m.from, ref: m.Ref}
-	root, self, sig, task := a.root, a.self, a.signal, m.Task
+	root, self, sig, task, epoch := a.root, a.self, a.signal, m.Task, a.epoch
 	a.wg.Go(func() {
-		root.Send(self, maintDone{err: task(sig)})
+		root.Send(self, maintDone{epoch: epoch, err: task(sig)})
 	})
 }

@@ -82,10 +82,34 @@
 // denial is TOOL_DENIED (Ask without an Approver is a denial that says
 // so), a post-execute block TOOL_RESULT_BLOCKED.
 // Send failures (a full inbox, a duplicate id) are answered SendFailed.
-// The actor panics, so that its supervisor restarts it from the log, when
-// its view of the log is wrong: the session refuses one of its appends or
-// the inbox a claim, the mirror sees a gap, or the log it starts on has
-// an open turn (crash repair must close it first).
+// A hook's panic (PreStep, TurnStopping, Request, RequestError) is
+// recovered and treated as its error: the turn ends {error} and the
+// observer gets TurnFailed. The actor panics, so that its supervisor
+// restarts it from the log, when its view of the log is wrong: the
+// session refuses one of its appends or the inbox a claim, the mirror
+// sees a gap (Routes callbacks are not recovered either).
+//
+// # Restart
+//
+// On a restart protoactor stops the children (inbox, stream actor: the
+// model call is cancelled) before the new incarnation starts with the same
+// PID. The dying incarnation cancels its goroutines' context and its
+// timer, re-queues the WaitIdle and Dispose requests it held (with their
+// senders), carries the callers of its forwarded sends over (the old
+// inbox's answer, if it gave one, is in the mailbox), and answers pending
+// Compact and maintenance requests with an error. Every incarnation draws
+// a new epoch that all its refs carry (refShift): replies, chunks, tool
+// and hook results and timer ticks meant for a dead incarnation are
+// dropped. If the log it replays has an open turn (the dead incarnation
+// crashed inside it), it appends session.InterruptedTurnClosers
+// (synthetic tool results, step/end, turn/end {interrupted}) through the
+// session actor and builds its driver only once the subscription has
+// delivered them. It then comes up idle: inbox work left pending stays
+// parked until the next waking send (as after a resume from disk); a
+// claim committed by the dead incarnation whose messages were not yet
+// entered into a step is not re-delivered. A send in flight whose inbox
+// answer was lost with the old inbox goes unanswered (the caller's
+// timeout decides).
 //
 // # Extension points
 //

@@ -48,6 +48,7 @@ type talkFlags struct {
 	workdir                  string
 	showReasoning, verbose   bool
 	asJSON                   bool
+	speed                    float64
 }
 
 func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
@@ -63,6 +64,7 @@ func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
 	fs.StringVar(&f.system, "system", "", "system prompt")
 	fs.StringVar(&f.workdir, "workdir", "", "directory the file tools may read (default: the current directory)")
 	fs.BoolVar(&f.showReasoning, "show-reasoning", false, "print the model's reasoning on stderr")
+	fs.Float64Var(&f.speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
 	fs.BoolVar(&f.verbose, "verbose", false, "print tool calls and turn ends on stderr")
 	if withJSON {
 		fs.BoolVar(&f.asJSON, "json", false, "print one JSON value at the end instead of streaming the text")
@@ -92,7 +94,10 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		if f.baseURL != "" {
 			return nil, usagef("--base-url is for --provider deepseek")
 		}
-		p, err := synthetic.New(synthetic.Config{Model: f.model, TextChunks: 40})
+		if f.speed < 0 {
+			return nil, usagef("--synthetic-speed must not be negative")
+		}
+		p, err := synthetic.New(synthetic.Config{Model: f.model, TextChunks: 40, TokensPerSecond: f.speed})
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,203 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/persister"
+)
+
+// The constants of the memory estimate (Stats.ResidentBytes). They are
+// rough: SessionOverheadBytes stands for the two actors with their
+// mailboxes and processes, the inbox actor, the agent's driver and mirror
+// structures, the persister's tracking state and the host's entry;
+// EventOverheadBytes for an Event value, its slots in the log, the
+// mirror and the surface index, and the derived message it may carry.
+const (
+	SessionOverheadBytes = 32 << 10
+	EventOverheadBytes   = 192
+)
+
+// flushError marks an error a persister write reported (FlushFailed), as
+// opposed to a failed request.
+type flushError struct{ err error }
+
+func (f flushError) Error() string { return f.err.Error() }
+func (f flushError) Unwrap() error { return f.err }
+
+// setFailure records a write failure; durable is the watermark that was
+// durable before it.
+func (e *entry) setFailure(err error, durable int64) {
+	var ff flushError
+	if errors.As(err, &ff) {
+		err = ff.err
+	}
+	e.failMu.Lock()
+	e.writeErr, e.failDurable = err, durable
+	e.failMu.Unlock()
+}
+
+// clearFailure forgets a write failure once the watermark moved past it.
+func (e *entry) clearFailure(durable int64) {
+	e.failMu.Lock()
+	if e.writeErr != nil && durable > e.failDurable {
+		e.writeErr = nil
+	}
+	e.failMu.Unlock()
+}
+
+// failure returns the write failure that keeps the session closed, or nil.
+func (e *entry) failure() error {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	return e.writeErr
+}
+
+// Resident returns the number of sessions whose actors are running.
+func (h *Host) Resident() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.sessions {
+		select {
+		case <-e.ready:
+			if e.err == nil {
+				n++
+			}
+		default:
+		}
+	}
+	return n
+}
+
+// Passivated returns the number of passivations so far.
+func (h *Host) Passivated() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.passivated
+}
+
+// ResidentBytes sums Stats.ResidentBytes over the resident sessions.
+func (h *Host) ResidentBytes() int64 {
+	h.mu.Lock()
+	entries := make([]*entry, 0, len(h.sessions))
+	for _, e := range h.sessions {
+		entries = append(entries, e)
+	}
+	h.mu.Unlock()
+	var n int64
+	for _, e := range entries {
+		select {
+		case <-e.ready:
+			if e.err == nil {
+				n += SessionOverheadBytes + e.bytes.Load()
+			}
+		default:
+		}
+	}
+	return n
+}
+
+// armIdle starts e's idle timer (when passivation is on).
+func (h *Host) armIdle(e *entry) {
+	if h.cfg.IdleTimeout <= 0 || h.cfg.Policy == persister.PolicyNone {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armIdleLocked(e, h.cfg.IdleTimeout)
+}
+
+// armIdleLocked (re)starts e's idle timer to fire after d. The callback
+// runs as a goroutine the host joins on Close (passWG).
+func (h *Host) armIdleLocked(e *entry, d time.Duration) {
+	if h.closed {
+		return
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.timer = time.AfterFunc(d, func() {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return
+		}
+		h.passWG.Add(1)
+		h.mu.Unlock()
+		defer h.passWG.Done()
+		h.tryPassivate(e)
+	})
+}
+
+// tryPassivate passivates e if it has been idle for IdleTimeout: no host
+// call using it, no open subscription, no open turn, no write failure;
+// otherwise it re-arms the timer. An empty session (never appended to,
+// so never stored) is not passivated.
+func (h *Host) tryPassivate(e *entry) {
+	timeout := h.cfg.IdleTimeout
+	h.mu.Lock()
+	if h.closed || h.sessions[e.id] != e || e.passivating != nil {
+		h.mu.Unlock()
+		return
+	}
+	idle := time.Since(h.epoch) - time.Duration(e.lastUse.Load())
+	switch {
+	case e.events.Load() == 0 || e.inflight > 0 || e.subs > 0 || e.open.Load() || e.failure() != nil:
+		// An empty session is not stored (a store materializes a session
+		// on its first append): it would not come back, so it waits too.
+		h.armIdleLocked(e, timeout)
+		h.mu.Unlock()
+		return
+	case idle < timeout:
+		h.armIdleLocked(e, timeout-idle)
+		h.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	e.passivating = done
+	h.mu.Unlock()
+
+	err := h.passivate(e)
+
+	h.mu.Lock()
+	if err == nil {
+		delete(h.sessions, e.id)
+		st := e.stats()
+		st.Resident, st.ResidentBytes, st.Durable = false, 0, -1
+		h.parked[e.id] = st
+		h.passivated++
+	} else {
+		h.armIdleLocked(e, timeout)
+	}
+	e.passivating = nil
+	close(done)
+	h.mu.Unlock()
+}
+
+// passivate stops an idle session: it confirms the agent is idle, untracks
+// the session (a flush; on failure the session stays resident and
+// tracked), then stops the agent and the session actor. The inbox's
+// staged content, if any, is in the log (every inbox change is appended
+// first) and comes back on resume.
+func (h *Host) passivate(e *entry) error {
+	ctx, cancel := context.WithTimeout(context.Background(), min(h.cfg.RequestTimeout, 5*time.Second))
+	defer cancel()
+	if _, err := h.ask(ctx, e.agent, agent.WaitIdle{Ref: h.refs.Add(1)}); err != nil {
+		return fmt.Errorf("not idle: %w", err)
+	}
+	if e.open.Load() {
+		return errors.New("a turn started")
+	}
+	if d, err := h.barrier(ctx, persister.Untrack{Ref: h.refs.Add(1), ID: e.id}); err != nil {
+		e.setFailure(err, d)
+		return err
+	}
+	if err := h.sys.Root.PoisonFuture(e.agent).Wait(); err != nil {
+		return err
+	}
+	return h.sys.Root.PoisonFuture(e.session).Wait()
+}
