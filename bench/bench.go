@@ -79,6 +79,10 @@ type Options struct {
 	NoVerify bool
 	// NoBaselines skips the baselines.
 	NoBaselines bool
+	// PassivateAfter, when positive, passivates sessions idle that long
+	// (supervisor.Config.IdleTimeout): between turns a session may be
+	// stopped and resumed from disk.
+	PassivateAfter time.Duration
 	// Progress receives progress lines (nil: none). Live rewrites one line
 	// (a terminal); otherwise a plain line every ProgressInterval.
 	Progress         io.Writer
@@ -174,6 +178,10 @@ type Report struct {
 	InputTokens      int64   `json:"input_tokens"`
 	OutputTokens     int64   `json:"output_tokens"`
 	WriteFailures    int64   `json:"write_failures"`
+	// Resident is how many sessions were resident when the load ended, and
+	// Passivated how many passivations happened (with PassivateAfter).
+	Resident   int   `json:"resident"`
+	Passivated int64 `json:"passivated"`
 	// Baselines is the same work without the runtime (nil when skipped).
 	Baselines *Baselines `json:"baselines,omitempty"`
 }
@@ -314,7 +322,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	runtime.GC()
 	heapBase := heapObjects()
 	h, err := supervisor.Open(supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
-		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards,
+		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards, IdleTimeout: o.PassivateAfter,
 		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
 		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) }})
 	if err != nil {
@@ -436,6 +444,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	close(stopBg)
 	bg.Wait()
 
+	rep.Resident = h.Resident()
+	rep.Passivated = h.Passivated()
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	closeErr := h.Close(closeCtx)
@@ -591,6 +601,9 @@ func WriteTable(w io.Writer, r Report) {
 	}
 	row("peak heap", "%s", bytesStr(float64(r.PeakHeapBytes)))
 	row("heap after load", "%s per session, %.0f B per event", bytesStr(r.HeapPerSession), r.HeapPerEvent)
+	if r.Passivated > 0 {
+		row("passivation", "%d passivations, %d of %d sessions resident at the end", r.Passivated, r.Resident, r.Sessions)
+	}
 	row("tokens", "%d in, %d out", r.InputTokens, r.OutputTokens)
 	if r.WriteFailures > 0 {
 		row("write failures", "%d (retried)", r.WriteFailures)

@@ -48,6 +48,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&policy, "policy", "turn-end", "durability policy: turn-end, strict or none")
 	fs.IntVar(&o.FsyncWorkers, "fsync-workers", 0, "fsync worker pool size (0: default)")
 	fs.IntVar(&o.Shards, "shards", 0, "persister shards (0: default)")
+	fs.DurationVar(&o.PassivateAfter, "passivate-after", 0, "passivate a session idle this long (0: never); resumed from disk on its next turn")
+	fs.BoolVar(&o.NoBaselines, "no-baselines", false, "skip the baselines run after the load")
 	fs.StringVar(&o.Dir, "dir", "", "write the sessions here and keep them (default: a fresh temporary directory, removed)")
 	fs.Int64Var(&o.Seed, "seed", 0, "synthetic model seed")
 	fs.BoolVar(&o.NoVerify, "no-verify", false, "do not read every log back after the run")
