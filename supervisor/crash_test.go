@@ -59,7 +59,7 @@ func crashChild(dir string) {
 		if err := h.WaitIdle(ctx, id); err != nil {
 			panic(err)
 		}
-		fmt.Printf("durable %d\n", i)
+		fmt.Fprintf(os.Stdout, "durable %d\n", i) // the child's protocol with its parent
 	}
 	if err := h.Followup(ctx, id, userMsg("slow turn")); err != nil {
 		panic(err)
@@ -80,7 +80,7 @@ func crashChild(dir string) {
 				if _, err := h.Flush(ctx, id); err != nil {
 					panic(err)
 				}
-				fmt.Println("midturn")
+				fmt.Fprintln(os.Stdout, "midturn")
 			}
 		}
 	}

@@ -293,13 +293,18 @@ func noExitOutsideCmd(fi *fileInfo) []violation {
 
 // noPrintOutsideCmd forbids fmt.Print, fmt.Println and fmt.Printf outside
 // cmd/: libraries do not own stdout, and tests report through t.Log so that
-// output is attributed to the test and shown only on failure or -v.
+// output is attributed to the test and shown only on failure or -v. The
+// one exception is a testable example (a func Example... in a _test.go
+// file), whose printed output is what `go test` checks.
 func noPrintOutsideCmd(fi *fileInfo) []violation {
 	if fi.under("cmd") {
 		return nil
 	}
 	var out []violation
-	fi.forEachCall(func(call *ast.CallExpr, _ string) {
+	fi.forEachCall(func(call *ast.CallExpr, enclosing string) {
+		if fi.isTest() && strings.HasPrefix(enclosing, "Example") {
+			return
+		}
 		if p, name, ok := fi.calledFunc(call); ok && p == "fmt" && slices.Contains(ruledFuncs["fmt"], name) {
 			out = append(out, fi.violation(call, "fmt.%s outside cmd/; tests use t.Log, libraries return values or log", name))
 		}
@@ -610,7 +615,8 @@ func TestX() {
 	Printf("%d", 1)
 	_ = f.Sprintf("fine")
 	f.Fprintln(nil, "fine")
-}`,
+}
+func ExampleX() { f.Println("an example prints its output") }`,
 			want: []string{
 				"bench/bench_test.go:6: fmt.Println outside cmd/",
 				"bench/bench_test.go:8: fmt.Print outside cmd/",
