@@ -69,6 +69,18 @@ type Config struct {
 	// with each write failure the persister reports. The events are kept
 	// and retried.
 	OnWriteFailed func(id session.SessionID, err error)
+	// SessionObservers are installed on every resident session's log,
+	// after the host's own observer (session.Config.Observers): each is
+	// called inside the session actor with every committed event, after
+	// the commit and before the append is acknowledged; it must not block.
+	// Its error or panic is contained and handed to OnObserverFailure.
+	SessionObservers []session.Observer
+	// OnObserverFailure, when set, receives every contained observer
+	// failure of a session (session.Config.OnObserverFailure), inside the
+	// session actor; it must not block. nil: logged at warn level. Should
+	// it panic, the session actor is restarted: the log, its subscribers
+	// (the persister) and the interrupted append's reply survive it.
+	OnObserverFailure func(id session.SessionID, f session.ObserverFailure)
 	// IdleTimeout, when positive, passivates a session idle that long (no
 	// host call using it, no turn open, no open Subscription, its log
 	// durable): its actors stop and it is resumed from the store,

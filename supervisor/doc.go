@@ -72,6 +72,27 @@
 // turn ends in error), and a process killed mid-turn (the log is repaired
 // on resume). An agent actor that does crash mid-turn is restarted by
 // protoactor and closes the open turn itself (turn/end {interrupted},
-// through the session actor) before it resumes; see actors/agent. Not
-// covered yet: a panic in the inbox or session actor.
+// through the session actor) before it resumes; see actors/agent.
+//
+// A panic inside the session actor is tested through
+// Config.OnObserverFailure (TestFaultSessionActorPanic: the failure hook
+// of a failing Config.SessionObservers entry panics mid-turn, after the
+// commit). protoactor restarts the session actor; its log and
+// subscriptions live in a shell shared by its incarnations, and the
+// restarted instance answers the Append the crash interrupted (its events
+// if the batch committed, else session.ErrRestarted), then sends the
+// subscribers what they missed. So the turn completes, the persister
+// writes every committed event (a fresh host loads them all), the log is
+// valid and balanced after WaitIdle, and the session answers the next
+// followup. Observers that had not yet seen the crashed batch miss it.
+//
+// A panic inside the inbox actor is tested in actors/inbox
+// (TestActorRestartRebuildsFromTheLog): the restarted inbox rebuilds its
+// lists from the log, which holds every committed splice, and keeps
+// answering. Not covered at this level: the inbox has no injection seam
+// here, and the requests it held when it crashed (queued, or awaiting
+// their append) are not answered by the restarted instance: a host call
+// forwarded to it (Followup, Steer) returns with its context or
+// Config.RequestTimeout, and an agent waiting for a Claim gets no answer
+// (untested what its turn does then).
 package supervisor

@@ -2,10 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"sync/atomic"
 	"testing"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/agent"
@@ -200,4 +202,76 @@ func TestFaultPreStepHookPanic(t *testing.T) {
 	require.Equal(t, session.EndError, end.Kind)
 	require.Contains(t, end.Error.Message, "pre-step hook panicked")
 	requireHealthy(t, h, id, 1)
+}
+
+// A panic inside the session actor: a session observer fails once, mid-
+// turn, and the failure hook panics (inside the session actor's Receive,
+// after the commit). protoactor restarts the session actor; the restarted
+// instance keeps the log and the persister's subscription and answers the
+// agent's interrupted append, so the turn completes, everything committed
+// is written, and the session answers the next followup.
+func TestFaultSessionActorPanic(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	var failed, hooked atomic.Int64
+	var crashedAt atomic.Int64
+	crashedAt.Store(-1)
+	h := openHost(t, Config{Dir: dir,
+		SessionObservers: []session.Observer{func(ev session.Event) error {
+			if ev.Type() == session.TypeAssistantChunk && failed.Add(1) == 1 {
+				return errors.New("observer fails once")
+			}
+			return nil
+		}},
+		OnObserverFailure: func(_ session.SessionID, f session.ObserverFailure) {
+			if hooked.Add(1) == 1 {
+				crashedAt.Store(f.Seq)
+				panic("failure hook exploded")
+			}
+		},
+	})
+	crashed := make(chan struct{}, 1)
+	sub := h.sys.EventStream.Subscribe(func(evt any) {
+		if _, ok := evt.(*actor.SupervisorEvent); ok {
+			select {
+			case crashed <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer h.sys.EventStream.Unsubscribe(sub)
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
+	require.NoError(t, h.WaitIdle(ctx, id))
+	select {
+	case <-crashed:
+	default:
+		t.Fatal("the session actor did not crash")
+	}
+	require.GreaterOrEqual(t, crashedAt.Load(), int64(0))
+	evs, err := h.Events(ctx, id, 0)
+	require.NoError(t, err)
+	require.Equal(t, session.EndCompleted, lastTurnEnd(t, evs.Slice()).Kind, "the turn went on")
+	requireHealthy(t, h, id, 1)
+	st, err := h.Stats(id)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Turns)
+	evs, err = h.Events(ctx, id, 0)
+	require.NoError(t, err)
+	want := evs.Slice()
+	require.NoError(t, h.Close(ctx))
+
+	// Everything acknowledged was written: a fresh host loads it all.
+	h2 := openHost(t, Config{Dir: dir})
+	defer func() { require.NoError(t, h2.Close(ctx)) }()
+	got, err := h2.Events(ctx, id, 0)
+	require.NoError(t, err)
+	// (The resumed session may append after them.)
+	require.GreaterOrEqual(t, got.Len(), len(want))
+	for i, ev := range want {
+		require.Equal(t, ev.Type(), got.At(i).Type(), "seq %d", i)
+		require.Equal(t, ev.Data().String(), got.At(i).Data().String(), "seq %d", i)
+	}
+	require.NoError(t, session.CheckTrace(got.Slice()))
 }

@@ -366,7 +366,13 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 	}
 	_, _, open := l.OpenTurn()
 	e.open.Store(open)
-	sp, err := session.Props(session.Config{Log: l, Clock: h.cfg.Clock, Observers: []session.Observer{e.observe(h)}})
+	scfg := session.Config{Log: l, Clock: h.cfg.Clock,
+		Observers: append([]session.Observer{e.observe(h)}, h.cfg.SessionObservers...)}
+	if f := h.cfg.OnObserverFailure; f != nil {
+		id := e.id
+		scfg.OnObserverFailure = func(o session.ObserverFailure) { f(id, o) }
+	}
+	sp, err := session.Props(scfg)
 	if err != nil {
 		h.release(e, err)
 		return err

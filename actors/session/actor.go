@@ -36,10 +36,21 @@ func (c Config) Validate() error {
 
 // shell is the actor state that survives restarts: the log is the truth,
 // and an append is atomic, so a restarted instance continues on it.
+// Subscriptions survive too, and so does the Append being handled when
+// the actor panicked (pending): the restarted instance answers it, so its
+// sender is never left waiting (see settle).
 type shell struct {
-	log   *Log
-	clock func() int64
-	subs  []subscription
+	log     *Log
+	clock   func() int64
+	subs    []subscription
+	pending *pendingAppend
+}
+
+// pendingAppend is an Append whose reply has not been sent yet.
+type pendingAppend struct {
+	sender *actor.PID
+	ref    uint64
+	from   int64 // log length before the append
 }
 
 type subscription struct {
@@ -79,6 +90,7 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 	st := a.st
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		st.settle(ctx)
 		if st.log.obs.onFailure == nil {
 			logger := ctx.Logger()
 			id := st.log.ID()
@@ -87,7 +99,12 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 			})
 		}
 	case Append:
+		// A panic from here on (the observer failure hook runs inside
+		// AppendBatch, after the commit) restarts the actor; pending
+		// lets the next instance answer this Append.
+		st.pending = &pendingAppend{sender: ctx.Sender(), ref: m.Ref, from: st.log.Len()}
 		events, err := st.log.AppendBatch(m.drafts, st.clock())
+		st.pending = nil
 		if err != nil {
 			respond(ctx, AppendFailed{Ref: m.Ref, Err: err})
 			return
@@ -130,6 +147,32 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 			return
 		}
 		respond(ctx, ForkReply{Ref: m.Ref, Header: h, Seed: EventsOf(prefix)})
+	}
+}
+
+// ErrRestarted refuses an Append that was being handled when the session
+// actor panicked before committing it: the log is unchanged.
+var ErrRestarted = errors.New("session: actor restarted before the append committed")
+
+// settle runs at every start. After a restart it answers the Append the
+// crashed instance was handling: an append is atomic, so either the log
+// grew by the whole batch (committed: AppendReply with those events) or it
+// did not (AppendFailed with ErrRestarted). Then it sends the subscribers
+// whatever the crash kept from them, first, as a normal append does. Observers that had not yet seen the
+// crashed batch when the panic unwound do not see it: observers are the
+// embedder's in-process code, and the log and the subscriptions are what
+// the session guarantees.
+func (st *shell) settle(ctx actor.Context) {
+	st.fanOut(ctx)
+	if p := st.pending; p != nil {
+		st.pending = nil
+		var msg any = AppendFailed{Ref: p.ref, Err: ErrRestarted}
+		if st.log.Len() > p.from {
+			msg = AppendReply{Ref: p.ref, Events: st.log.EventsFrom(p.from)}
+		}
+		if p.sender != nil {
+			ctx.Send(p.sender, msg)
+		}
 	}
 }
 

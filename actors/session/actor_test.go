@@ -207,3 +207,102 @@ func TestContainsObserverFailuresAfterAppendCommitPoint(t *testing.T) {
 	require.Equal(t, []int64{0}, later, "later observers still run")
 	require.Len(t, failures, 2)
 }
+
+// crashes reports each supervisor event (an actor failure) of sys.
+func crashes(t *testing.T, sys *actor.ActorSystem) <-chan struct{} {
+	t.Helper()
+	ch := make(chan struct{}, 16)
+	sub := sys.EventStream.Subscribe(func(evt any) {
+		if _, ok := evt.(*actor.SupervisorEvent); ok {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	})
+	t.Cleanup(func() { sys.EventStream.Unsubscribe(sub) })
+	return ch
+}
+
+// A panic inside Receive after the commit (here: the observer failure
+// hook, which AppendBatch calls) restarts the actor. The restarted
+// instance keeps the log and the subscriptions, answers the Append the
+// crash interrupted with its committed events, sends the subscriber what
+// it missed, and goes on.
+func TestActorRestartAfterCommitAnswersTheAppendAndKeepsSubscribers(t *testing.T) {
+	sys := testutil.NewActorSystem(t)
+	crashed := crashes(t, sys)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	var failed, hooked int
+	pid := spawnSession(t, sys, Config{
+		Log: l,
+		Observers: []Observer{func(e Event) error {
+			if e.Seq() == 1 && failed == 0 {
+				failed++
+				return errors.New("observer fails once")
+			}
+			return nil
+		}},
+		OnObserverFailure: func(ObserverFailure) {
+			if hooked++; hooked == 1 {
+				panic("failure hook exploded")
+			}
+		},
+	})
+	sub := &subscriber{got: make(chan Events, 16)}
+	subPID := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sub }))
+	t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(subPID).Wait()) })
+	request[Subscribed](t, sys, pid, Subscribe{Subscriber: subPID})
+	request[AppendReply](t, sys, pid, NewAppend(1, userDraft(t, "0")))
+
+	r := request[AppendReply](t, sys, pid, NewAppend(2, userDraft(t, "1"), userDraft(t, "2")))
+	require.Equal(t, uint64(2), r.Ref)
+	require.Equal(t, 2, r.Events.Len())
+	require.Equal(t, int64(1), r.Events.At(0).Seq())
+	select {
+	case <-crashed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session actor did not crash")
+	}
+	r = request[AppendReply](t, sys, pid, NewAppend(3, userDraft(t, "3")))
+	require.Equal(t, int64(3), r.Events.At(0).Seq())
+	require.EqualValues(t, 4, request[MessagesReply](t, sys, pid, QueryMessages{}).Len)
+
+	var seqs []int64
+	deadline := time.After(5 * time.Second)
+	for len(seqs) < 4 {
+		select {
+		case evs := <-sub.got:
+			for e := range evs.All() {
+				seqs = append(seqs, e.Seq())
+			}
+		case <-deadline:
+			t.Fatalf("subscriber got only %v", seqs)
+		}
+	}
+	require.Equal(t, []int64{0, 1, 2, 3}, seqs, "every committed event, in order, once")
+}
+
+// A panic before the commit (here: the clock) leaves the log unchanged;
+// the restarted instance refuses the interrupted Append with ErrRestarted.
+func TestActorRestartBeforeCommitRefusesTheAppend(t *testing.T) {
+	sys := testutil.NewActorSystem(t)
+	crashed := crashes(t, sys)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	var ticks int
+	pid := spawnSession(t, sys, Config{Log: l, Clock: func() int64 {
+		if ticks++; ticks == 2 {
+			panic("clock exploded")
+		}
+		return int64(ticks)
+	}})
+	request[AppendReply](t, sys, pid, NewAppend(1, userDraft(t, "0")))
+	f := request[AppendFailed](t, sys, pid, NewAppend(2, userDraft(t, "1")))
+	require.Equal(t, uint64(2), f.Ref)
+	require.ErrorIs(t, f.Err, ErrRestarted)
+	<-crashed
+	r := request[AppendReply](t, sys, pid, NewAppend(3, userDraft(t, "2")))
+	require.Equal(t, int64(1), r.Events.At(0).Seq())
+}
