@@ -87,12 +87,18 @@
 // followup. Observers that had not yet seen the crashed batch miss it.
 //
 // A panic inside the inbox actor is tested in actors/inbox
-// (TestActorRestartRebuildsFromTheLog): the restarted inbox rebuilds its
-// lists from the log, which holds every committed splice, and keeps
-// answering. Not covered at this level: the inbox has no injection seam
-// here, and the requests it held when it crashed (queued, or awaiting
-// their append) are not answered by the restarted instance: a host call
-// forwarded to it (Followup, Steer) returns with its context or
-// Config.RequestTimeout, and an agent waiting for a Claim gets no answer
-// (untested what its turn does then).
+// (TestActorRestartRebuildsFromTheLog, TestActorRestartAnswersEveryRequestOnce):
+// the restarted inbox rebuilds its lists from the log, which holds every
+// committed splice, then answers the requests the crash interrupted (they
+// live in a shell shared by its incarnations, as the session actor's
+// do): the one whose append committed as committed (telling the owner
+// the changes it had not been told), a refused one as refused, one being
+// planned with inbox.ErrRestarted; then it resumes the queued ones in
+// order. So a host call forwarded to it (Followup, Steer) and an agent
+// waiting for a Claim get their answer. Not covered at this level: the
+// real inbox panics only when its session answers an append with events
+// that do not match the batch (or its log does not replay), and the real
+// session actor never does, even across its own restart (it answers the
+// interrupted Append with the committed batch); there is no injection
+// seam short of a fake session, which the actors/inbox tests use.
 package supervisor

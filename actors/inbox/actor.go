@@ -9,6 +9,11 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
+// ErrRestarted fails a request the actor was planning when it panicked:
+// nothing was appended for it. (A request whose append was in flight is
+// answered with the append's outcome instead; see settle.)
+var ErrRestarted = errors.New("inbox: actor restarted while handling the request")
+
 // ErrSessionStopped fails every request that needs an append once the
 // inbox's session actor has terminated.
 var ErrSessionStopped = errors.New("inbox: session stopped")
@@ -41,13 +46,32 @@ func Props(cfg ActorConfig) (*actor.Props, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// refs outlives the actor instances: a restarted instance must not
-	// reuse the correlation id of an append its predecessor left in flight,
-	// whose reply still comes to the same PID.
-	refs := new(uint64)
+	sh := new(shell)
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &inboxActor{cfg: cfg, refs: refs}
+		return &inboxActor{cfg: cfg, shell: sh}
 	}), nil
+}
+
+// shell is the actor state that outlives the actor instances, shared
+// through the producer closure: the requests, so that a restart (after a
+// panic) answers every one of them exactly once, and the ref counter.
+type shell struct {
+	// refs: a restarted instance must not reuse the correlation id of an
+	// append its predecessor left in flight, whose reply still comes to
+	// the same PID.
+	refs uint64
+	// queue holds the requests not started yet, in arrival order; busy is
+	// the one whose append is in flight (or committed and not yet
+	// answered). Serialising is what makes each plan valid: it is made
+	// against the state every earlier splice left, and applied before the
+	// next plan is made. A rejected alternative, planning eagerly against
+	// a projected state, would have to undo the projection of every later
+	// plan when an append fails.
+	queue []request
+	busy  *inflight
+	// starting is the request being planned (between leaving the queue
+	// and being answered or appended): a panic there leaves it here.
+	starting *request
 }
 
 // request is a queued protocol message and who to answer.
@@ -61,13 +85,23 @@ type inflight struct {
 	ref   uint64
 	req   request
 	plans []Plan
+	// The append's outcome, recorded as soon as its reply arrives, before
+	// anything can panic: replied is set, with the committed events or
+	// the refusal.
+	replied bool
+	events  session.Events
+	err     error
+	// applied counts the plans applied to the state and notified to the
+	// owner; settle notifies the rest.
+	applied int
 }
 
-// inboxActor is the shell around State. Everything here is touched only in
+// inboxActor is the shell around State. Everything here, shared shell
+// included (incarnations never overlap), is touched only in
 // Receive.
 type inboxActor struct {
-	cfg   ActorConfig
-	refs  *uint64
+	cfg ActorConfig
+	*shell
 	state *State // nil until rebuilt from the log
 
 	// Boot: the header (for seedLength) and the events, asked for at
@@ -78,22 +112,14 @@ type inboxActor struct {
 	events               session.Events
 	haveEvents           bool
 
-	// queue holds the requests not started yet, in arrival order; busy is
-	// the one whose append is in flight. Serialising is what makes each
-	// plan valid: it is made against the state every earlier splice left,
-	// and applied before the next plan is made. A rejected alternative,
-	// planning eagerly against a projected state, would have to undo the
-	// projection of every later plan when an append fails.
-	queue []request
-	busy  *inflight
 	// sessionStopped is set once the session has terminated: every
 	// request that needs an append fails with ErrSessionStopped.
 	sessionStopped bool
 }
 
 func (a *inboxActor) nextRef() uint64 {
-	*a.refs++
-	return *a.refs
+	a.refs++
+	return a.refs
 }
 
 // Receive handles the protocol of protocol.go and the session's replies.
@@ -117,18 +143,22 @@ func (a *inboxActor) Receive(ctx actor.Context) {
 			a.boot(ctx)
 		}
 	case session.AppendReply:
-		if a.busy != nil && m.Ref == a.busy.ref {
-			a.committed(ctx, m.Events)
-			a.pump(ctx)
+		if b := a.busy; b != nil && !b.replied && m.Ref == b.ref {
+			b.replied, b.events = true, m.Events
+			if a.state != nil {
+				a.committed(ctx)
+				a.pump(ctx)
+			}
+			// Before the rebuild (the reply to a predecessor's append),
+			// boot settles it.
 		}
-		// Any other ref is a reply to a predecessor's append: the log
-		// this instance was rebuilt from already holds it.
 	case session.AppendFailed:
-		if a.busy != nil && m.Ref == a.busy.ref {
-			b := a.busy
-			a.busy = nil
-			a.fail(ctx, b.req, fmt.Errorf("inbox: append splice: %w", m.Err))
-			a.pump(ctx)
+		if b := a.busy; b != nil && !b.replied && m.Ref == b.ref {
+			b.replied, b.err = true, fmt.Errorf("inbox: append splice: %w", m.Err)
+			if a.state != nil {
+				a.settle(ctx)
+				a.pump(ctx)
+			}
 		}
 	case *actor.Stopping:
 		// A watch outlives the watcher: without this, the session's stop
@@ -157,6 +187,7 @@ func (a *inboxActor) sessionGone(ctx actor.Context) {
 	if a.state == nil {
 		a.state = emptyState(a.cfg.Inbox)
 	}
+	a.settle(ctx)
 	if b := a.busy; b != nil {
 		a.busy = nil
 		a.fail(ctx, b.req, ErrSessionStopped)
@@ -176,7 +207,61 @@ func (a *inboxActor) boot(ctx actor.Context) {
 		panic(fmt.Errorf("inbox: rebuild from session log: %w", err))
 	}
 	a.state, a.events = s, session.Events{}
+	a.settle(ctx)
 	a.pump(ctx)
+}
+
+// settle answers what a crashed predecessor left unanswered, once the
+// state is rebuilt (or the session is gone), before the queue resumes.
+//
+// The request it was planning (starting) appended nothing: a query is
+// served again, first; any other request fails with ErrRestarted (retrying
+// it could panic again).
+//
+// The request whose append was in flight (busy) is answered with the
+// append's outcome, recorded when its reply arrived. Its reply reaches
+// this PID before the events this instance was rebuilt from (the session
+// answers the crashed instance's Append before this one's QueryEvents,
+// and protoactor keeps per-pair order), so the outcome is known here and
+// the rebuilt lists already hold a committed batch: the request is
+// answered as committed, from its plans, and the owner is told what the
+// predecessor had not told it. A refused append is answered as refused.
+// An outcome not known yet (a session that answers out of order) stays in
+// flight and is handled when its reply comes.
+//
+// Outside a restart, settle answers a refused append.
+func (a *inboxActor) settle(ctx actor.Context) {
+	if r := a.starting; r != nil {
+		a.starting = nil
+		if _, ok := r.msg.(QueryPending); ok {
+			a.queue = append([]request{*r}, a.queue...)
+		} else {
+			a.fail(ctx, *r, ErrRestarted)
+		}
+	}
+	b := a.busy
+	if b == nil || !b.replied {
+		return
+	}
+	a.busy = nil
+	if b.err != nil {
+		a.fail(ctx, b.req, b.err)
+		return
+	}
+	var taken []messages.Message // claimed or discarded, in order
+	for i, p := range b.plans {
+		if i >= b.applied {
+			n := Notifications{Target: p.Target()}
+			if p.IsClaim() {
+				n.Claimed, n.Turn = p.Removed(), p.Turn()
+			} else {
+				n.Inserted, n.Discarded = p.Inserted(), p.Removed()
+			}
+			a.notify(ctx, n)
+		}
+		taken = append(taken, p.Removed()...)
+	}
+	a.answer(ctx, b, taken)
 }
 
 // pump starts queued requests, in order, until one needs an append or the
@@ -187,7 +272,9 @@ func (a *inboxActor) pump(ctx actor.Context) {
 		r := a.queue[0]
 		a.queue[0] = request{}
 		a.queue = a.queue[1:]
+		a.starting = &r
 		a.start(ctx, r)
+		a.starting = nil
 	}
 	if len(a.queue) == 0 {
 		a.queue = nil // release the drained backing array
@@ -254,10 +341,11 @@ func (a *inboxActor) append(ctx actor.Context, r request, plans []Plan) {
 //
 // A mismatch between the plans and the events (a wrong count, a stale
 // plan) means the lists no longer match the log: the actor panics, and
-// its restart rebuilds the lists from the log.
-func (a *inboxActor) committed(ctx actor.Context, events session.Events) {
+// its restart rebuilds the lists from the log and answers the request
+// (see settle).
+func (a *inboxActor) committed(ctx actor.Context) {
 	b := a.busy
-	a.busy = nil
+	events := b.events
 	if events.Len() != len(b.plans) {
 		panic(fmt.Errorf("inbox: %d splices appended, %d events committed", len(b.plans), events.Len()))
 	}
@@ -267,10 +355,19 @@ func (a *inboxActor) committed(ctx actor.Context, events session.Events) {
 		if err != nil {
 			panic(fmt.Errorf("inbox: apply committed splice: %w", err))
 		}
+		b.applied++
 		a.notify(ctx, n)
 		taken = append(taken, n.Claimed...)
 		taken = append(taken, n.Discarded...)
 	}
+	a.busy = nil
+	a.answer(ctx, b, taken)
+}
+
+// answer answers a committed request: taken are the messages its splices
+// claimed or discarded, in order. A waking Send also tells the owner.
+func (a *inboxActor) answer(ctx actor.Context, b *inflight, taken []messages.Message) {
+	events := b.events
 	switch m := b.req.msg.(type) {
 	case Send:
 		if m.Wake && a.cfg.Owner != nil {

@@ -347,6 +347,10 @@ func TestActorConfigValidates(t *testing.T) {
 type lyingSession struct {
 	refusingSession
 	short map[int]bool
+	// repeat: the append whose index is in repeat is answered with its
+	// first event in place of every event, so that the first plan applies
+	// and the second is stale.
+	repeat map[int]bool
 }
 
 func (s *lyingSession) Receive(ctx actor.Context) {
@@ -364,6 +368,9 @@ func (s *lyingSession) Receive(ctx actor.Context) {
 	}
 	if s.short[n] {
 		es = nil
+	}
+	if s.repeat[n] {
+		es = []session.Event{es[0], es[0]}
 	}
 	ctx.Respond(session.AppendReply{Ref: m.Ref, Events: session.EventsOf(es)})
 }
@@ -420,4 +427,149 @@ func TestActorFailsRequestsOnceTheSessionStopped(t *testing.T) {
 	require.ErrorIs(t, sf.Err, ErrSessionStopped)
 	pend := ask[Pending](t, sys, ib, QueryPending{})
 	require.Len(t, pend.NextTurn(), 1)
+}
+
+// forward asks a requester to send Msg to To with ctx.Request.
+type forward struct {
+	to  *actor.PID
+	msg any
+}
+
+// requester sends requests and collects every reply on a channel.
+type requester struct{ got chan any }
+
+func (r *requester) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case forward:
+		ctx.Request(m.to, m.msg)
+	case SendReply, SendFailed, Claimed, ClaimFailed, RemoveReply, RemoveFailed,
+		ReplaceReply, ReplaceFailed, ClearReply, ClearFailed, Pending:
+		r.got <- m
+	}
+}
+
+// The requests a crashed instance held (the one whose append committed,
+// and the queued ones) are answered by its restart, each exactly once,
+// and the owner hears each change of the log exactly once.
+func TestActorRestartAnswersEveryRequestOnce(t *testing.T) {
+	sys := testutil.NewActorSystem(t)
+	crashed := make(chan struct{}, 8)
+	sub := sys.EventStream.Subscribe(func(evt any) {
+		if _, ok := evt.(*actor.SupervisorEvent); ok {
+			crashed <- struct{}{}
+		}
+	})
+	t.Cleanup(func() { sys.EventStream.Unsubscribe(sub) })
+	ownerPID, notes := spawnOwner(t, sys)
+	// Append 2 is answered with no events (the batch/reply count check
+	// panics before anything is applied); append 3, a claim of both lists,
+	// with its first event twice (the first splice applies, the second is
+	// stale: the panic comes after the owner heard the first).
+	fake := &lyingSession{refusingSession: refusingSession{l: newLog(t)},
+		short: map[int]bool{2: true}, repeat: map[int]bool{3: true}}
+	sess := spawn(t, sys, actor.PropsFromProducer(func() actor.Actor { return fake }))
+	ib := spawnInbox(t, sys, ActorConfig{Session: sess, Owner: ownerPID})
+	rq := &requester{got: make(chan any, 64)}
+	rqPID := spawn(t, sys, actor.PropsFromProducer(func() actor.Actor { return rq }))
+
+	a, b, c, d := user(t, "a"), user(t, "b"), user(t, "c"), user(t, "d")
+	ask[SendReply](t, sys, ib, Followup(1, a)) // append 0
+	ask[SendReply](t, sys, ib, Inject(2, c))   // append 1
+	// Pipelined: while b's append is in flight the others queue, and the
+	// claim's append is in flight when d and the remove are queued.
+	for _, m := range []any{
+		Followup(3, b),                           // append 2: crash, committed
+		Claim{Ref: 4, Target: NextTurn, Turn: 1}, // append 3: crash mid-apply, committed
+		Followup(5, d),                           // append 4
+		Remove{Ref: 6, ID: b.ID()},               // append 5
+		Replace{Ref: 7, ID: b.ID(), Message: d},  // no longer pending: refused
+		QueryPending{Ref: 8},
+	} {
+		sys.Root.Send(rqPID, forward{to: ib, msg: m})
+	}
+
+	replies := map[uint64][]any{}
+	for done := false; !done; {
+		var m any
+		select {
+		case m = <-rq.got:
+		case <-time.After(waitFor):
+			t.Fatalf("replies so far: %v", replies)
+		}
+		var ref uint64
+		switch r := m.(type) {
+		case SendReply:
+			ref = r.Ref
+		case Claimed:
+			ref = r.Ref
+		case RemoveReply:
+			ref = r.Ref
+		case ReplaceFailed:
+			ref = r.Ref
+		case Pending:
+			ref, done = r.Ref, true
+		default:
+			t.Fatalf("unexpected reply %T %+v", m, m)
+		}
+		replies[ref] = append(replies[ref], m)
+	}
+	for ref := uint64(3); ref <= 8; ref++ {
+		require.Lenf(t, replies[ref], 1, "ref %d", ref)
+	}
+	require.Len(t, replies, 6, "every reply precedes the query's")
+	for range 2 {
+		select {
+		case <-crashed:
+		case <-time.After(waitFor):
+			t.Fatal("the inbox did not crash twice")
+		}
+	}
+
+	require.Equal(t, b.ID(), replies[3][0].(SendReply).ID)
+	require.Equal(t, []string{"c", "a"}, texts(replies[4][0].(Claimed).Messages()))
+	require.Equal(t, d.ID(), replies[5][0].(SendReply).ID)
+	require.True(t, replies[6][0].(RemoveReply).Removed)
+	require.ErrorIs(t, replies[7][0].(ReplaceFailed).Err, ErrNotPending)
+	pend := replies[8][0].(Pending)
+	require.Equal(t, []string{"d"}, texts(pend.NextTurn()))
+	require.Empty(t, pend.NextStep())
+
+	// The lists are the lists the log rebuilds.
+	es := sessionEvents(t, sys, sess)
+	require.Len(t, splicesOf(es), 7, "a, c, b, the claim's two, d, the removal")
+	r, err := Rebuild(es.All(), 0, Config{})
+	require.NoError(t, err)
+	live := newState(t, Config{})
+	live.lists = [2][]messages.Message{pend.NextTurn(), pend.NextStep()}
+	require.True(t, r.Equal(live))
+
+	// The owner heard every change once: a marker send's notifications
+	// come after every earlier one.
+	marker := user(t, "marker")
+	ask[SendReply](t, sys, ib, Inject(9, marker))
+	var got []string
+	for {
+		var s string
+		switch m := next(t, notes).(type) {
+		case Inserted:
+			s = "inserted " + m.Message.Block(0).Text()
+		case Woken:
+			s = "woken " + string(m.ID)
+		case ClaimedNotice:
+			s = fmt.Sprintf("claimed %s turn %d", m.Message.Block(0).Text(), m.Turn)
+		case Discarded:
+			s = "discarded " + m.Message.Block(0).Text()
+		}
+		if s == "inserted marker" {
+			break
+		}
+		got = append(got, s)
+	}
+	require.ElementsMatch(t, []string{
+		"inserted a", "woken " + string(a.ID()), "inserted c",
+		"inserted b", "woken " + string(b.ID()),
+		"claimed c turn 1", "claimed a turn 1",
+		"inserted d", "woken " + string(d.ID()),
+		"discarded b",
+	}, got)
 }

@@ -85,6 +85,9 @@
 // says Removed false. The actor panics, so that its supervisor restarts it
 // and the restart rebuilds the lists from the log, when the log and its
 // memory disagree: a committed batch that does not match its plans
-// ([ErrStalePlan]), or a log whose splices do not replay ([*SpliceError]);
-// requests queued at that moment are lost and their callers time out.
+// ([ErrStalePlan]), or a log whose splices do not replay ([*SpliceError]).
+// The requests it held survive the restart and are answered exactly once:
+// the one whose append was in flight by its outcome in the log (success,
+// or the session's refusal), one caught mid-planning with [ErrRestarted]
+// (a query is simply retried), and the queued ones in order afterwards.
 package inbox
