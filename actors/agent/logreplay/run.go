@@ -91,9 +91,13 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 		return Result{}, fmt.Errorf("logreplay: %w", err)
 	}
 
+	// A dead letter at teardown (a late message to a stopped actor) starts
+	// protoactor's throttle goroutine, which lives for the throttle
+	// interval (default 1 s); a short interval lets a replay leave no
+	// goroutine behind when it returns.
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
-	}))
+	}), actor.WithDeadLetterThrottleInterval(time.Millisecond))
 	defer sys.Shutdown()
 	root := sys.Root
 	var clock int64
