@@ -564,17 +564,10 @@ func (d *Driver) Committed(events []session.Event) error {
 			}
 			return fmt.Errorf("agent: mirror at %d got event %d", d.mirror.Len(), e.Seq())
 		}
-		dr := session.NewDraft(e.Type(), e.Data())
-		if op := e.SurfaceOp(); op.Kind() != session.OpNone {
-			dr = dr.WithSurface(op)
-		}
-		if s, ok := e.SourceEventSeqs(); ok {
-			dr = dr.WithSources(s)
-		}
-		if e.Ignorable() {
-			dr = dr.AsIgnorable()
-		}
-		if _, err := d.mirror.Append(dr, e.Time()); err != nil {
+		// The event is the session's committed value: mirror it as is
+		// (its typed payload included) rather than re-encoding it as a
+		// draft, which would decode every event a second time.
+		if err := d.mirror.Mirror(e); err != nil {
 			return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
 		}
 		d.observeCompaction(e)

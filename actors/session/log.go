@@ -141,6 +141,26 @@ func (l *Log) Append(d Draft, now int64) (Event, error) {
 	return e, nil
 }
 
+// Mirror commits e, an event another log already committed (its copy in a
+// reader that follows the session, such as the agent's view of its log),
+// as this log's next event: the seq must be Len() and every rule is
+// checked as for Append, but the event keeps its data, time and typed
+// payload (nothing is decoded again). Observers see it after commit. On
+// error the log is unchanged.
+func (l *Log) Mirror(e Event) error {
+	if l.obs.publishing {
+		return ErrReentrantAppend
+	}
+	if e.seq != int64(len(l.events)) {
+		return &EventError{Seq: e.seq, Type: e.typ, Err: fmt.Errorf("mirrored event has seq %d, want %d", e.seq, len(l.events))}
+	}
+	if err := l.commit(e); err != nil {
+		return err
+	}
+	l.publish([]Event{e})
+	return nil
+}
+
 // build stamps a draft as the next event and decodes its payload.
 //
 // The data is decoded even when the draft came from a typed constructor

@@ -497,3 +497,36 @@ func TestRefusesRowTagsAsEventTypes(t *testing.T) {
 	}
 	require.Equal(t, int64(0), l.Len())
 }
+
+func TestMirrorCommitsAnotherLogsEventsAsTheyAre(t *testing.T) {
+	src, err := New(Header{ID: "src", CreatedAt: 1})
+	require.NoError(t, err)
+	m, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock("hi")}, messages.UserSource())
+	require.NoError(t, err)
+	for _, d := range []Draft{UserMessage{Message: m}.Draft(), TurnStart{Turn: 1}.Draft(), StepStart{Turn: 1, Step: 1}.Draft(),
+		AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "x")}.Draft()} {
+		_, err := src.Append(d, 42)
+		require.NoError(t, err)
+	}
+	dst, err := New(Header{ID: "dst", CreatedAt: 1})
+	require.NoError(t, err)
+	for e := range src.Events().All() {
+		require.NoError(t, dst.Mirror(e))
+	}
+	require.Equal(t, src.Len(), dst.Len())
+	for i := range src.Len() {
+		a, _ := src.Event(i)
+		b, _ := dst.Event(i)
+		require.True(t, a.Equal(b))
+	}
+	require.Equal(t, 1, dst.DeriveMessages().Len())
+
+	// Out of order, or breaking a rule, changes nothing.
+	e, _ := src.Event(0)
+	require.ErrorIs(t, dst.Mirror(e), ErrInvalid)
+	other, err := New(Header{ID: "o", CreatedAt: 1})
+	require.NoError(t, err)
+	bad, _ := src.Event(2) // step/start outside a turn at seq 0: seq mismatch
+	require.Error(t, other.Mirror(bad))
+	require.Zero(t, other.Len())
+}
