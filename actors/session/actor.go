@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/dshgo/dsh/messages"
 )
 
 // Config configures a session actor. The zero value is not usable: Log is
@@ -140,8 +139,7 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 			respond(ctx, ForkFailed{Ref: m.Ref, Err: err})
 			return
 		}
-		h := Header{ID: m.Child, CreatedAt: m.CreatedAt, Cwd: st.log.header.Cwd,
-			ParentSession: string(st.log.ID()), SeedLength: messages.Some(int64(len(prefix)))}
+		h := st.log.forkHeader(m.Child, m.CreatedAt, len(prefix))
 		if err := h.Validate(); err != nil {
 			respond(ctx, ForkFailed{Ref: m.Ref, Err: fmt.Errorf("session: fork: %w", err)})
 			return

@@ -579,10 +579,6 @@ func WriteFile(path string, h Header, events []Event, opts WriteOptions) error {
 	return nil
 }
 
-var zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
-	return zstd.NewWriter(nil, zstd.WithEncoderCRC(true), zstd.WithEncoderConcurrency(1))
-})
-
 // encodeFile returns the bytes WriteFile writes.
 func encodeFile(h Header, events []Event, opts WriteOptions) ([]byte, error) {
 	if err := opts.Validate(); err != nil {
@@ -615,15 +611,11 @@ func encodeFile(h Header, events []Event, opts WriteOptions) ([]byte, error) {
 		}
 		return out, nil
 	}
-	enc, err := zstdEncoder()
-	if err != nil {
-		return nil, err
-	}
-	out := enc.EncodeAll(headerLine, nil)
+	out := AppendZstdFrame(nil, headerLine)
 	var buf []byte
 	for _, b := range batches {
 		buf = AppendRecords(buf[:0], b, opts.Pack)
-		out = enc.EncodeAll(buf, out)
+		out = AppendZstdFrame(out, buf)
 	}
 	return out, nil
 }

@@ -67,7 +67,7 @@ func plainFile(lines ...string) []byte {
 // zstdFrames encodes each content as one checksummed frame.
 func zstdFrames(t testing.TB, contents ...string) []byte {
 	t.Helper()
-	enc, err := zstdEncoder()
+	enc, err := frameEncoder()
 	require.NoError(t, err)
 	var out []byte
 	for _, c := range contents {
@@ -342,7 +342,7 @@ func TestFileZstdRecoversCompleteRecordsOfTornFrame(t *testing.T) {
 // content size) and checks that what comes back is a prefix of the content
 // and, when only the checksum is cut, all of it.
 func TestFileZstdSalvagesEveryHeaderShape(t *testing.T) {
-	small, err := zstdEncoder()
+	small, err := frameEncoder()
 	require.NoError(t, err)
 	windowed, err := zstd.NewWriter(nil, zstd.WithWindowSize(1<<20), zstd.WithEncoderCRC(true))
 	require.NoError(t, err)

@@ -70,7 +70,12 @@ func (l *Log) Fork(child SessionID, boundary int64, createdAt, now int64) (*Log,
 	if err != nil {
 		return nil, err
 	}
-	h := Header{ID: child, CreatedAt: createdAt, Cwd: l.header.Cwd, ParentSession: string(l.header.ID),
-		SeedLength: messages.Some(int64(len(prefix)))}
-	return NewSeeded(h, prefix, now)
+	return NewSeeded(l.forkHeader(child, createdAt, len(prefix)), prefix, now)
+}
+
+// forkHeader is the header of a child forked from l with a seed of
+// seedLength events: the parent's cwd, the parent named, the seed length.
+func (l *Log) forkHeader(child SessionID, createdAt int64, seedLength int) Header {
+	return Header{ID: child, CreatedAt: createdAt, Cwd: l.header.Cwd, ParentSession: string(l.header.ID),
+		SeedLength: messages.Some(int64(seedLength))}
 }

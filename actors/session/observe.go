@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -117,7 +118,7 @@ func (l *Log) mark() logMark {
 		lastHeader: l.lastHeader, lastContext: l.lastContext}
 	if l.trace != nil {
 		m.trace = *l.trace
-		m.trace.calls = cloneCalls(l.trace.calls)
+		m.trace.calls = maps.Clone(l.trace.calls)
 	}
 	return m
 }
@@ -136,15 +137,4 @@ func (l *Log) rollback(m logMark) {
 	if l.derived.done > len(m.nodes) || l.derived.generation != m.generation {
 		l.derived = deriveCache{generation: -1}
 	}
-}
-
-func cloneCalls(m map[string]bool) map[string]bool {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]bool, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }

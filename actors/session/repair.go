@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/dshgo/dsh/messages"
 )
@@ -51,14 +52,14 @@ func InterruptedTurnClosers(events []Event) []Event {
 		case AssistantMessage:
 			for b := range p.Message.Blocks() {
 				if b.Type() == messages.BlockToolCall {
-					if _, seen := callSeq[b.ID()]; !seen && !contains(pending, b.ID()) {
+					if _, seen := callSeq[b.ID()]; !seen && !slices.Contains(pending, b.ID()) {
 						pending = append(pending, b.ID())
 					}
 				}
 			}
 		case ToolCall:
 			callSeq[p.CallID] = events[i].seq
-			if !contains(pending, p.CallID) {
+			if !slices.Contains(pending, p.CallID) {
 				pending = append(pending, p.CallID)
 			}
 		case ToolResult:
@@ -119,15 +120,6 @@ func syntheticToolResult(id, callID, text string) messages.Message {
 		panic(fmt.Sprintf("session: synthetic tool result: %v", err)) // a bug in this file
 	}
 	return m
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // Repair appends the crash-repair closers to l (see
