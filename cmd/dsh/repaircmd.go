@@ -38,7 +38,7 @@ func logRepair(args []string, stdout, _ io.Writer) error {
 		if errors.As(err, &pe) {
 			return fmt.Errorf("%s: %v", path, pe.Err)
 		}
-		return describe(path, unwrapPersister(err))
+		return describe(path, err)
 	}
 	if !r.Changed() {
 		fmt.Fprintf(stdout, "%s: nothing to repair (%d events, balanced)\n", path, r.Events)
@@ -68,28 +68,6 @@ func logRepair(args []string, stdout, _ io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: repaired: %s; now %d events, %s\n", path, strings.Join(did, "; "), r.Events, sizeText(r.SizeAfter))
 	return nil
-}
-
-// unwrapPersister drops the persister's own prefix so describe sees the
-// session error inside.
-func unwrapPersister(err error) error {
-	var (
-		ce *session.CorruptError
-		ee *session.EventError
-		ue *session.UnsupportedTypeError
-		ve *session.FormatVersionError
-	)
-	switch {
-	case errors.As(err, &ce):
-		return ce
-	case errors.As(err, &ee):
-		return ee
-	case errors.As(err, &ue):
-		return ue
-	case errors.As(err, &ve):
-		return ve
-	}
-	return err
 }
 
 // defaultDataDir is $XDG_DATA_HOME/dsh, else ~/.local/share/dsh (DESIGN §8).
