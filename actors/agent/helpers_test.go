@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/messages"
 )
 
@@ -165,8 +165,6 @@ type harness struct {
 
 type option func(*harness, *Config)
 
-func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 func testHeader() session.Header {
 	return session.Header{ID: "agent-test", CreatedAt: 1, Cwd: "/work/project"}
 }
@@ -180,8 +178,9 @@ func newHarness(t *testing.T, mock *mockProvider, l *session.Log, opts ...option
 		require.NoError(t, err)
 	}
 	// A dead letter (a cancel racing a stream that just ended) starts a
-	// throttle goroutine that lives one interval: keep it short for goleak.
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(quietLogger), actor.WithDeadLetterThrottleInterval(time.Millisecond))
+	// throttle goroutine that lives one interval: QuietSystem keeps it short
+	// for goleak.
+	sys := testutil.QuietSystem()
 	h := &harness{t: t, sys: sys, mock: mock}
 	cfg := Config{Provider: mock, Model: "mock-1",
 		Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/testutil"
 )
 
 // End-to-end tests of the persister actor with real session actors. The
@@ -22,12 +22,6 @@ import (
 // workers, timers) has exited when the bubble ends.
 
 const futureTimeout = 10 * time.Second
-
-func quietSystem() *actor.ActorSystem {
-	return actor.NewActorSystem(
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }),
-		actor.WithDeadLetterThrottleInterval(time.Millisecond))
-}
 
 // rig is an actor system with a persister, session actors and an owner
 // probe. Cleanup stops everything in dependency order.
@@ -45,7 +39,7 @@ type rig struct {
 
 func newRig(t *testing.T, cfg Config) *rig {
 	t.Helper()
-	r := &rig{t: t, sys: quietSystem(), sessions: map[session.SessionID]*actor.PID{},
+	r := &rig{t: t, sys: testutil.QuietSystem(), sessions: map[session.SessionID]*actor.PID{},
 		scripts: map[session.SessionID]*turnScript{}}
 	props, err := Props(cfg)
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/testutil"
 )
 
 // Benchmarks of the persister actor against baselines measured in the same
@@ -99,7 +100,7 @@ const (
 
 func newBenchRig(b *testing.B, n int, policy Policy, kind storeKind) *benchRig {
 	b.Helper()
-	r := &benchRig{sys: quietSystem()}
+	r := &benchRig{sys: testutil.QuietSystem()}
 	var w Writer
 	switch kind {
 	case jsonlFiles:

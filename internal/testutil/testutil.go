@@ -13,16 +13,22 @@ import (
 // test output shows only the tests' own lines.
 func QuietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// NewActorSystem returns an actor system with a quiet logger and a short
+// QuietSystem returns an actor system with a quiet logger and a short
 // dead-letter throttle interval (protoactor's throttle goroutine lives for
-// one interval after a dead letter, which goleak would report), shut down
-// when the test ends. Shutdown stops no actors (protoactor's Shutdown only
-// closes a channel): a test stops the actors it spawned itself, in its own
-// cleanups, which run before this one.
+// one interval after a dead letter, which goleak would report). The caller
+// shuts it down.
+func QuietSystem(opts ...actor.ConfigOption) *actor.ActorSystem {
+	return actor.NewActorSystem(append([]actor.ConfigOption{actor.WithLoggerFactory(QuietLogger),
+		actor.WithDeadLetterThrottleInterval(time.Millisecond)}, opts...)...)
+}
+
+// NewActorSystem is QuietSystem shut down when the test ends. Shutdown
+// stops no actors (protoactor's Shutdown only closes a channel): a test
+// stops the actors it spawned itself, in its own cleanups, which run before
+// this one.
 func NewActorSystem(t testing.TB, opts ...actor.ConfigOption) *actor.ActorSystem {
 	t.Helper()
-	sys := actor.NewActorSystem(append([]actor.ConfigOption{actor.WithLoggerFactory(QuietLogger),
-		actor.WithDeadLetterThrottleInterval(time.Millisecond)}, opts...)...)
+	sys := QuietSystem(opts...)
 	t.Cleanup(sys.Shutdown)
 	return sys
 }
