@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,8 +32,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dsh bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("bench")
 	var o bench.Options
 	var policy string
 	var asJSON, quiet bool
@@ -55,14 +53,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&o.NoVerify, "no-verify", false, "do not read every log back after the run")
 	fs.BoolVar(&asJSON, "json", false, "print the report as one JSON value")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, benchUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usagef("bench: %v", err)
+	if err := parseFlags(fs, args, benchUsage, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("bench: unexpected argument %q", fs.Arg(0))

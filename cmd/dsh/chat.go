@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -80,18 +79,11 @@ var errQuit = errors.New("quit")
 
 // runChat is dsh chat; intr delivers Ctrl-C.
 func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, intr <-chan os.Signal, env talkEnv) (err error) {
-	fs := flag.NewFlagSet("dsh chat", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("chat")
 	var f talkFlags
 	f.register(fs, false)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, chatUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usagef("chat: %v", err)
+	if err := parseFlags(fs, args, chatUsage, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("chat: unexpected argument %q (type messages at the prompt)", fs.Arg(0))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,20 +15,13 @@ import (
 // logFork writes a new log seeded with a prefix of FILE: the reference's
 // fork (spec §2.11), as a file.
 func logFork(args []string, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("dsh log fork", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("log fork")
 	at := fs.Int64("at", session.LastEvent, "the last seq the fork inherits (inclusive; default: the last event)")
 	out := fs.String("out", "", "the file to write (required; .zstd suffix for JSONL+zstd)")
 	id := fs.String("id", "", "the new session's id (default: a fresh UUID)")
 	fixture := fs.Bool("fixture", false, "substitute the reference snapshot placeholders before reading")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, "Usage: dsh log fork --at SEQ --out OUT [--id ID] FILE\n\nFlags:\n")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usagef("log fork: %v", err)
+	if err := parseFlags(fs, args, "Usage: dsh log fork --at SEQ --out OUT [--id ID] FILE\n\nFlags:\n", stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 || strings.HasPrefix(fs.Arg(0), "-") {
 		return usagef("log fork: want exactly one file (flags first)")

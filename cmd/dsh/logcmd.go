@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -42,17 +41,10 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 // logFlags parses the flags shared by the log subcommands. A flag after a
 // positional argument is bad usage (flags come first).
 func logFlags(name, synopsis string, args []string, stdout io.Writer) (fixture bool, files []string, err error) {
-	fs := flag.NewFlagSet("dsh log "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("log " + name)
 	fs.BoolVar(&fixture, "fixture", false, "substitute the reference snapshot placeholders ({{sessionId}}, {{cwd}}, {{system}}, {{tools}}) before reading")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: dsh log %s %s\n\nFlags:\n", name, synopsis)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return false, nil, errHelp
-		}
-		return false, nil, usagef("log %s: %v", name, err)
+	if err := parseFlags(fs, args, fmt.Sprintf("Usage: dsh log %s %s\n\nFlags:\n", name, synopsis), stdout); err != nil {
+		return false, nil, err
 	}
 	for _, a := range fs.Args() {
 		if strings.HasPrefix(a, "-") && len(a) > 1 {
@@ -163,18 +155,11 @@ func plural(n int64, word string) string {
 }
 
 func statsFlags(args []string, stdout io.Writer) (fixture, asJSON bool, path string, err error) {
-	fs := flag.NewFlagSet("dsh log stats", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("log stats")
 	fs.BoolVar(&fixture, "fixture", false, "substitute the reference snapshot placeholders before reading")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: dsh log stats [--fixture] [--json] FILE\n\nFlags:\n")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return false, false, "", errHelp
-		}
-		return false, false, "", usagef("log stats: %v", err)
+	if err := parseFlags(fs, args, "Usage: dsh log stats [--fixture] [--json] FILE\n\nFlags:\n", stdout); err != nil {
+		return false, false, "", err
 	}
 	if fs.NArg() != 1 || strings.HasPrefix(fs.Arg(0), "-") {
 		return false, false, "", usagef("log stats: want exactly one file (flags first)")

@@ -10,9 +10,11 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 func main() {
@@ -100,4 +102,29 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usagef("unknown command %q", args[0])
 	}
+}
+
+// newFlagSet returns a flag set named "dsh <command>" that prints nothing
+// itself: parseFlags reports.
+func newFlagSet(command string) *flag.FlagSet {
+	fs := flag.NewFlagSet("dsh "+command, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseFlags parses args with fs. --help prints usage and the flags on
+// stdout and returns errHelp (exit 0); a bad flag is bad usage (exit 2),
+// named after the command.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return errHelp
+	}
+	if err != nil {
+		return usagef("%s: %v", strings.TrimPrefix(fs.Name(), "dsh "), err)
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,14 +18,9 @@ import (
 
 // logRepair repairs one log file in place and says what it did.
 func logRepair(args []string, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("dsh log repair", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, "Usage: dsh log repair FILE\n\nTruncates a torn tail (keeping the complete records of a torn zstd frame) and\ncloses an open turn with crash-repair events. A corrupt file is never changed.\n")
-			return errHelp
-		}
-		return usagef("log repair: %v", err)
+	fs := newFlagSet("log repair")
+	if err := parseFlags(fs, args, "Usage: dsh log repair FILE\n\nTruncates a torn tail (keeping the complete records of a torn zstd frame) and\ncloses an open turn with crash-repair events. A corrupt file is never changed.\n", stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 || strings.HasPrefix(fs.Arg(0), "-") {
 		return usagef("log repair: want exactly one file (flags first)")
@@ -106,18 +100,11 @@ type sessionRow struct {
 
 // sessionsCmd lists the sessions stored under a data directory.
 func sessionsCmd(args []string, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("dsh sessions", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("sessions")
 	dir := fs.String("dir", "", "data directory (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh)")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, "Usage: dsh sessions [--dir DIR] [--json]\n\nFlags:\n")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usagef("sessions: %v", err)
+	if err := parseFlags(fs, args, "Usage: dsh sessions [--dir DIR] [--json]\n\nFlags:\n", stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usagef("sessions: unexpected argument %q", fs.Arg(0))

@@ -479,18 +479,11 @@ type runUsageStats struct {
 
 // runRun is dsh run; ctx is cancelled on Ctrl-C.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env talkEnv) (err error) {
-	fs := flag.NewFlagSet("dsh run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("run")
 	var f talkFlags
 	f.register(fs, true)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, runUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usagef("run: %v", err)
+	if err := parseFlags(fs, args, runUsage, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 || strings.TrimSpace(fs.Arg(0)) == "" {
 		return usagef("run: want exactly one PROMPT argument (flags go before it)")
