@@ -435,20 +435,40 @@ func (s *JSONLStore) writeBatch(st *jsonlSession, f vfs.File, events []session.E
 	defer putScratch(bp)
 	buf := s.encodeBatch((*bp)[:0], events)
 	*bp = buf
-	_, err := f.Write(buf)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err != nil {
-		if terr := truncateBack(f, st.size); terr != nil {
+	if err := appendSynced(f, st.size, buf); err != nil {
+		var tb *truncateBackError
+		if errors.As(err, &tb) {
 			st.dirty = true
-			return errors.Join(err, terr)
 		}
 		return err
 	}
 	st.size += int64(len(buf))
 	st.next += int64(len(events))
 	return nil
+}
+
+// truncateBackError marks an appendSynced failure whose truncation back
+// failed too: the file may hold part of the batch.
+type truncateBackError struct{ err error }
+
+func (e *truncateBackError) Error() string { return e.err.Error() }
+func (e *truncateBackError) Unwrap() error { return e.err }
+
+// appendSynced writes buf at the end of f, whose size is size, and fsyncs.
+// On failure it truncates f back to size (and fsyncs), so nothing of buf
+// stays; when even that fails the error is a *truncateBackError.
+func appendSynced(f vfs.File, size int64, buf []byte) error {
+	_, err := f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		return nil
+	}
+	if terr := truncateBack(f, size); terr != nil {
+		return &truncateBackError{err: errors.Join(err, terr)}
+	}
+	return err
 }
 
 // truncateBack cuts f to size and makes that durable.

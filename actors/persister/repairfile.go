@@ -1,7 +1,6 @@
 package persister
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -72,16 +71,9 @@ func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
 	}
 	if len(batch) > 0 {
 		buf := encodeBatch(nil, batch, file.Compressed, true)
-		_, err := f.Write(buf)
-		if err == nil {
-			err = f.Sync()
-		}
-		if err != nil {
-			// Leave no partial batch behind; the torn tail is already gone,
-			// so a second repair finds a clean file with the turn open.
-			if terr := truncateBack(f, size); terr != nil {
-				err = errors.Join(err, terr)
-			}
+		// No partial batch stays on failure; the torn tail is already gone,
+		// so a second repair finds a clean file with the turn open.
+		if err := appendSynced(f, size, buf); err != nil {
 			return RepairReport{}, fmt.Errorf("persister: repair %s: write: %w", path, err)
 		}
 		size += int64(len(buf))
