@@ -80,36 +80,46 @@ func TestReplayConformant(t *testing.T) {
 // delivers the recorded contribution from outside the loop, racing the
 // agent's next claim: the divergence lands at one of a few positions
 // (positions), and, for missing-sandbox-runner, the delivery sometimes
-// wins and the replay conforms (mayConform).
+// wins and the replay conforms (mayConform), or the agent's claim lands
+// first one event later (another outcome of the same race, listed exactly
+// in others). An agent step-end hook would let the replay deliver in
+// order and make these exact.
 func TestReplayKnownDivergences(t *testing.T) {
+	type outcome struct {
+		position      int
+		expected, got string // prefixes of Divergence.Expected and Got
+	}
 	for _, c := range []struct {
 		file       string
 		positions  []int
 		expected   []string // prefixes of Divergence.Expected, one of which matches
 		got        string   // prefix of Divergence.Got
 		mayConform bool
+		others     []outcome // further exact outcomes of the same race
 	}{
 		// The compact plugin replaces the history with its snapshot
 		// message after the tool result.
-		{"acp/agent-instructions/session.jsonl", []int{17}, []string{`user/message {"content":[{"type":"text","text":"Earlier context was compacted`}, `tool/result`, false},
+		{"acp/agent-instructions/session.jsonl", []int{17}, []string{`user/message {"content":[{"type":"text","text":"Earlier context was compacted`}, `tool/result`, false, nil},
 		// The hooks plugin's claude-code Stop hook runs at turn-stopping.
-		{"acp/hook-cc-stop-continue/session.jsonl", []int{36}, []string{`hook/invoked {"turn":1,"point":"Stop"`}, `turn/end`, false},
+		{"acp/hook-cc-stop-continue/session.jsonl", []int{36}, []string{`hook/invoked {"turn":1,"point":"Stop"`}, `turn/end`, false, nil},
 		// The title plugin makes its own LLM call (its recorded
 		// session/title-llm-request, appended from outside the loop at
 		// position 9, races the step's first chunk).
 		{"acp/session-title-after-turn/session.jsonl", []int{9, 11},
-			[]string{`assistant/chunk`, `session/title-llm-request`}, `assistant/chunk`, false},
+			[]string{`assistant/chunk`, `session/title-llm-request`}, `assistant/chunk`, false, nil},
 		// The workspace-context plugin inserts nested/AGENTS.md into
 		// next-step after step/end, then cancels it and enters it itself.
 		{"acp/code-mode-workspace-context/session.jsonl", []int{21, 22},
 			[]string{`agent/inbox/spliced {"target":"next-step","start":0,"inserted":[{"content":[{"type":"text","text":"<system-reminder>`,
 				`agent/inbox/spliced {"target":"next-step","start":0,"removedCount":1,"inserted":[],"outcome":"canceled"}`},
-			`step/start {"turn":1,"step":2}`, false},
+			`step/start {"turn":1,"step":2}`, false, nil},
 		// The tool-jobs plugin's background-job notice, inserted after
 		// step/end.
 		{"acp/missing-sandbox-runner/session.jsonl", []int{28},
 			[]string{`agent/inbox/spliced {"target":"next-step","start":0,"inserted":[{"content":[{"type":"text","text":"background job bash-1`},
-			`step/start {"turn":1,"step":3}`, true},
+			`step/start {"turn":1,"step":3}`, true,
+			[]outcome{{29, `step/start {"turn":1,"step":3}`,
+				`agent/inbox/spliced {"target":"next-step","start":0,"removedCount":1,"inserted":[]}`}}},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			r := replayFile(t, corpusFile(t, c.file))
@@ -118,6 +128,12 @@ func TestReplayKnownDivergences(t *testing.T) {
 			}
 			require.False(t, r.Conformant)
 			require.NotNil(t, r.Divergence)
+			if slices.ContainsFunc(c.others, func(o outcome) bool {
+				return r.Divergence.Position == o.position && strings.HasPrefix(r.Divergence.Expected, o.expected) &&
+					strings.HasPrefix(r.Divergence.Got, o.got)
+			}) {
+				return
+			}
 			require.Contains(t, c.positions, r.Divergence.Position, "%v", r.Divergence)
 			require.True(t, slices.ContainsFunc(c.expected, func(p string) bool {
 				return strings.HasPrefix(r.Divergence.Expected, p)
