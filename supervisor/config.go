@@ -95,6 +95,12 @@ type Config struct {
 	// Clock returns the time stamped on events, in epoch ms. Default: the
 	// wall clock.
 	Clock func() int64
+	// ManualResume keeps the host from loading stored sessions on demand:
+	// only Create, Resume and Fork make a session resident, and every
+	// other method naming a session that is not resident fails with
+	// ErrNoSession. A cluster member sets it, so that a session is brought
+	// in only by its grain (the one place that decided it lives here).
+	ManualResume bool
 }
 
 // Defaults.

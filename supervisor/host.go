@@ -254,7 +254,7 @@ func (h *Host) Create(ctx context.Context, opts CreateOptions) (session.SessionI
 // length. Resuming a resident session is a no-op. Every other method
 // resumes a stored session on demand, so calling Resume is optional.
 func (h *Host) Resume(ctx context.Context, id session.SessionID) error {
-	e, err := h.live(ctx, id)
+	e, err := h.get(ctx, id, true)
 	if err != nil {
 		return err
 	}
@@ -263,9 +263,14 @@ func (h *Host) Resume(ctx context.Context, id session.SessionID) error {
 }
 
 // live returns the resident entry of id, resuming it from the store when
-// needed. On success the entry is in use (it cannot passivate) until the
-// caller calls h.unuse(e).
+// needed (unless Config.ManualResume). On success the entry is in use (it
+// cannot passivate) until the caller calls h.unuse(e).
 func (h *Host) live(ctx context.Context, id session.SessionID) (*entry, error) {
+	return h.get(ctx, id, !h.cfg.ManualResume)
+}
+
+// get is live, loading a stored session only when load is set.
+func (h *Host) get(ctx context.Context, id session.SessionID, load bool) (*entry, error) {
 	e, fresh, err := h.reserve(ctx, id)
 	if err != nil {
 		return nil, err
@@ -281,6 +286,11 @@ func (h *Host) live(ctx context.Context, id session.SessionID) (*entry, error) {
 			return nil, e.err
 		}
 		return e, nil
+	}
+	if !load {
+		err := fmt.Errorf("%w: %s (not resident)", ErrNoSession, id)
+		h.release(e, err)
+		return nil, err
 	}
 	st, err := h.store.Load(ctx, id)
 	if err != nil {

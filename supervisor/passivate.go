@@ -8,6 +8,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
 )
 
 // The constants of the memory estimate (Stats.ResidentBytes). They are
@@ -200,4 +201,76 @@ func (h *Host) passivate(e *entry) error {
 		return err
 	}
 	return h.sys.Root.PoisonFuture(e.session).Wait()
+}
+
+// ErrEvicted ends the Subscriptions of a session evicted by Host.Evict.
+var ErrEvicted = errors.New("supervisor: session evicted from this host")
+
+// Evict makes a resident session non-resident now, whatever it is doing:
+// a running turn is disposed (it ends {aborted, disposed}), everything
+// logged is flushed, the session is untracked (which releases its writer
+// lock when the store takes one, see persister.JSONLConfig.Lock), its
+// open Subscriptions end with ErrEvicted and its actors stop. Evicting a
+// session that is not resident does nothing. A cluster member evicts a
+// session that moves to another member. On error (a flush that failed)
+// the session is gone from the host all the same; what the persister
+// could not write stays with it, retried, and the writer lock with it.
+func (h *Host) Evict(ctx context.Context, id session.SessionID) error {
+	var e *entry
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return ErrClosed
+		}
+		e = h.sessions[id]
+		if e == nil {
+			h.mu.Unlock()
+			return nil
+		}
+		if wait := e.passivating; wait != nil {
+			h.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		break
+	}
+	done := make(chan struct{})
+	e.passivating = done
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	var subs []*Subscription
+	for s := range h.subs {
+		if s.e == e {
+			subs = append(subs, s)
+		}
+	}
+	h.mu.Unlock()
+
+	for _, s := range subs {
+		s.stop(ErrEvicted)
+	}
+	err := h.stopSession(ctx, e)
+
+	h.mu.Lock()
+	if h.sessions[id] == e {
+		delete(h.sessions, id)
+	}
+	if e.err == nil {
+		st := e.stats()
+		st.Resident, st.ResidentBytes, st.Durable = false, 0, -1
+		h.parked[id] = st
+	}
+	e.passivating = nil
+	close(done)
+	h.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("supervisor: evict %s: %w", id, err)
+	}
+	return nil
 }
