@@ -42,13 +42,19 @@ import (
 // InjectError installs a hook consulted before every operation; it can
 // fail any operation at any point, cut a write short (ShortWrite), record
 // the operation log, or take a CrashClone mid-operation.
+//
+// Locks (Lock) live in a table of this MemFS, by file (so hard links share
+// one), with the semantics of the OS's: exclusive between any two Lock
+// calls, released by Release. A crash clone holds none: the process that
+// held them died.
 type MemFS struct {
 	mu     sync.Mutex // guards everything below and every node
 	root   *memNode
 	clock  int64 // ticks on every change; the modification times
 	ino    uint64
 	inject func(op Op, path string) error
-	open   int // open handles
+	open   int                   // open handles and held locks
+	locks  map[*memNode]*memLock // held locks by file
 }
 
 // Op names a file-system operation for InjectError.
@@ -56,7 +62,8 @@ type Op uint8
 
 // The operations an injector sees. OpOpen covers OpenFile (creation and
 // truncation included), OpRead a file's Read and ReadAt, OpStat both
-// FS.Stat and File.Stat.
+// FS.Stat and File.Stat, OpLock Lock (creating the file and writing the
+// holder included; Release is not injectable, like Close).
 const (
 	OpOpen Op = iota + 1
 	OpWrite
@@ -69,11 +76,12 @@ const (
 	OpRead
 	OpStat
 	OpReadDir
+	OpLock
 )
 
 var opNames = [...]string{OpOpen: "open", OpWrite: "write", OpSync: "sync", OpTruncate: "truncate",
 	OpLink: "link", OpRemove: "remove", OpMkdir: "mkdir", OpSyncDir: "syncdir", OpRead: "read",
-	OpStat: "stat", OpReadDir: "readdir"}
+	OpStat: "stat", OpReadDir: "readdir", OpLock: "lock"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
@@ -162,7 +170,8 @@ func (m *MemFS) before(op Op, name string) error {
 	return fn(op, name)
 }
 
-// OpenFiles returns the number of handles opened and not yet closed.
+// OpenFiles returns the number of handles opened and not yet closed, and
+// of locks taken and not yet released (an OS lock holds a descriptor).
 func (m *MemFS) OpenFiles() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -172,7 +181,7 @@ func (m *MemFS) OpenFiles() int {
 // CrashClone returns a new MemFS holding only what was durable in m: the
 // directories and files reachable from the root through durable entries,
 // each file with its synced bytes. Hard links stay shared. In the clone
-// everything is durable. The clone has no injector.
+// everything is durable. The clone has no injector and holds no locks.
 func (m *MemFS) CrashClone() *MemFS { return m.CrashCloneWith(nil) }
 
 // CrashCloneWith is CrashClone with a say in what each surviving file
@@ -634,5 +643,63 @@ func (f *memFile) Close() error {
 	}
 	f.closed = true
 	f.fs.open--
+	return nil
+}
+
+// Lock takes the lock of the file name (see FS.Lock), creating it with
+// mode 0600 if missing. The holder text replaces the file's contents
+// without being synced, so a crash clone keeps the lock file (once its
+// directory is synced) but not the text.
+func (m *MemFS) Lock(name string, holder []byte) (Lock, error) {
+	if err := m.before(OpLock, name); err != nil {
+		return nil, pathErr("lock", name, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dir, base, err := m.parent(name)
+	if err != nil {
+		return nil, pathErr("lock", name, err)
+	}
+	n, ok := dir.entries[base]
+	switch {
+	case !ok:
+		m.ino++
+		n = &memNode{perm: 0o600, modTime: m.tick(), ino: m.ino}
+		dir.entries[base] = n
+		dir.modTime = m.tick()
+	case n.isDir:
+		return nil, pathErr("lock", name, errIsDir)
+	}
+	if m.locks[n] != nil {
+		return nil, &LockedError{Path: name, Holder: strings.TrimSpace(string(n.data))}
+	}
+	if m.locks == nil {
+		m.locks = map[*memNode]*memLock{}
+	}
+	l := &memLock{fs: m, node: n}
+	m.locks[n] = l
+	n.data = slices.Clone(holder)
+	n.modTime = m.tick()
+	m.open++
+	return l, nil
+}
+
+// memLock is a lock held in a MemFS's table.
+type memLock struct {
+	fs       *MemFS
+	node     *memNode
+	released bool // guarded by fs.mu
+}
+
+// Release gives the lock up. Idempotent; not an injectable operation.
+func (l *memLock) Release() error {
+	l.fs.mu.Lock()
+	defer l.fs.mu.Unlock()
+	if l.released {
+		return nil
+	}
+	l.released = true
+	delete(l.fs.locks, l.node)
+	l.fs.open--
 	return nil
 }

@@ -1,10 +1,13 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"io/fs"
 	"os"
+	"strings"
+	"sync"
 )
 
 // OS returns the real operating-system file system. It is safe for
@@ -47,6 +50,74 @@ func (osFS) SyncDir(name string) error {
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
+	return err
+}
+
+// Lock takes an exclusive, non-blocking lock of the whole file (lockFile:
+// an open-file-description lock on Linux, flock(2) on other Unix systems).
+// Both belong to the open file description, not to the process, so two
+// Locks in one process exclude each other (plain POSIX fcntl locks would
+// not: they are per process, and closing any descriptor of the file drops
+// them), and the kernel drops them when the process dies.
+func (osFS) Lock(name string, holder []byte) (Lock, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := lockFile(f); err != nil {
+		var text string
+		if errors.Is(err, errLockHeld) {
+			text = readHolder(f)
+		}
+		_ = f.Close() // never locked: closing releases nothing
+		if errors.Is(err, errLockHeld) {
+			return nil, &LockedError{Path: name, Holder: text}
+		}
+		return nil, &fs.PathError{Op: "lock", Path: name, Err: err}
+	}
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.WriteAt(holder, 0)
+	}
+	if err != nil {
+		_ = f.Close() // releases the lock
+		return nil, &fs.PathError{Op: "lock", Path: name, Err: err}
+	}
+	return &osLock{f: f}, nil
+}
+
+// errLockHeld is what lockFile returns for a file locked by another
+// holder.
+var errLockHeld = errors.New("lock held elsewhere")
+
+// maxHolder bounds the holder text read from a lock file.
+const maxHolder = 4 << 10
+
+// readHolder returns the holder text of a locked file: its first bytes,
+// trimmed. The holder may be rewriting it this instant, so the text is
+// diagnostic only; a read error yields what was read.
+func readHolder(f *os.File) string {
+	buf := make([]byte, maxHolder)
+	n, _ := f.ReadAt(buf, 0)
+	return strings.TrimSpace(string(bytes.ToValidUTF8(buf[:n], []byte("?"))))
+}
+
+// osLock is a lock held through an open file. The *os.File must stay
+// referenced while the lock is held: its finalizer would close the
+// descriptor, and with it the lock, if the Lock were garbage collected.
+type osLock struct {
+	mu sync.Mutex // guards f
+	f  *os.File   // nil once released
+}
+
+func (l *osLock) Release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
 	return err
 }
 

@@ -1,10 +1,14 @@
 // Package vfs is the file-system seam of the persister: the few operations
-// a durable log store needs, an implementation on the real OS, and (in
-// memfs.go) an in-memory one that can inject errors and produce a "crash
-// clone" holding only what was synced, for crash-safety tests.
+// a durable log store needs (writer locks included), an implementation on
+// the real OS, an in-memory one (memfs.go) that can inject errors and
+// produce a "crash clone" holding only what was synced, for crash-safety
+// tests, and a wrapper (killable.go) that simulates kill -9 of the process
+// using a file system.
 package vfs
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 )
@@ -28,7 +32,52 @@ type FS interface {
 	// SyncDir makes the directory's entries (files created, linked or
 	// removed in it) durable.
 	SyncDir(name string) error
+	// Lock takes the exclusive lock of the file name, creating it (mode
+	// 0600) if missing, without waiting: the lock excludes every other
+	// Lock of the same file, whether taken by another process or by
+	// another Lock call in this one. On success the file's contents are
+	// replaced by holder, diagnostic text naming the holder (not synced:
+	// it is read only by a writer the lock refuses). A file locked
+	// already fails with a *LockedError (matching ErrLocked) carrying the
+	// holder text found in it. holder is not retained.
+	//
+	// A lock file is never to be removed: a process that opened the old
+	// inode could lock it while another locks a new file under the same
+	// name, and both would believe they hold the lock.
+	Lock(name string, holder []byte) (Lock, error)
 }
+
+// Lock is a held file lock (FS.Lock). Implementations are safe for
+// concurrent use.
+type Lock interface {
+	// Release gives the lock up, closing its descriptor. Idempotent.
+	Release() error
+}
+
+// ErrLocked says a file is locked by another holder. Match it with
+// errors.Is; the error is a *LockedError.
+var ErrLocked = errors.New("vfs: file is locked")
+
+// LockedError refuses FS.Lock of a file locked by another holder.
+// errors.Is(err, ErrLocked) holds.
+type LockedError struct {
+	Path string
+	// Holder is the text the holder wrote into the file, trimmed of
+	// surrounding white space; it may be empty, or stale when the holder
+	// is writing it at the instant it is read.
+	Holder string
+}
+
+func (e *LockedError) Error() string {
+	holder := e.Holder
+	if holder == "" {
+		holder = "an unnamed holder"
+	}
+	return fmt.Sprintf("vfs: %s is locked by %s", e.Path, holder)
+}
+
+// Is makes every LockedError match ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // File is an open file.
 type File interface {
@@ -43,3 +92,9 @@ type File interface {
 	// Stat describes the file.
 	Stat() (fs.FileInfo, error)
 }
+
+// Compile-time checks of the implementations of FS.
+var (
+	_ FS = (*MemFS)(nil)
+	_ FS = osFS{}
+)
