@@ -17,10 +17,13 @@ import (
 )
 
 // lockFSes are the file systems the lock tests run on: the OS (in a
-// temp dir) and MemFS.
+// temp dir) and MemFS, each behind Killable too (which must not change
+// anything before Kill).
 var lockFSes = map[string]func(t *testing.T) (FS, string){
-	"os":  func(t *testing.T) (FS, string) { return OS(), t.TempDir() },
-	"mem": func(t *testing.T) (FS, string) { return NewMem(), "/" },
+	"os":           func(t *testing.T) (FS, string) { return OS(), t.TempDir() },
+	"mem":          func(t *testing.T) (FS, string) { return NewMem(), "/" },
+	"killable-os":  func(t *testing.T) (FS, string) { return Killable(OS()), t.TempDir() },
+	"killable-mem": func(t *testing.T) (FS, string) { return Killable(NewMem()), "/" },
 }
 
 // requireLocked checks that err refuses a lock of path held by holder.
