@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -556,14 +557,17 @@ func TestActorRetryAfterFailureInSynctest(t *testing.T) {
 }
 
 // fakeStore is a Writer in memory that counts calls and can fail the next
-// Appends. It checks the fence like a real store. Safe for concurrent use.
+// Appends (or Releases). It checks the fence like a real store, and
+// records the Releases. Safe for concurrent use.
 type fakeStore struct {
-	mu       sync.Mutex // guards the fields below
-	logs     map[session.SessionID][]session.Event
-	batches  map[session.SessionID][][]int64
-	created  int
-	calls    int
-	failures []error
+	mu              sync.Mutex // guards the fields below
+	logs            map[session.SessionID][]session.Event
+	batches         map[session.SessionID][][]int64
+	released        []session.SessionID
+	created         int
+	calls           int
+	failures        []error
+	releaseFailures []error
 }
 
 func (s *fakeStore) Create(h session.Header) error {
@@ -595,6 +599,30 @@ func (s *fakeStore) Append(ctx context.Context, id session.SessionID, events []s
 	}
 	s.batches[id] = append(s.batches[id], seqs)
 	return nil
+}
+
+func (s *fakeStore) Release(id session.SessionID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.releaseFailures) > 0 {
+		err := s.releaseFailures[0]
+		s.releaseFailures = s.releaseFailures[1:]
+		return err
+	}
+	s.released = append(s.released, id)
+	return nil
+}
+
+func (s *fakeStore) failNextRelease(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseFailures = append(s.releaseFailures, err)
+}
+
+func (s *fakeStore) releases() []session.SessionID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.released)
 }
 
 func (s *fakeStore) failNext(err error) {

@@ -148,10 +148,10 @@ func tornKeep(rng *rand.Rand) func(synced, current []byte) []byte {
 // verifyRecovered opens a store over fsys and checks every session of w
 // against what was acknowledged and attempted: List, then two Loads of
 // each session (the second must find nothing to repair).
-func verifyRecovered(t testing.TB, fsys vfs.FS, plain bool, w []*crashSession, acked, attempted []int) {
+func verifyRecovered(t testing.TB, fsys vfs.FS, cfg JSONLConfig, w []*crashSession, acked, attempted []int) {
 	t.Helper()
 	ctx := t.Context()
-	s := newJSONLOn(t, fsys, memRoot, JSONLConfig{Plain: plain})
+	s := newJSONLOn(t, fsys, memRoot, cfg)
 	defer s.Close()
 	listed, err := s.List(ctx)
 	require.NoError(t, err)
@@ -185,8 +185,20 @@ func verifyRecovered(t testing.TB, fsys vfs.FS, plain bool, w []*crashSession, a
 	}
 }
 
+// crashConfigs are the store configurations of the crash test: both
+// encodings, and writer locks (a crash clone holds no lock, as the process
+// that held them died, so recovery takes them).
+var crashConfigs = []struct {
+	name string
+	cfg  JSONLConfig
+}{
+	{"zstd", JSONLConfig{}},
+	{"plain", JSONLConfig{Plain: true}},
+	{"zstd-lock", JSONLConfig{Lock: true}},
+}
+
 func TestJSONLCrashAtEveryOperation(t *testing.T) {
-	for _, enc := range encodings {
+	for _, enc := range crashConfigs {
 		t.Run(enc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(42, uint64(len(enc.name))))
 			w := crashWorkload(t, rng, 3)
@@ -194,7 +206,7 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 			// A dry run counts the mutating operations.
 			dry := &crasher{m: vfs.NewMem(), at: -1}
 			dry.install()
-			s := newJSONLOn(t, dry.m, memRoot, JSONLConfig{Plain: enc.plain})
+			s := newJSONLOn(t, dry.m, memRoot, enc.cfg)
 			acked, _ := playCrashWorkload(t, s, w)
 			require.NoError(t, s.Close())
 			for i, cs := range w {
@@ -210,7 +222,7 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 						c.keep = tornKeep(rng)
 					}
 					c.install()
-					s := newJSONLOn(t, c.m, memRoot, JSONLConfig{Plain: enc.plain})
+					s := newJSONLOn(t, c.m, memRoot, enc.cfg)
 					acked, attempted := playCrashWorkload(t, s, w)
 					_ = s.Close()
 					if c.clone == nil {
@@ -221,12 +233,12 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 						// operation of a Load of every session.
 						loads := &crasher{m: c.clone.CrashClone(), at: -1}
 						loads.install()
-						verifyRecovered(t, loads.m, enc.plain, w, acked, attempted)
+						verifyRecovered(t, loads.m, enc.cfg, w, acked, attempted)
 						for j := range loads.n {
 							lc := &crasher{m: c.clone.CrashClone(), at: j}
 							lc.install()
 							// The operations of verifyRecovered, unchecked.
-							ls := newJSONLOn(t, lc.m, memRoot, JSONLConfig{Plain: enc.plain})
+							ls := newJSONLOn(t, lc.m, memRoot, enc.cfg)
 							_, _ = ls.List(t.Context())
 							for _, cs := range w {
 								_, _ = ls.Load(t.Context(), cs.header.ID)
@@ -234,9 +246,9 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 							}
 							_ = ls.Close()
 							require.NotNil(t, lc.clone, "j=%d of %d, lc.n=%d", j, loads.n, lc.n)
-							verifyRecovered(t, lc.clone, enc.plain, w, acked, attempted)
+							verifyRecovered(t, lc.clone, enc.cfg, w, acked, attempted)
 						}
-						verifyRecovered(t, c.clone, enc.plain, w, acked, attempted)
+						verifyRecovered(t, c.clone, enc.cfg, w, acked, attempted)
 					})
 					if !ok {
 						return
@@ -317,8 +329,8 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 				}
 				m.InjectError(nil)
 				require.Positive(t, failures)
-				verifyRecovered(t, m.CrashClone(), enc.plain, w, acked, acked)
-				verifyRecovered(t, m, enc.plain, w, acked, acked)
+				verifyRecovered(t, m.CrashClone(), JSONLConfig{Plain: enc.plain}, w, acked, acked)
+				verifyRecovered(t, m, JSONLConfig{Plain: enc.plain}, w, acked, acked)
 			})
 		}
 	}

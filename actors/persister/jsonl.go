@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -44,8 +45,22 @@ type JSONLConfig struct {
 	// MaxOpenFiles bounds the append handles kept open between appends,
 	// least recently used closed first. Default DefaultMaxOpenFiles. An
 	// operation in progress holds its own handle on top of the bound, and
-	// reads open and close theirs.
+	// reads open and close theirs. A held writer lock (Lock) keeps one
+	// more descriptor per session, outside the bound: closing it would
+	// give the lock up.
 	MaxOpenFiles int
+	// Lock makes the store take each session's writer lock, the file
+	// session.lock beside the log, before its first write of any kind (the
+	// first Append, the one that publishes the file included, and Load,
+	// which may repair), and hold it until Release or Close. A session
+	// whose lock another writer holds fails those with a *LockedError.
+	// Default false: the store assumes it is the only writer of its root
+	// (one process), and only the seq check fences another.
+	Lock bool
+	// Holder is the text the store writes into the lock files it holds,
+	// naming it to a writer the lock refuses. Default "pid <pid> on
+	// <hostname>". Used only with Lock.
+	Holder string
 }
 
 // Validate checks the configuration.
@@ -66,7 +81,8 @@ func (c JSONLConfig) Validate() error {
 // root's sessions in the process (spec §3.8 "one live writer per session
 // per process"); a change made behind its back is noticed (the file's size
 // differs from what the store last wrote) and the file is read again
-// before an append is fenced.
+// before an append is fenced. With JSONLConfig.Lock it also excludes
+// writers in other processes (doc.go, "Writer fencing").
 type JSONLStore struct {
 	fs       vfs.FS
 	root     string
@@ -74,6 +90,8 @@ type JSONLStore struct {
 	other    string // file name of the other encoding, refused
 	zstd     bool
 	pack     bool
+	locking  bool   // JSONLConfig.Lock
+	holder   []byte // JSONLConfig.Holder, as written to lock files
 
 	// Lock order: jsonlSession.mu before mu, never the reverse. mu is held
 	// only for map and list updates, never across I/O.
@@ -108,6 +126,11 @@ type jsonlSession struct {
 	// (its directory sync did) and that could not be unlinked: it is
 	// removed before anything else is done, and List skips it meanwhile.
 	orphan string
+	// held is the session's writer lock while the store holds it (only
+	// with JSONLConfig.Lock). Invariant: dirty or orphan set implies held
+	// (when locking): bytes nobody acknowledged are removed, or the lock is
+	// kept, so that the next writer never finds them.
+	held vfs.Lock
 }
 
 // NewJSONLStore opens the store at cfg.Root. It checks the root's layout
@@ -123,6 +146,9 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 	if cfg.MaxOpenFiles == 0 {
 		cfg.MaxOpenFiles = DefaultMaxOpenFiles
 	}
+	if cfg.Lock && cfg.Holder == "" {
+		cfg.Holder = defaultHolder()
+	}
 	s := &JSONLStore{
 		fs:       cfg.FS,
 		root:     filepath.Clean(cfg.Root),
@@ -130,6 +156,8 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 		other:    plainArtifact,
 		zstd:     !cfg.Plain,
 		pack:     !cfg.NoPack,
+		locking:  cfg.Lock,
+		holder:   []byte(cfg.Holder + "\n"),
 		sessions: map[session.SessionID]*jsonlSession{},
 		handles:  newHandleCache(cfg.MaxOpenFiles),
 		synced:   map[string]bool{},
@@ -142,6 +170,15 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 		return nil, fmt.Errorf("persister: open %s: %w", s.root, err)
 	}
 	return s, nil
+}
+
+// defaultHolder is JSONLConfig.Holder's default: "pid <pid> on <host>".
+func defaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "an unknown host"
+	}
+	return fmt.Sprintf("pid %d on %s", os.Getpid(), host)
 }
 
 // Locate returns the path of the session's artifact: where it is, or will
@@ -204,7 +241,15 @@ func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events 
 		if err := fence(st.id, events, 0); err != nil || len(events) == 0 {
 			return err
 		}
-		return s.publish(st, events)
+		published, err := s.publish(st, events)
+		if err != nil || published {
+			return err
+		}
+		// Another writer published the file before this one took the
+		// lock: append to it as to any stored log (fenced, most likely).
+	}
+	if err := s.writerLock(st, filepath.Dir(st.path)); err != nil {
+		return err
 	}
 	f, err := s.acquire(st.path)
 	if err != nil {
@@ -243,18 +288,38 @@ func fence(id session.SessionID, events []session.Event, next int64) error {
 // publish makes the first write of a session: header and batch in a temp
 // file, fsync, link to the artifact name, fsync the directory. On error
 // nothing is published (a linked artifact whose directory sync failed is
-// unlinked again), so a retry starts over.
-func (s *JSONLStore) publish(st *jsonlSession, events []session.Event) error {
+// unlinked again), so a retry starts over. With Lock, the writer lock is
+// taken once the directory exists; if the artifact appeared meanwhile
+// (another writer published it and gave the lock up), nothing is written,
+// st now names that file and published is false.
+func (s *JSONLStore) publish(st *jsonlSession, events []session.Event) (published bool, err error) {
 	path := s.Locate(st.header)
 	dir := filepath.Dir(path)
 	if _, err := s.fs.Stat(filepath.Join(dir, s.other)); err == nil {
-		return fmt.Errorf("%w: %s holds a %s", ErrLayout, dir, s.other)
+		return false, fmt.Errorf("%w: %s holds a %s", ErrLayout, dir, s.other)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
+		return false, err
 	}
 	if err := s.mkdirDurable(dir); err != nil {
-		return err
+		return false, err
 	}
+	if s.locking {
+		if err := s.writerLock(st, dir); err != nil {
+			return false, err
+		}
+		if _, err := s.fs.Stat(path); err == nil {
+			st.registered, st.path, st.known = false, path, false
+			return false, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+	}
+	return true, s.link(st, path, events)
+}
+
+// link is publish's write: the temp file, the link, the directory sync.
+func (s *JSONLStore) link(st *jsonlSession, path string, events []session.Event) error {
+	dir := filepath.Dir(path)
 	data := s.encodeBatch(s.encodeHeader(nil, st.header), events)
 
 	tmp := fmt.Sprintf("%s.%016x.tmp", path, rand.Uint64())
@@ -338,6 +403,71 @@ func (s *JSONLStore) mkdirDurable(dir string) error {
 			return err
 		}
 		s.markSynced(d)
+	}
+	return nil
+}
+
+// writerLock takes st's writer lock, the file lockName in the session
+// directory dir (which must exist), unless the store does not lock or
+// holds it already. A lock held elsewhere is a *LockedError. Taking the
+// lock anew drops what the store knew about the file: the previous holder
+// may have written since, so the next write reads the file again, through
+// a new descriptor (on NFS, close-to-open consistency then guarantees it
+// sees everything the previous holder wrote and closed).
+func (s *JSONLStore) writerLock(st *jsonlSession, dir string) error {
+	if !s.locking || st.held != nil {
+		return nil
+	}
+	if s.isClosed() {
+		// Close releases the locks it finds; one taken after it would
+		// never be released.
+		return ErrClosed
+	}
+	path := filepath.Join(dir, lockName)
+	l, err := s.fs.Lock(path, s.holder)
+	var le *vfs.LockedError
+	if errors.As(err, &le) {
+		return &LockedError{ID: st.id, Path: path, Holder: le.Holder}
+	}
+	if err != nil {
+		return fmt.Errorf("take the writer lock: %w", err)
+	}
+	st.held = l
+	st.known = false
+	if st.path != "" {
+		s.dropHandle(st.path)
+	}
+	return nil
+}
+
+// Release ends the store's hold on id (see Writer): it removes what a
+// failed append left (keeping the lock if that fails), releases the
+// writer lock, and drops the cached handle and what it knew of the file.
+func (s *JSONLStore) Release(id session.SessionID) error {
+	st, err := s.lock(id)
+	if err != nil {
+		return err
+	}
+	defer s.unlock(st)
+	if err := s.removeOrphan(st); err != nil {
+		return fmt.Errorf("persister: release %s: %w", id, err)
+	}
+	if err := s.clean(st); err != nil {
+		return fmt.Errorf("persister: release %s: %w", id, err)
+	}
+	st.known = false
+	if st.path != "" {
+		s.dropHandle(st.path)
+	}
+	if st.held == nil {
+		return nil
+	}
+	// The descriptor is closed, and the lock with it, even when Close
+	// reports an error.
+	err = st.held.Release()
+	st.held = nil
+	if err != nil {
+		return fmt.Errorf("persister: release %s: %w", id, err)
 	}
 	return nil
 }
@@ -561,7 +691,12 @@ func (s *JSONLStore) load(ctx context.Context, id session.SessionID, mode repair
 }
 
 func (s *JSONLStore) loadLocked(ctx context.Context, st *jsonlSession, mode repairMode) (Stored, error) {
-	if err := s.readable(ctx, st); err != nil {
+	// Load takes the writer lock whether or not there turns out to be
+	// something to repair: the repair must be computed from what the file
+	// holds under the lock, and a Load is how a writer resumes a session,
+	// so a second writer is refused before it starts rather than at its
+	// first append.
+	if err := s.readable(ctx, st, mode == commitRepair); err != nil {
 		return Stored{}, err
 	}
 	file, fi, size, err := s.read(st)
@@ -637,7 +772,7 @@ func (s *JSONLStore) ReadFrom(ctx context.Context, id session.SessionID, from in
 	if from < 0 {
 		return nil, fmt.Errorf("persister: read %s from seq %d: negative seq", id, from)
 	}
-	if err := s.readable(ctx, st); err != nil {
+	if err := s.readable(ctx, st, false); err != nil {
 		return nil, fmt.Errorf("persister: read %s: %w", id, err)
 	}
 	file, _, _, err := s.read(st)
@@ -651,9 +786,9 @@ func (s *JSONLStore) ReadFrom(ctx context.Context, id session.SessionID, from in
 }
 
 // readable finds st's file for a read, ErrNotFound if nothing is stored,
-// and removes what a failed append left (which must not be read as
-// stored).
-func (s *JSONLStore) readable(ctx context.Context, st *jsonlSession) error {
+// takes the writer lock if lock is set, and removes what a failed append
+// left (which must not be read as stored).
+func (s *JSONLStore) readable(ctx context.Context, st *jsonlSession, lock bool) error {
 	found, err := s.find(ctx, st)
 	if err != nil {
 		return err
@@ -661,6 +796,18 @@ func (s *JSONLStore) readable(ctx context.Context, st *jsonlSession) error {
 	if !found {
 		return ErrNotFound
 	}
+	if lock {
+		if err := s.writerLock(st, filepath.Dir(st.path)); err != nil {
+			return err
+		}
+	}
+	return s.clean(st)
+}
+
+// clean removes what a failed append left past st.size, if anything. By
+// the invariant of jsonlSession.held, the store holds the lock when there
+// is something to remove.
+func (s *JSONLStore) clean(st *jsonlSession) error {
 	if !st.dirty {
 		return nil
 	}
@@ -727,11 +874,8 @@ func (s *JSONLStore) read(st *jsonlSession) (*session.File, fs.FileInfo, int64, 
 // the cwd, which only the header knows. Found twice is ErrLayout; the
 // other encoding is ErrLayout.
 func (s *JSONLStore) find(ctx context.Context, st *jsonlSession) (bool, error) {
-	if st.orphan != "" {
-		if err := s.fs.Remove(st.orphan); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, fmt.Errorf("unlink the artifact of a failed first append: %w", err)
-		}
-		s.setOrphan(st, "")
+	if err := s.removeOrphan(st); err != nil {
+		return false, err
 	}
 	if st.path != "" {
 		return true, nil
@@ -775,6 +919,18 @@ func (s *JSONLStore) find(ctx context.Context, st *jsonlSession) (bool, error) {
 	// registration.
 	st.path, st.known, st.registered = found, false, false
 	return true, nil
+}
+
+// removeOrphan unlinks st's orphan, if any.
+func (s *JSONLStore) removeOrphan(st *jsonlSession) error {
+	if st.orphan == "" {
+		return nil
+	}
+	if err := s.fs.Remove(st.orphan); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("unlink the artifact of a failed first append: %w", err)
+	}
+	s.setOrphan(st, "")
+	return nil
 }
 
 // List returns the materialized sessions with their revisions, sorted by
@@ -897,9 +1053,12 @@ func (s *JSONLStore) walk(ctx context.Context, fn func(path string) error) error
 	return nil
 }
 
-// Close closes the cached handles. Later calls, Close included, fail with
-// ErrClosed. Operations in progress finish; their handles are closed as
-// they return them.
+// Close closes the cached handles and releases every writer lock. Later
+// calls, Close included, fail with ErrClosed. Operations in progress
+// finish; their handles are closed as they return them, and a session's
+// lock is released only once the operation in progress on it has
+// finished: releasing it under a write would let another writer in while
+// this one still writes.
 func (s *JSONLStore) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -908,10 +1067,24 @@ func (s *JSONLStore) Close() error {
 	}
 	s.closed = true
 	files := s.handles.drain()
+	var sessions []*jsonlSession
+	if s.locking {
+		sessions = slices.Collect(maps.Values(s.sessions))
+	}
 	s.mu.Unlock()
 	var errs []error
 	for _, f := range files {
 		errs = append(errs, f.Close())
+	}
+	// A session not in the map holds no lock (unlock keeps those that
+	// do), and none is taken after closed is set (writerLock).
+	for _, st := range sessions {
+		st.mu.Lock()
+		if st.held != nil {
+			errs = append(errs, st.held.Release())
+			st.held = nil
+		}
+		st.mu.Unlock()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("persister: close: %w", err)
@@ -940,6 +1113,12 @@ func (s *JSONLStore) lock(id session.SessionID) (*jsonlSession, error) {
 	st.refs++
 	s.mu.Unlock()
 	st.mu.Lock()
+	if s.isClosed() {
+		// Closed while this waited for the session: Close may have
+		// released its lock already, so nothing may be written.
+		s.unlock(st)
+		return nil, ErrClosed
+	}
 	return st, nil
 }
 
@@ -949,7 +1128,7 @@ func (s *JSONLStore) lock(id session.SessionID) (*jsonlSession, error) {
 func (s *JSONLStore) unlock(st *jsonlSession) {
 	s.mu.Lock()
 	st.refs--
-	if st.refs == 0 && !st.registered && st.path == "" && st.orphan == "" && s.sessions[st.id] == st {
+	if st.refs == 0 && !st.registered && st.path == "" && st.orphan == "" && st.held == nil && s.sessions[st.id] == st {
 		delete(s.sessions, st.id)
 	}
 	s.mu.Unlock()
@@ -967,6 +1146,16 @@ func (s *JSONLStore) acquire(path string) (vfs.File, error) {
 		return f, nil
 	}
 	return s.fs.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+}
+
+// dropHandle closes path's cached handle, if any.
+func (s *JSONLStore) dropHandle(path string) {
+	s.mu.Lock()
+	f := s.handles.take(path)
+	s.mu.Unlock()
+	if f != nil {
+		_ = f.Close() // a handle only ever appended and fsynced: nothing is lost
+	}
 }
 
 // release returns a handle to the cache (keep), or closes it: after an

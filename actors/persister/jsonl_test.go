@@ -22,9 +22,15 @@ import (
 )
 
 // The JSONL store runs the shared conformance suite in both encodings, on
-// the real file system and on MemFS, and once with a handle cache of one
-// so that every append to another session evicts.
+// the real file system and on MemFS, once with a handle cache of one so
+// that every append to another session evicts, and with writer locks.
 func init() {
+	storeFactories["jsonl-zstd-lock"] = func(t *testing.T) Store {
+		return newJSONLOn(t, vfs.OS(), t.TempDir(), JSONLConfig{Lock: true})
+	}
+	storeFactories["jsonl-plain-memfs-lock"] = func(t *testing.T) Store {
+		return newJSONLOn(t, vfs.NewMem(), memRoot, JSONLConfig{Plain: true, Lock: true, MaxOpenFiles: 1})
+	}
 	storeFactories["jsonl-zstd"] = func(t *testing.T) Store {
 		return newJSONLOn(t, vfs.OS(), t.TempDir(), JSONLConfig{})
 	}

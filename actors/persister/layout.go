@@ -20,16 +20,21 @@ import (
 //	<root>/_no-cwd/<EncodeSegment(id)>/...                            (no cwd)
 //
 // beside which a session directory may hold "<artifact>.<hex>.tmp" files
-// that a crash left before their first write was published; they are
-// ignored. A root holds one encoding only, and the obsolete flat layout
-// <root>/<project>/<id>.jsonl[.zstd] is refused rather than silently
-// ignored, so that an old root is never half-read.
+// that a crash left before their first write was published, which are
+// ignored, and the writer lock session.lock (JSONLConfig.Lock; doc.go,
+// "Writer fencing"), which is never removed and is not part of the log: a
+// directory holding a lock file and no artifact (a first append that
+// failed, or lost a race) is not a session, and nothing that walks the
+// root reads lock files. A root holds one encoding only, and the obsolete
+// flat layout <root>/<project>/<id>.jsonl[.zstd] is refused rather than
+// silently ignored, so that an old root is never half-read.
 
 // The names of the layout.
 const (
 	zstdArtifact  = "session.jsonl.zstd"
 	plainArtifact = "session.jsonl"
 	noCwdProject  = "_no-cwd"
+	lockName      = "session.lock"
 	maxSlug       = 251
 )
 

@@ -133,6 +133,18 @@ func (m *MemStore) Append(ctx context.Context, id session.SessionID, events []se
 	return nil
 }
 
+// Release does nothing but check the store is open: a MemStore takes no
+// lock and caches nothing about a log, which lives in this process only.
+// It fails with ErrClosed after Close, nil otherwise (any id).
+func (m *MemStore) Release(id session.SessionID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // Load returns the stored log balanced: when a turn is open, the closers of
 // session.InterruptedTurnClosers are appended to the stored log (a new
 // revision) and returned both in Events and in Closers. A MemStore has no

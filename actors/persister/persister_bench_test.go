@@ -445,6 +445,9 @@ type rawFileStore struct{ dir string }
 
 func (s *rawFileStore) Create(session.Header) error { return nil }
 
+// Release has nothing to release: every Append opens and closes its file.
+func (s *rawFileStore) Release(session.SessionID) error { return nil }
+
 func (s *rawFileStore) Append(_ context.Context, id session.SessionID, events []session.Event) error {
 	return appendSync(filepath.Join(s.dir, string(id)+".jsonl"), session.AppendRecords(nil, events, true))
 }

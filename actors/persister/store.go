@@ -31,6 +31,15 @@ type Writer interface {
 	// Append returns nil the events are durable (written and fsynced);
 	// on any error nothing of the batch is stored.
 	Append(ctx context.Context, id session.SessionID, events []session.Event) error
+	// Release ends this writer's hold on id: the writer lock, if the
+	// store takes one, is released and what the store cached about the
+	// file is dropped, so another process can take the session over. It
+	// is idempotent, and an id the store knows nothing about is released
+	// already. A later write takes the lock again (and reads the file
+	// again). It fails, keeping the lock, only when it cannot leave the
+	// file as acknowledged (removing what a failed append left behind);
+	// after Close it fails with ErrClosed.
+	Release(id session.SessionID) error
 }
 
 // Reader is the read side of a store.
@@ -85,6 +94,7 @@ var (
 	ErrExists   = errors.New("persister: session already exists")
 	ErrClosed   = errors.New("persister: store closed")
 	ErrFenced   = errors.New("persister: append fenced")
+	ErrLocked   = errors.New("persister: session locked by another writer")
 )
 
 // FenceError refuses an append whose first seq is not the stored next seq,
@@ -101,6 +111,28 @@ func (e *FenceError) Error() string {
 
 // Is makes every FenceError match ErrFenced.
 func (e *FenceError) Is(target error) bool { return target == ErrFenced }
+
+// LockedError refuses a write (an Append, a repairing Load) to a session
+// whose writer lock another writer holds: another process, or another
+// store in this one. Nothing was changed. errors.Is(err, ErrLocked) and
+// errors.Is(err, ErrFenced) hold: like a fenced append, it means another
+// writer owns the session, and it is detected before anything is written.
+type LockedError struct {
+	ID     session.SessionID
+	Path   string // the lock file
+	Holder string // the holder's text in the lock file (JSONLConfig.Holder); may be empty
+}
+
+func (e *LockedError) Error() string {
+	holder := e.Holder
+	if holder == "" {
+		holder = "holder unnamed"
+	}
+	return fmt.Sprintf("persister: session %s is being written by another writer (%s): %s", e.ID, holder, e.Path)
+}
+
+// Is makes every LockedError match ErrLocked and ErrFenced.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked || target == ErrFenced }
 
 // IsCorruption reports whether err says a stored log is damaged in its
 // committed region.
