@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 //	effect            how
 //	write a batch     a job on the pool: Store.Append with a deadline, then
 //	                  writeDone back to the shard (never inside Receive)
+//	release           a job on the pool once an Untrack drained the session:
+//	                  Store.Release, then released back to the shard, which
+//	                  answers the Untrack and forgets the session
 //	arm/cancel timer  cfg.AfterFunc → tick{id, gen} back to the shard; stale
 //	                  generations are ignored by the core
 //	reply             Flushed/FlushFailed to the sender remembered with the
@@ -129,6 +133,12 @@ type (
 		inc uint64
 		gen uint64
 	}
+	// released is the outcome of Store.Release for incarnation inc of id.
+	released struct {
+		id  session.SessionID
+		inc uint64
+		err error
+	}
 )
 
 // waiter is the shard's token for a flush waiter in a core: whom to answer
@@ -156,6 +166,21 @@ type tracked struct {
 	// stopTimer stops the armed timer (gen timerGen); nil if none.
 	stopTimer func() bool
 	timerGen  uint64
+	// An Untrack that drained the session is answered only once the
+	// store has released it (Store.Release: the writer lock, so another
+	// process may take the session over). releasing says a Release is in
+	// flight, answering releaseWaiters; untracks drained since it started
+	// wait for the next one, so that no Untrack is answered by a Release
+	// that ran before its own drain. detached says an Untrack drained and
+	// unsubscribed the session (and no Track subscribed it again): events
+	// still arriving are dropped, as for an untracked session. A Track
+	// during a release subscribes the session again, and its writes may
+	// run before or after the Release: either is safe, since a write takes
+	// the lock again when it is not held, reading the file first.
+	releasing      bool
+	detached       bool
+	releaseWaiters []flushReply[waiter]
+	untracks       []flushReply[waiter]
 }
 
 // shard owns the sessions whose ids hash to it. Its state is touched only
@@ -201,6 +226,8 @@ func (s *shard) Receive(ctx actor.Context) {
 			t.stopTimer = nil
 		}
 		s.perform(ctx, t, t.core.Tick(m.gen))
+	case released:
+		s.onReleased(ctx, m)
 	case Track:
 		s.onTrack(ctx, m)
 	case created:
@@ -308,7 +335,7 @@ func (s *shard) onCreated(ctx actor.Context, m created) {
 // of any request that follows the Tracked reply. ReenterAfter (not a
 // blocking Result) keeps Receive free meanwhile.
 func (s *shard) subscribe(ctx actor.Context, t *tracked) {
-	t.subscribed = true
+	t.subscribed, t.detached = true, false
 	id, inc, pid := t.id, t.inc, t.session
 	f := ctx.RequestFuture(pid, session.Subscribe{Subscriber: ctx.Self(), From: t.core.Received() + 1}, s.cfg.WriteTimeout)
 	ctx.ReenterAfter(f, func(res any, err error) {
@@ -347,8 +374,11 @@ func (s *shard) failTrack(ctx actor.Context, t *tracked, err error) {
 		s.respond(ctx, w, TrackFailed{Ref: w.ref, ID: t.id, Err: fmt.Errorf("persister: track %s: %w", t.id, err)})
 	}
 	t.tracks = nil
-	if t.core.Pending() > 0 {
+	if t.core.Pending() > 0 || t.releasing {
+		// A release in flight forgets the session when it is done,
+		// unless it has events to write.
 		t.ready, t.subscribed = true, false
+		t.detached = t.releasing && t.core.Pending() == 0
 		return
 	}
 	s.unsubscribe(ctx, t)
@@ -357,7 +387,7 @@ func (s *shard) failTrack(ctx actor.Context, t *tracked, err error) {
 
 func (s *shard) onEvents(ctx actor.Context, m session.EventsCommitted) {
 	t := s.sessions[m.Session]
-	if t == nil {
+	if t == nil || t.detached {
 		// Sent by the session before it saw our Unsubscribe. Untrack
 		// answered only once everything received was durable; events
 		// committed after the Untrack are the caller's to flush.
@@ -394,9 +424,16 @@ func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
 		s.write(t.id, e.WriteGen, e.Write)
 	}
 	untracked := false
+	var drained []flushReply[waiter]
 	for _, r := range e.Replies {
+		if r.W.untrack && r.Err == nil {
+			if s.cfg.Policy != PolicyNone {
+				drained = append(drained, r) // answered once released
+				continue
+			}
+			untracked = true
+		}
 		s.reply(ctx, r, t.id)
-		untracked = untracked || (r.W.untrack && r.Err == nil)
 	}
 	if t.owner != nil {
 		if e.HasDurable {
@@ -408,8 +445,61 @@ func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
 	} else if e.WriteFailed != nil {
 		ctx.Logger().Warn("persister: write failed; events kept for retry", "session", string(t.id), "err", e.WriteFailed)
 	}
+	if len(drained) > 0 {
+		s.unsubscribe(ctx, t)
+		t.detached = true
+		t.untracks = append(t.untracks, drained...)
+		s.release(t)
+	}
 	if untracked {
 		s.unsubscribe(ctx, t)
+		s.forget(ctx, t, ErrNotTracked)
+	}
+}
+
+// release runs Store.Release of t on the pool for the Untracks waiting in
+// t.untracks, unless a Release is in flight already (its completion starts
+// the next one). Release may do I/O (closing files, giving up a lock on a
+// network file system), so it never runs inside Receive.
+func (s *shard) release(t *tracked) {
+	if t.releasing || len(t.untracks) == 0 {
+		return
+	}
+	t.releasing = true
+	t.releaseWaiters, t.untracks = t.untracks, nil
+	store, g, id, inc := s.cfg.Store, s.gate, t.id, t.inc
+	s.pool.submit(func(context.Context) {
+		g.send(released{id: id, inc: inc, err: releaseSafely(store, id)})
+	})
+}
+
+// onReleased answers the Untracks a Release was for: Flushed, or
+// FlushFailed with the Release's error, with the watermark of their
+// drain. The session is then forgotten, unless a Track subscribed it
+// again meanwhile, the Release failed (it stays tracked, as after a failed
+// drain: a later Untrack releases again), or more Untracks wait for a
+// Release of their own.
+func (s *shard) onReleased(ctx actor.Context, m released) {
+	t := s.sessions[m.id]
+	if t == nil || t.inc != m.inc {
+		// Only stopping forgets a releasing session, and it closes the
+		// gate first.
+		ctx.Logger().Error("persister: release done for an untracked session", "session", string(m.id))
+		return
+	}
+	t.releasing = false
+	waiters := t.releaseWaiters
+	t.releaseWaiters = nil
+	for _, r := range waiters {
+		if m.err != nil {
+			r.Err = fmt.Errorf("persister: untrack %s: %w", t.id, m.err)
+		}
+		s.reply(ctx, r, t.id)
+	}
+	switch {
+	case len(t.untracks) > 0:
+		s.release(t)
+	case m.err == nil && t.detached:
 		s.forget(ctx, t, ErrNotTracked)
 	}
 }
@@ -424,6 +514,17 @@ func (s *shard) write(id session.SessionID, gen uint64, batch []session.Event) {
 		cancel()
 		g.send(writeDone{id: id, gen: gen, err: err})
 	})
+}
+
+// releaseSafely is Store.Release with a panic turned into an error, as in
+// appendSafely.
+func releaseSafely(store Writer, id session.SessionID) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("persister: release %s: store panicked: %v", id, r)
+		}
+	}()
+	return store.Release(id)
 }
 
 // appendSafely is Store.Append with a panic turned into an error: a panic
@@ -441,9 +542,9 @@ func appendSafely(ctx context.Context, store Writer, id session.SessionID, batch
 	return nil
 }
 
-// forget drops session t (drained by Untrack, its Track failed, or the
-// shard is stopping): its timer stops and its remaining waiters and Tracks
-// fail with err.
+// forget drops session t (drained by Untrack and released, its Track
+// failed, or the shard is stopping): its timer stops and its remaining
+// waiters, Untracks waiting for a release, and Tracks fail with err.
 func (s *shard) forget(ctx actor.Context, t *tracked, err error) {
 	if t.stopTimer != nil {
 		t.stopTimer()
@@ -452,6 +553,11 @@ func (s *shard) forget(ctx actor.Context, t *tracked, err error) {
 	for _, r := range t.core.Abandon(err) {
 		s.reply(ctx, r, t.id)
 	}
+	for _, r := range slices.Concat(t.releaseWaiters, t.untracks) {
+		r.Err = err
+		s.reply(ctx, r, t.id)
+	}
+	t.releaseWaiters, t.untracks = nil, nil
 	for _, w := range t.tracks {
 		s.respond(ctx, w, TrackFailed{Ref: w.ref, ID: t.id, Err: err})
 	}

@@ -76,8 +76,12 @@ type WriteFailed struct {
 }
 
 // Untrack asks the persister to flush a session and forget it (the session
-// is stopping or passivating). Reply: Flushed or FlushFailed (on failure
-// the session stays tracked).
+// is stopping or passivating). Once everything received is durable, the
+// session is released in the store (Store.Release: a JSONL store with
+// locks gives its writer lock up, so that another process may take the
+// session over) and only then answered. Reply: Flushed, or FlushFailed
+// with the error of the flush or of the release (on failure the session
+// stays tracked; a later Untrack tries again).
 type Untrack struct {
 	Ref uint64
 	ID  session.SessionID
