@@ -30,6 +30,10 @@
 //   - List names the materialized sessions, sorted by id, each with its
 //     [Revision]: an opaque token that changes whenever the stored log
 //     changes (an Append, a repair), so a cache can tell it is stale.
+//   - Release ends the writer's hold on a session: its writer lock, if
+//     the store takes one (see Writer fencing), and what the store cached
+//     about the file, so that another process can take the session over.
+//     Idempotent; a later write takes the lock again.
 //   - Close releases the store; every later call fails with [ErrClosed].
 //
 // Resuming a session goes through Load: the session actor is rebuilt with
@@ -51,6 +55,9 @@
 //	ErrExists      Create of an id already registered or stored
 //	ErrFenced      an Append's seqs do not continue the stored log; the
 //	               error is a *FenceError with the seq wanted and the seq got
+//	ErrLocked      another writer holds the session's writer lock (Append,
+//	               Load); the error is a *LockedError naming the holder, and
+//	               matches ErrFenced too
 //	ErrClosed      the store was closed
 //	IsCorruption   the committed region of a stored log is damaged (a
 //	               *session.CorruptError); never repaired automatically
@@ -72,7 +79,8 @@
 //	Track      Tracked | TrackFailed     registers the header, subscribes to the
 //	                                     session actor from seq From, writes behind
 //	Flush      Flushed | FlushFailed     durability barrier for the session
-//	Untrack    Flushed | FlushFailed     flushes, then forgets the session
+//	Untrack    Flushed | FlushFailed     flushes, releases the session in the
+//	                                     store (Store.Release), then forgets it
 //
 // and tells a tracked session's Owner, one way:
 //
@@ -101,7 +109,11 @@
 // A failed write is an expected failure: the events stay queued at the
 // front, in order, and are retried with the next write; no event is
 // dropped while the process lives. Barrier waiters get FlushFailed with the
-// error and the watermark that was durable before it.
+// error and the watermark that was durable before it. An Untrack is
+// answered only after Store.Release (run on the pool, like every store
+// call) returned; a failed drain releases nothing, and a failed release
+// answers FlushFailed with its error. Either way the session stays
+// tracked and a later Untrack tries again.
 //
 // # Concurrency and ownership
 //
@@ -114,7 +126,8 @@
 // # On-disk format
 //
 // Format version 0 (layout.go has the directory layout:
-// <root>/<projectKey(cwd)>/<encodeSegment(id)>/session.jsonl[.zstd]).
+// <root>/<projectKey(cwd)>/<encodeSegment(id)>/session.jsonl[.zstd],
+// with session.lock beside it when writers lock; see Writer fencing).
 // A log is logical lines, each ending in "\n":
 //
 //	line 1     {"type":"session","version":0,"id":...,"createdAt":...,
@@ -169,4 +182,76 @@
 // append (atomic, simple to reason about) copies the whole log per append
 // and rewrites acknowledged bytes; appending plus truncate-on-failure is
 // what the reference does and what an append-only log is for.
+//
+// # Writer fencing
+//
+// Several dsh processes (cluster members) may share one root. During a
+// membership change two of them can activate the same session; they must
+// never interleave writes, and the loser must fail loudly. The seq check
+// alone cannot promise that across processes: it is check-then-act (both
+// writers can read the same next seq, then both append), and a writer's
+// truncate-back after a failed append could cut a frame the other wrote
+// meanwhile. So a JSONLStore with JSONLConfig.Lock takes each session's
+// writer lock:
+//
+//   - The lock is the file session.lock in the session's directory,
+//     beside session.jsonl[.zstd]: <root>/<project>/<id>/session.lock. It
+//     is taken (vfs.FS.Lock: an exclusive, non-blocking open-file-
+//     description lock on Linux, flock elsewhere) before the session's
+//     first write of any kind: the first Append (the one that publishes
+//     the file included: the directory is created, then locked, then the
+//     artifact looked for again) and Load (which may commit a repair, and
+//     is how a writer resumes). The store holds it until Release(id) or
+//     Close. Inspect, ReadFrom and List never lock: looking at a session
+//     never fences its writer.
+//   - Taking the lock drops what the store knew about the file (size,
+//     next seq, the cached handle): the previous holder may have written,
+//     so the file is read again through a new descriptor.
+//   - A lock held by another writer fails the operation, changing
+//     nothing, with a *LockedError (ErrLocked, and ErrFenced) that names
+//     the holder: the text it wrote into the lock file (JSONLConfig.Holder,
+//     default "pid <pid> on <hostname>").
+//   - The lock file holds nothing but the holder text and is never
+//     removed, not even when the lock is released. Unlinking it would race: a process that opened the
+//     old inode could lock it while a newcomer creates and locks a new file
+//     under the same name, and both would believe they hold the lock. A
+//     directory holding only session.lock (a first append that failed) is
+//     not a session; nothing that lists or checks the root reads lock
+//     files.
+//   - The kernel drops a dead process's locks, so a crashed or killed
+//     writer never leaves a session locked. Release leaves the file as
+//     acknowledged before it lets go: what a failed append left behind is
+//     removed first, and if that fails the lock is kept (fail closed).
+//   - The seq check stays as a second line: an append whose first seq is
+//     not the stored next seq is still a *FenceError, which catches a
+//     writer with a stale view that took the lock after another released
+//     it, and every writer of a root that does not lock.
+//
+// The persister actor releases a session when an Untrack has drained it,
+// so a passivated session can be taken over by another member at once.
+// Each held lock keeps one descriptor open, outside MaxOpenFiles.
+//
+// On a network file system the lock is only as good as the file system's
+// locking. It must provide:
+//
+//   - Working byte-range (fcntl/OFD) locks honoured across clients: NFSv4,
+//     or NFSv3 with lockd/statd running. Never mount with nolock or
+//     local_lock=posix|all (local_lock=none, the default, is right): those
+//     keep locks local to one client, so every member would get the lock.
+//   - Close-to-open consistency (the NFS default): a new writer opens the
+//     file after taking the lock and sees everything the old writer wrote
+//     and closed (and fsynced: every acknowledged append was).
+//   - With NFSv4 leases, a member cut off from the server for longer than
+//     the lease loses its lock, and another member may take the session.
+//     The Linux client then fails the cut-off member's later I/O on that
+//     file with EIO (it does not silently reclaim the lock); the store
+//     reports that as a write failure, so the session fails closed rather
+//     than writing over the new holder.
+//
+// Rejected alternative: a lease record in the log, or a lock file created
+// with O_EXCL and removed on release. Both need a liveness protocol
+// (timeouts, a stale-lock breaker) to survive a crashed writer, and both
+// would change what the reference reads or leave stale state behind; a
+// kernel lock dies with its process and the log header stays the
+// reference's.
 package persister
