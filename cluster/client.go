@@ -1,0 +1,338 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/cluster/clusterpb"
+	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/supervisor"
+)
+
+// RemoteError is a failure a grain reported. It unwraps to dsh's error
+// value of its code (supervisor.ErrNoSession, supervisor.ErrExists,
+// persister.ErrLocked, supervisor.ErrNotDurable, inbox.ErrInboxFull,
+// agent.ErrDisposed, session.ErrFork, ...), so errors.Is works across
+// members.
+type RemoteError struct {
+	Member string         // the member that answered
+	Code   clusterpb.Code // the classification
+	Msg    string         // the error text on that member
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("cluster: member %s: %s", e.Member, e.Msg)
+}
+
+// Unwrap returns the error value of the code.
+func (e *RemoteError) Unwrap() error {
+	switch e.Code {
+	case clusterpb.Code_CODE_NO_SESSION:
+		return supervisor.ErrNoSession
+	case clusterpb.Code_CODE_EXISTS:
+		return supervisor.ErrExists
+	case clusterpb.Code_CODE_LOCKED:
+		return persister.ErrLocked
+	case clusterpb.Code_CODE_NOT_DURABLE:
+		return supervisor.ErrNotDurable
+	case clusterpb.Code_CODE_INBOX_FULL:
+		return inbox.ErrInboxFull
+	case clusterpb.Code_CODE_DISPOSED:
+		return agent.ErrDisposed
+	case clusterpb.Code_CODE_CLOSED:
+		return supervisor.ErrClosed
+	case clusterpb.Code_CODE_FORK:
+		return session.ErrFork
+	case clusterpb.Code_CODE_INVALID:
+		return errInvalid
+	case clusterpb.Code_CODE_DEADLINE:
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// retryable says a request may go again: it did not take effect (the
+// session's writer lock is held by a member letting it go, or the member
+// was stopping), or the cluster could not reach the grain.
+func retryable(code clusterpb.Code) bool {
+	return code == clusterpb.Code_CODE_LOCKED || code == clusterpb.Code_CODE_CLOSED
+}
+
+// call sends req to the grain of id and returns its reply, retrying
+// (with backoff) while the grain is unreachable or answers a retryable
+// code, until ctx is done. A call without a deadline on ctx gives up
+// after Session.RequestTimeout of the host (10 minutes by default).
+func (m *Member) call(ctx context.Context, id session.SessionID, req proto.Message) (*clusterpb.Reply, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty session id", errInvalid)
+	}
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(m.cfg.Session.RequestTimeout, supervisor.DefaultRequestTimeout))
+		defer cancel()
+	}
+	backoff := firstRetryBackoff
+	var last error
+	for {
+		timeout := m.cfg.RequestTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, time.Until(dl))
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), last)
+		}
+		if timeout > 0 {
+			res, err := m.attempt(ctx, id, req, timeout)
+			switch r := res.(type) {
+			case *clusterpb.Reply:
+				if r.Code == clusterpb.Code_CODE_OK {
+					return r, nil
+				}
+				rerr := &RemoteError{Member: r.Member, Code: r.Code, Msg: r.Error}
+				if !retryable(r.Code) {
+					return r, rerr
+				}
+				last = rerr
+			case nil:
+				if err == nil {
+					err = errors.New("no reply")
+				}
+				last = fmt.Errorf("cluster: request %T to %s: %w", req, id, err)
+			default:
+				return nil, fmt.Errorf("cluster: request %T to %s: unexpected reply %T", req, id, res)
+			}
+		}
+		if err := m.usable(); err != nil {
+			return nil, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), last)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
+// attempt makes one cluster request (protoactor's Request, which
+// retries a stale placement itself) and returns when it answers or ctx is
+// done; an abandoned attempt ends on its own within timeout.
+func (m *Member) attempt(ctx context.Context, id session.SessionID, req proto.Message, timeout time.Duration) (any, error) {
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	// An abandoned attempt may still be marshalling its message when the
+	// next one starts: each gets its own copy.
+	req = proto.Clone(req)
+	go func() {
+		res, err := m.c.Request(string(id), Kind, req, pcluster.WithTimeout(timeout), pcluster.WithContext(m.sys.Root))
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// usable fails once the member is closed.
+func (m *Member) usable() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return supervisor.ErrClosed
+	}
+	return nil
+}
+
+// Create starts a new, empty session on the member that owns its id
+// (opts.ID, or a minted UUID).
+func (m *Member) Create(ctx context.Context, opts supervisor.CreateOptions) (session.SessionID, error) {
+	id, minted := opts.ID, false
+	if id == "" {
+		id, minted = session.SessionID(uuid.NewString()), true
+	}
+	hdr := session.Header{ID: id, Cwd: opts.Cwd}
+	if err := hdr.Validate(); err != nil {
+		return "", err
+	}
+	_, err := m.call(ctx, id, &clusterpb.Create{Cwd: opts.Cwd})
+	// A minted id is new: EXISTS can only be an earlier attempt of this
+	// call that took effect though its reply was lost.
+	if minted && errors.Is(err, supervisor.ErrExists) {
+		err = nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Followup queues a user message for the next turn (starting one when
+// idle), wherever the session lives. A followup retried across a
+// failover is delivered once (the grain knows the message's id).
+func (m *Member) Followup(ctx context.Context, id session.SessionID, msg messages.Message) error {
+	return m.send(ctx, id, clusterpb.SendKind_SEND_KIND_FOLLOWUP, msg)
+}
+
+// Steer delivers a user message into the running turn (or starts one).
+func (m *Member) Steer(ctx context.Context, id session.SessionID, msg messages.Message) error {
+	return m.send(ctx, id, clusterpb.SendKind_SEND_KIND_STEER, msg)
+}
+
+// Inject adds a message the next step sees without starting a turn.
+func (m *Member) Inject(ctx context.Context, id session.SessionID, msg messages.Message) error {
+	return m.send(ctx, id, clusterpb.SendKind_SEND_KIND_INJECT, msg)
+}
+
+func (m *Member) send(ctx context.Context, id session.SessionID, kind clusterpb.SendKind, msg messages.Message) error {
+	b, err := msg.MarshalJSON()
+	if err != nil {
+		return fmt.Errorf("cluster: encode message: %w", err)
+	}
+	_, err = m.call(ctx, id, &clusterpb.Send{Kind: kind, Message: b, MessageId: string(msg.ID())})
+	return err
+}
+
+// Cancel cancels the session's running turn.
+func (m *Member) Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error {
+	_, err := m.call(ctx, id, &clusterpb.Cancel{Cause: string(cause.Kind)})
+	return err
+}
+
+// SetSystem replaces the session's system prompt.
+func (m *Member) SetSystem(ctx context.Context, id session.SessionID, prompt string) error {
+	_, err := m.call(ctx, id, &clusterpb.SetSystem{Prompt: prompt})
+	return err
+}
+
+// WaitIdle returns once the session is idle and everything it logged is
+// durable, wherever it lives. Should its member die meanwhile, it waits
+// on the member the session moves to.
+func (m *Member) WaitIdle(ctx context.Context, id session.SessionID) error {
+	for {
+		r, err := m.call(ctx, id, &clusterpb.WaitIdle{WaitMs: defaultPollWait.Milliseconds()})
+		if err != nil {
+			return err
+		}
+		if r.Idle {
+			return nil
+		}
+	}
+}
+
+// Flush makes everything the session logged durable and returns the
+// durable watermark.
+func (m *Member) Flush(ctx context.Context, id session.SessionID) (int64, error) {
+	r, err := m.call(ctx, id, &clusterpb.Flush{})
+	if err != nil {
+		return -1, err
+	}
+	return r.Seq, nil
+}
+
+// Messages returns the session's derived messages.
+func (m *Member) Messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
+	r, err := m.call(ctx, id, &clusterpb.GetMessages{})
+	if err != nil {
+		return nil, err
+	}
+	j, err := messages.ParseJSON(r.Messages)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: messages from %s: %w", r.Member, err)
+	}
+	var out []messages.Message
+	for v := range j.Elements() {
+		msg, err := messages.ImportMessage(v)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: messages from %s: %w", r.Member, err)
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// Events returns the session's events from seq from on.
+func (m *Member) Events(ctx context.Context, id session.SessionID, from int64) ([]session.Event, error) {
+	var out []session.Event
+	for {
+		r, err := m.call(ctx, id, &clusterpb.GetEvents{From: from})
+		if err != nil {
+			return nil, err
+		}
+		es, err := decodeEvents(r)
+		if err != nil {
+			return nil, err
+		}
+		if len(es) == 0 {
+			return out, nil
+		}
+		out = append(out, es...)
+		from = es[len(es)-1].Seq() + 1
+	}
+}
+
+func decodeEvents(r *clusterpb.Reply) ([]session.Event, error) {
+	out := make([]session.Event, 0, len(r.Events))
+	for _, line := range r.Events {
+		ev, err := session.DecodeEvent(line)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: event from %s: %w", r.Member, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// Fork forks the session at boundary (session.LastEvent for the end) and
+// returns the new session's id. The fork is stored; it lives on the
+// member its id places it on.
+func (m *Member) Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error) {
+	r, err := m.call(ctx, id, &clusterpb.Fork{Boundary: boundary})
+	if err != nil {
+		return "", err
+	}
+	return session.SessionID(r.Id), nil
+}
+
+// Stats returns the session's counters (Resident and ResidentBytes are
+// not reported across members).
+func (m *Member) Stats(ctx context.Context, id session.SessionID) (supervisor.Stats, error) {
+	r, err := m.call(ctx, id, &clusterpb.GetStats{})
+	if err != nil {
+		return supervisor.Stats{}, err
+	}
+	s := r.Stats
+	return supervisor.Stats{Events: s.Events, Chunks: s.Chunks, Turns: s.Turns, Durable: s.Durable,
+		Usage: messages.TokenUsage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
+			ReasoningTokens: messages.Some(s.ReasoningTokens), CacheReadTokens: messages.Some(s.CacheReadTokens),
+			CacheWriteTokens: messages.Some(s.CacheWriteTokens)}}, nil
+}
+
+// Owner returns the address of the member the session lives on now (it
+// activates the session there if it is not).
+func (m *Member) Owner(ctx context.Context, id session.SessionID) (string, error) {
+	r, err := m.call(ctx, id, &clusterpb.GetStats{})
+	if err != nil {
+		return "", err
+	}
+	return r.Member, nil
+}

@@ -1,0 +1,100 @@
+// Package cluster runs dsh across processes and machines on protoactor's
+// cluster (DESIGN §9): sessions are virtual actors of the kind [Kind],
+// addressed by session id, placed on a member by the cluster's identity
+// lookup (disthash: rendezvous hashing over the members), activated on
+// first use and reactivated on a surviving member when theirs dies.
+//
+// # Members
+//
+// A [Member] is a supervisor.Host (the sessions placed on it, running
+// with ManualResume so only the session's grain brings a session in) plus
+// the session grains and a client. Its methods — Create, Followup, Steer,
+// Inject, Cancel, SetSystem, WaitIdle, Flush, Messages, Events,
+// Subscribe, Fork, Stats, Owner — reach a session wherever it lives; the
+// errors keep their identity across members ([RemoteError] unwraps to
+// supervisor.ErrNoSession, supervisor.ErrExists, persister.ErrLocked,
+// ...). A call retries, with backoff, while the session's grain is
+// unreachable (its member died and the membership has not caught up yet)
+// or answers that the session is being handed over, until the call's
+// context is done. A Send is deduplicated by message id on the grain (and
+// against the messages the log already holds), so a followup retried
+// across a failover is delivered once.
+//
+// [Member.Subscribe] long-polls the grain (GetEvents with a wait), so a
+// subscription follows its session from member to member without a gap
+// or a repeat, and a slow consumer only slows its own polling.
+//
+// [Start] starts one member; [StartLocal] starts n on one machine (the
+// cluster of `dsh bench --cluster N`); `dsh member` runs one from the
+// command line.
+//
+// # Wire
+//
+// Every message between members is protobuf (package clusterpb, the
+// generated code committed): protoactor's remote drops anything else
+// (silently, with only a timeout at the caller). A session's JSON —
+// messages and events — travels as bytes, exactly as the log stores it.
+// The remote is plaintext gRPC: between machines, put the members on a
+// private network or configure TLS through remote options.
+//
+// # Discovery
+//
+// By default members find each other with protoactor's automanaged
+// provider: each member serves a health endpoint and polls the endpoints
+// of Config.Peers. dsh serves that endpoint itself, bound to Config.Bind
+// (protoactor's would bind every interface) and silent (its web
+// framework prints a banner on stdout). It needs a static peer list: fine
+// on one machine or a few known hosts. For anything dynamic pass another
+// protoactor provider as Config.Provider, from the protoactor-go module:
+// consul (cluster/clusterproviders/consul, against a Consul agent), etcd
+// (clusterproviders/etcd, against an etcd cluster), Kubernetes
+// (clusterproviders/k8s, members discover pods with the kind label
+// through the API server) or zookeeper (clusterproviders/zk). dsh does
+// not import them (each brings its client library); the rest of the
+// member is the same.
+//
+// # Shared storage and fencing
+//
+// Every member opens the same store directory (Config.Dir): a session's
+// log is where the reference layout puts it, whichever member writes it.
+// protoactor does not guarantee a single activation: while members
+// disagree about the membership, two can activate one session. The store
+// fences writers with an exclusive lock file beside each log
+// (session.lock, see persister.JSONLConfig.Lock): a member takes it
+// before it writes or repairs a session and holds it until it lets the
+// session go. The second activation cannot take it: it answers LOCKED
+// (naming the holder), stops, and has written nothing; the caller retries
+// and reaches the session wherever it lives. The log header is the
+// reference's, unchanged. The store's seq check (an append whose first
+// seq is not the stored next seq is refused) stays as a second line.
+//
+// A member that dies releases its locks with its process (the kernel
+// drops them), so a survivor takes its sessions over: it loads the log,
+// cuts a torn tail, closes the interrupted turn (turn/end interrupted)
+// and goes on. Everything acknowledged durable (WaitIdle, Flush) is kept.
+//
+// Across machines the directory is a network file system, which must
+// provide: byte-range locks honoured across clients (fcntl/OFD locks:
+// NFSv4, or NFSv3 with lockd and statd; not mounted nolock or
+// local_lock), and close-to-open consistency (the default: a member that
+// takes a lock and opens a log sees everything the previous holder wrote
+// and closed). With NFSv4 a member cut off from the server longer than
+// the lease loses its locks; its later writes fail (EIO), so its sessions
+// fail closed rather than write over the new holder.
+//
+// # Handing over
+//
+// A grain stops when its session moves (the membership changed and the
+// identity now belongs to another member) or its member closes: the
+// running turn may finish within Config.HandoffTimeout, then it is
+// disposed; the session is flushed and evicted from the host, which
+// releases its writer lock, and the new owner loads it on its next
+// request. [Member.Close] leaves the cluster this way.
+//
+// # Goroutines
+//
+// protoactor's cluster keeps some goroutines for a while after a member
+// is shut down (see the TestMain of this package's tests for exactly
+// which, and why); a process that starts and stops members repeatedly
+// sees them end on their own.
+package cluster

@@ -1,0 +1,128 @@
+//go:build !race
+
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// Three members on 127.0.0.1 share a directory. Sessions spread over all
+// three; one member is killed mid-turn (its writes stop, its locks drop,
+// it vanishes from the network without leaving). Its sessions reactivate
+// on the survivors from the shared directory: each log is repaired (the
+// interrupted turn closed) and valid, every event that was acknowledged
+// durable before the kill is there unchanged, and the next turn
+// completes. The other members' sessions finish their turn untouched.
+func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
+	ctx := testCtx(t, 3*time.Minute)
+	// Turns of about 100 deltas at 100 per second: a second each, so the
+	// kill lands mid-turn.
+	tc := startCluster(t, 3, synthetic.Config{Seed: 7, TextChunks: 100, ReasoningChunks: 10, TokensPerSecond: 100})
+	m0 := tc.members[0]
+	by := tc.spread(ctx, m0, 3)
+	victim := 2
+	vaddr := tc.members[victim].Address()
+	var all []session.SessionID
+	for _, ids := range by {
+		all = append(all, ids...)
+	}
+
+	// Turn 1 everywhere, acknowledged durable.
+	for _, id := range all {
+		require.NoError(t, m0.Followup(ctx, id, userMsg(t, "first")))
+	}
+	for _, id := range all {
+		require.NoError(t, m0.WaitIdle(ctx, id))
+	}
+
+	// Turn 2 everywhere, sent through another member.
+	for _, id := range all {
+		require.NoError(t, tc.members[1].Followup(ctx, id, userMsg(t, "second")))
+	}
+	// Wait until every victim session is mid-turn: its turn 2 has started
+	// and streamed some chunks. Then take a durable watermark through the
+	// cluster: everything up to it is acknowledged durable.
+	vh := tc.members[victim].Host()
+	require.Eventually(t, func() bool {
+		for _, id := range by[vaddr] {
+			es, err := vh.Events(ctx, id, 0)
+			if err != nil || len(turnEnds(es.Slice())) != 1 || es.Len() < 20+int(firstTurnLen(es.Slice())) {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 10*time.Millisecond, "victim sessions mid-turn")
+	acked := map[session.SessionID][]session.Event{}
+	for _, id := range by[vaddr] {
+		d, err := m0.Flush(ctx, id)
+		require.NoError(t, err)
+		es, err := m0.Events(ctx, id, 0)
+		require.NoError(t, err)
+		require.Greater(t, int64(len(es)), d)
+		acked[id] = es[:d+1]
+		require.Len(t, turnEnds(es), 1, "still mid-turn 2 when acknowledged")
+	}
+
+	tc.kill(victim)
+
+	// The survivors take the victim's sessions over.
+	for _, id := range by[vaddr] {
+		require.NoError(t, m0.WaitIdle(ctx, id), "session %s reactivates and settles", id)
+		owner, err := m0.Owner(ctx, id)
+		require.NoError(t, err)
+		require.NotEqual(t, vaddr, owner)
+		require.GreaterOrEqual(t, indexOf(tc.members, owner), 0)
+		es, err := m0.Events(ctx, id, 0)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(es), len(acked[id]))
+		for i, ev := range acked[id] {
+			require.Equal(t, string(session.AppendEvent(nil, ev)), string(session.AppendEvent(nil, es[i])), "acknowledged event %d of %s", i, id)
+		}
+		require.Equal(t, []session.TurnEndKind{session.EndCompleted, session.EndInterrupted}, turnEnds(es), "turn 2 of %s closed by the repair", id)
+	}
+	// The other sessions finished turn 2 normally.
+	for addr, ids := range by {
+		if addr == vaddr {
+			continue
+		}
+		for _, id := range ids {
+			require.NoError(t, m0.WaitIdle(ctx, id))
+			es, err := m0.Events(ctx, id, 0)
+			require.NoError(t, err)
+			require.Equal(t, []session.TurnEndKind{session.EndCompleted, session.EndCompleted}, turnEnds(es))
+		}
+	}
+
+	// The next turn completes everywhere, through either survivor.
+	for i, id := range all {
+		require.NoError(t, tc.members[i%2].Followup(ctx, id, userMsg(t, "third")))
+	}
+	for _, id := range all {
+		require.NoError(t, m0.WaitIdle(ctx, id))
+		es, err := tc.members[1].Events(ctx, id, 0)
+		require.NoError(t, err)
+		ends := turnEnds(es)
+		require.Len(t, ends, 3)
+		require.Equal(t, session.EndCompleted, ends[2], "turn 3 of %s", id)
+	}
+	// And every log in the shared directory is valid and balanced.
+	for _, id := range all {
+		tc.logOnDisk(id)
+	}
+}
+
+// firstTurnLen is the number of events up to the first turn/end.
+func firstTurnLen(es []session.Event) int64 {
+	for i, ev := range es {
+		if ev.Type() == session.TypeTurnEnd {
+			return int64(i + 1)
+		}
+	}
+	return int64(len(es))
+}

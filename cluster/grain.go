@@ -1,0 +1,418 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/cluster/clusterpb"
+	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/supervisor"
+)
+
+// Bounds of one GetEvents reply (gRPC refuses messages over 4 MiB).
+const (
+	maxEventsPerReply = 1024
+	maxReplyBytes     = 1 << 20
+)
+
+// grain is the activation of one session on this member: the only way a
+// session becomes resident on a member's host (the host runs with
+// ManualResume). Quick requests are handled in Receive, in order; the
+// ones that wait (WaitIdle, GetEvents, Flush) run in goroutines the grain
+// joins before it lets the session go.
+type grain struct {
+	m      *Member
+	id     session.SessionID
+	ctx    context.Context // canceled when the grain stops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// used says the session was made resident here (and must be handed
+	// over when the grain stops).
+	used bool
+	// accepted holds the ids of the messages this activation delivered or
+	// found in the log, so that a Send retried across a timeout or a
+	// failover is not delivered twice.
+	accepted map[string]struct{}
+	order    []string
+	seeded   bool
+}
+
+func (g *grain) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *pcluster.ClusterInit:
+		g.id = session.SessionID(msg.Identity.Identity)
+		g.ctx, g.cancel = context.WithCancel(context.Background())
+	case *actor.Stopping:
+		g.stopping()
+	case *clusterpb.Create:
+		ctx.Respond(g.create(msg))
+	case *clusterpb.Send:
+		g.sync(ctx, func(c context.Context) *clusterpb.Reply { return g.send(c, msg) })
+	case *clusterpb.Cancel:
+		g.sync(ctx, func(c context.Context) *clusterpb.Reply {
+			return g.reply(g.m.host.Cancel(c, g.id, session.CancelCause{Kind: session.CauseKind(msg.Cause)}))
+		})
+	case *clusterpb.SetSystem:
+		g.sync(ctx, func(c context.Context) *clusterpb.Reply { return g.reply(g.m.host.SetSystem(c, g.id, msg.Prompt)) })
+	case *clusterpb.GetMessages:
+		g.sync(ctx, g.messages)
+	case *clusterpb.GetStats:
+		g.sync(ctx, g.stats)
+	case *clusterpb.Fork:
+		g.sync(ctx, func(c context.Context) *clusterpb.Reply { return g.fork(c, msg) })
+	case *clusterpb.Release:
+		r := g.reply(nil)
+		if g.used {
+			r = g.reply(g.m.host.Evict(g.ctx, g.id))
+			g.used = false
+		}
+		ctx.Respond(r)
+		ctx.Stop(ctx.Self())
+	case *clusterpb.WaitIdle:
+		g.async(ctx, func(c context.Context) *clusterpb.Reply { return g.waitIdle(c, msg) })
+	case *clusterpb.Flush:
+		g.async(ctx, func(c context.Context) *clusterpb.Reply {
+			d, err := g.m.host.Flush(c, g.id)
+			r := g.reply(err)
+			r.Seq = d
+			return r
+		})
+	case *clusterpb.GetEvents:
+		g.async(ctx, func(c context.Context) *clusterpb.Reply { return g.events(c, msg) })
+	}
+}
+
+// reply is the Reply of err.
+func (g *grain) reply(err error) *clusterpb.Reply {
+	r := &clusterpb.Reply{Member: g.m.Address()}
+	if err != nil {
+		r.Code, r.Error = codeOf(err), err.Error()
+		if g.ctx != nil && g.ctx.Err() != nil {
+			r.Code = clusterpb.Code_CODE_CLOSED
+		}
+	}
+	return r
+}
+
+// ensure makes the session resident here. A session that is not stored,
+// or whose writer lock another member holds, stops the grain: the first
+// is no session at all, the second is the loser of two activations and
+// must not linger.
+func (g *grain) ensure(ctx actor.Context, c context.Context) error {
+	err := g.m.host.Resume(c, g.id)
+	if err == nil {
+		g.used = true
+		return nil
+	}
+	if errors.Is(err, supervisor.ErrNoSession) || errors.Is(err, persister.ErrFenced) {
+		ctx.Stop(ctx.Self())
+	}
+	return err
+}
+
+// sync runs fn in Receive once the session is resident.
+func (g *grain) sync(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
+	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+	defer cancel()
+	if err := g.ensure(ctx, c); err != nil {
+		ctx.Respond(g.reply(err))
+		return
+	}
+	ctx.Respond(fn(c))
+}
+
+// async runs fn in a goroutine once the session is resident, and sends
+// its reply to the requester.
+func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
+	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+	if err := g.ensure(ctx, c); err != nil {
+		cancel()
+		ctx.Respond(g.reply(err))
+		return
+	}
+	sender, root := ctx.Sender(), g.m.sys.Root
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer cancel()
+		root.Send(sender, fn(c))
+	}()
+}
+
+func (g *grain) create(msg *clusterpb.Create) *clusterpb.Reply {
+	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+	defer cancel()
+	_, err := g.m.host.Create(c, supervisor.CreateOptions{ID: g.id, Cwd: msg.Cwd})
+	if err == nil {
+		g.used = true
+	}
+	r := g.reply(err)
+	r.Id = string(g.id)
+	return r
+}
+
+func (g *grain) send(c context.Context, msg *clusterpb.Send) *clusterpb.Reply {
+	j, err := messages.ParseJSON(msg.Message)
+	if err != nil {
+		return g.reply(fmt.Errorf("%w: message: %w", errInvalid, err))
+	}
+	m, err := messages.ImportMessage(j)
+	if err != nil {
+		return g.reply(fmt.Errorf("%w: message: %w", errInvalid, err))
+	}
+	id := string(m.ID())
+	if err := g.seed(c); err != nil {
+		return g.reply(err)
+	}
+	if _, ok := g.accepted[id]; ok {
+		return g.reply(nil)
+	}
+	switch msg.Kind {
+	case clusterpb.SendKind_SEND_KIND_STEER:
+		err = g.m.host.Steer(c, g.id, m)
+	case clusterpb.SendKind_SEND_KIND_INJECT:
+		err = g.m.host.Inject(c, g.id, m)
+	default:
+		err = g.m.host.Followup(c, g.id, m)
+	}
+	if errors.Is(err, inbox.ErrDuplicateID) {
+		err = nil // pending already: delivered by an earlier attempt
+	}
+	if err == nil {
+		g.accept(id)
+	}
+	return g.reply(err)
+}
+
+// seed fills accepted, once per activation, with the ids of the
+// session's derived messages: those a turn already took in.
+func (g *grain) seed(c context.Context) error {
+	if g.seeded {
+		return nil
+	}
+	ms, err := g.m.host.Messages(c, g.id)
+	if err != nil {
+		return err
+	}
+	g.accepted = make(map[string]struct{}, ms.Len())
+	for _, m := range ms.All() {
+		if m.ID() != "" {
+			g.accept(string(m.ID()))
+		}
+	}
+	g.seeded = true
+	return nil
+}
+
+func (g *grain) accept(id string) {
+	if _, ok := g.accepted[id]; ok {
+		return
+	}
+	g.accepted[id] = struct{}{}
+	g.order = append(g.order, id)
+	if len(g.order) > acceptedMessagesToKeep {
+		delete(g.accepted, g.order[0])
+		g.order = g.order[1:]
+	}
+}
+
+func (g *grain) messages(c context.Context) *clusterpb.Reply {
+	ms, err := g.m.host.Messages(c, g.id)
+	if err != nil {
+		return g.reply(err)
+	}
+	b := []byte{'['}
+	for i, m := range ms.All() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		j, err := m.MarshalJSON()
+		if err != nil {
+			return g.reply(err)
+		}
+		b = append(b, j...)
+	}
+	r := g.reply(nil)
+	r.Messages = append(b, ']')
+	return r
+}
+
+func (g *grain) stats(context.Context) *clusterpb.Reply {
+	st, err := g.m.host.Stats(g.id)
+	if err != nil {
+		return g.reply(err)
+	}
+	u := st.Usage
+	r := g.reply(nil)
+	r.Stats = &clusterpb.Stats{Events: st.Events, Chunks: st.Chunks, Turns: st.Turns, Durable: st.Durable,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens.Or(0),
+		CacheReadTokens: u.CacheReadTokens.Or(0), CacheWriteTokens: u.CacheWriteTokens.Or(0)}
+	return r
+}
+
+// fork forks the session here, then lets the child go: the child's id
+// places it on whichever member owns that id, which loads it from the
+// store on its first request.
+func (g *grain) fork(c context.Context, msg *clusterpb.Fork) *clusterpb.Reply {
+	child, err := g.m.host.Fork(c, g.id, msg.Boundary)
+	if err != nil {
+		return g.reply(err)
+	}
+	if err := g.m.host.Evict(c, child); err != nil {
+		return g.reply(err)
+	}
+	r := g.reply(nil)
+	r.Id = string(child)
+	return r
+}
+
+func (g *grain) waitIdle(c context.Context, msg *clusterpb.WaitIdle) *clusterpb.Reply {
+	wait := min(time.Duration(msg.WaitMs)*time.Millisecond, g.m.cfg.RequestTimeout/2)
+	wc, cancel := context.WithTimeout(c, wait)
+	defer cancel()
+	err := g.m.host.WaitIdle(wc, g.id)
+	if err != nil && wc.Err() != nil && c.Err() == nil {
+		return g.reply(nil) // not idle yet; Idle stays false
+	}
+	r := g.reply(err)
+	r.Idle = err == nil
+	return r
+}
+
+// events answers GetEvents: the events from msg.From on, bounded, waiting
+// up to msg.WaitMs for the first when there is none yet.
+func (g *grain) events(c context.Context, msg *clusterpb.GetEvents) *clusterpb.Reply {
+	limit := maxEventsPerReply
+	if msg.Max > 0 {
+		limit = min(limit, int(msg.Max))
+	}
+	es, err := g.m.host.Events(c, g.id, msg.From)
+	if err != nil {
+		return g.reply(err)
+	}
+	var out []session.Event
+	for ev := range es.All() {
+		out = append(out, ev)
+		if len(out) == limit {
+			break
+		}
+	}
+	if len(out) == 0 && msg.WaitMs > 0 {
+		out, err = g.waitEvents(c, msg.From, limit, min(time.Duration(msg.WaitMs)*time.Millisecond, g.m.cfg.RequestTimeout/2))
+		if err != nil {
+			return g.reply(err)
+		}
+	}
+	r := g.reply(nil)
+	size := 0
+	for _, ev := range out {
+		line := session.AppendEvent(nil, ev)
+		if size+len(line) > maxReplyBytes && len(r.Events) > 0 {
+			break
+		}
+		size += len(line)
+		r.Events = append(r.Events, line)
+	}
+	return r
+}
+
+// waitEvents subscribes from seq from and returns what arrives first
+// (with whatever follows it at once), or nothing after wait.
+func (g *grain) waitEvents(c context.Context, from int64, limit int, wait time.Duration) ([]session.Event, error) {
+	sub, err := g.m.host.Subscribe(c, g.id, from)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var out []session.Event
+	select {
+	case ev, ok := <-sub.C:
+		if !ok {
+			return nil, sub.Err()
+		}
+		out = append(out, ev)
+	case <-t.C:
+		return nil, nil
+	case <-c.Done():
+		return nil, context.Cause(c)
+	}
+	for len(out) < limit {
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				return out, nil
+			}
+			out = append(out, ev)
+		default:
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+// stopping hands the session over when the grain stops (it moved to
+// another member, or this member is closing): the waiting requests are
+// answered CLOSED (the caller retries where the session goes next), the
+// running turn may finish within HandoffTimeout, then the session is
+// evicted: disposed, flushed, its writer lock released.
+func (g *grain) stopping() {
+	if g.cancel == nil {
+		return
+	}
+	g.cancel()
+	g.wg.Wait()
+	if !g.used {
+		return
+	}
+	c, cancel := context.WithTimeout(context.Background(), g.m.cfg.HandoffTimeout)
+	_ = g.m.host.WaitIdle(c, g.id)
+	cancel()
+	c, cancel = context.WithTimeout(context.Background(), g.m.cfg.RequestTimeout)
+	defer cancel()
+	_ = g.m.host.Evict(c, g.id)
+}
+
+// errInvalid marks a request that could not be understood.
+var errInvalid = errors.New("cluster: invalid request")
+
+// codeOf classifies an error for the wire.
+func codeOf(err error) clusterpb.Code {
+	switch {
+	case err == nil:
+		return clusterpb.Code_CODE_OK
+	case errors.Is(err, persister.ErrLocked), errors.Is(err, persister.ErrFenced):
+		return clusterpb.Code_CODE_LOCKED
+	case errors.Is(err, supervisor.ErrNoSession):
+		return clusterpb.Code_CODE_NO_SESSION
+	case errors.Is(err, supervisor.ErrExists), errors.Is(err, persister.ErrExists):
+		return clusterpb.Code_CODE_EXISTS
+	case errors.Is(err, supervisor.ErrNotDurable):
+		return clusterpb.Code_CODE_NOT_DURABLE
+	case errors.Is(err, inbox.ErrInboxFull):
+		return clusterpb.Code_CODE_INBOX_FULL
+	case errors.Is(err, agent.ErrDisposed):
+		return clusterpb.Code_CODE_DISPOSED
+	case errors.Is(err, supervisor.ErrClosed), errors.Is(err, supervisor.ErrEvicted):
+		return clusterpb.Code_CODE_CLOSED
+	case errors.Is(err, session.ErrFork):
+		return clusterpb.Code_CODE_FORK
+	case errors.Is(err, errInvalid):
+		return clusterpb.Code_CODE_INVALID
+	case errors.Is(err, context.DeadlineExceeded):
+		return clusterpb.Code_CODE_DEADLINE
+	default:
+		return clusterpb.Code_CODE_INTERNAL
+	}
+}

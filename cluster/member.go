@@ -1,0 +1,353 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/labstack/echo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/internal/vfs"
+	"github.com/dshgo/dsh/supervisor"
+)
+
+// Kind is the cluster kind of a session grain.
+const Kind = "dsh-session"
+
+// Defaults of Config.
+const (
+	DefaultName            = "dsh"
+	DefaultBind            = "127.0.0.1"
+	DefaultRefresh         = time.Second
+	DefaultRequestTimeout  = 5 * time.Second
+	DefaultHandoffTimeout  = 30 * time.Second
+	DefaultProviderPort    = 6330
+	defaultPollWait        = 2 * time.Second
+	maxRetryBackoff        = time.Second
+	firstRetryBackoff      = 20 * time.Millisecond
+	acceptedMessagesToKeep = 4096
+)
+
+// Config configures a Member. Dir is required; everything else has a
+// default that runs a member on 127.0.0.1.
+type Config struct {
+	// Dir is the store directory every member shares (a local directory
+	// for members on one machine, a network file system across machines:
+	// see the package documentation for what it must provide).
+	Dir string
+	// Name is the cluster's name: members of other names ignore this one.
+	// Default DefaultName.
+	Name string
+	// Bind is the address the member listens on, for the actor remote and
+	// for the automanaged provider's health endpoint. Default DefaultBind
+	// (loopback): set it to a routable address to span machines.
+	Bind string
+	// Port is the actor remote's port; 0 takes a free one.
+	Port int
+	// Provider discovers the members. nil: protoactor's automanaged
+	// provider over Peers, with this member's health endpoint on
+	// Bind:ProviderPort. Any protoactor cluster provider fits (consul,
+	// etcd, Kubernetes, zookeeper: see the package documentation).
+	Provider pcluster.ClusterProvider
+	// ProviderPort is the port of the automanaged health endpoint. Default
+	// DefaultProviderPort.
+	ProviderPort int
+	// Peers are the health endpoints ("host:port") of every member,
+	// this one included, for the automanaged provider. Default: this
+	// member's own endpoint only.
+	Peers []string
+	// Refresh is how often the automanaged provider polls Peers; a dead
+	// member leaves the cluster about this long after it stopped
+	// answering. Default DefaultRefresh.
+	Refresh time.Duration
+	// RequestTimeout bounds one attempt of a request to a grain; a call
+	// retries attempts (on another member once membership changed) until
+	// its context is done. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// HandoffTimeout is how long a session whose grain moves to another
+	// member (membership changed, or this member is closing) may finish
+	// its running turn before the turn is disposed and the session handed
+	// over. Default DefaultHandoffTimeout.
+	HandoffTimeout time.Duration
+	// Holder names this member in the writer locks it holds (shown to a
+	// member refused by one). Default "member <endpoint> pid <pid> on
+	// <hostname>".
+	Holder string
+	// Session configures the member's local host: the model, tools,
+	// hooks, policy and limits of the sessions it runs. Its Dir, Store,
+	// System and ManualResume are set by the member.
+	Session supervisor.Config
+
+	// Seams for tests (same package).
+	fs       vfs.FS       // the store's file system (default vfs.OS())
+	listener net.Listener // the automanaged endpoint's listener, made by the caller
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("cluster: config: Dir is required (the shared store directory)"))
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("cluster: config: Port %d out of range", c.Port))
+	}
+	if c.ProviderPort < 0 || c.ProviderPort > 65535 {
+		errs = append(errs, fmt.Errorf("cluster: config: ProviderPort %d out of range", c.ProviderPort))
+	}
+	for _, d := range []time.Duration{c.Refresh, c.RequestTimeout, c.HandoffTimeout} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("cluster: config: negative duration %v", d))
+		}
+	}
+	for _, p := range c.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: config: peer %q: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Member is one member of a dsh cluster: a supervisor.Host for the
+// sessions placed here, the session grains that own them, and a client
+// that reaches any session wherever it lives. It is safe for concurrent
+// use.
+type Member struct {
+	cfg      Config
+	sys      *actor.ActorSystem
+	c        *pcluster.Cluster
+	host     *supervisor.Host
+	store    *persister.JSONLStore
+	provider pcluster.ClusterProvider
+	health   *echo.Echo // the automanaged endpoint, when the member made it
+	holder   string     // the text of its writer locks
+
+	mu      sync.Mutex
+	closed  bool
+	members []string // sorted addresses of the last topology
+}
+
+// startMu serialises protoactor's StartMember across the members of one
+// process: the remote's start sets grpc's global logger, unguarded.
+var startMu sync.Mutex
+
+func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Start starts a member and joins the cluster. It returns once the member
+// is up (protoactor's StartMember takes about a second); the other
+// members see it within a refresh.
+func Start(cfg Config) (m *Member, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.Bind == "" {
+		cfg.Bind = DefaultBind
+	}
+	if cfg.ProviderPort == 0 {
+		cfg.ProviderPort = DefaultProviderPort
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.HandoffTimeout == 0 {
+		cfg.HandoffTimeout = DefaultHandoffTimeout
+	}
+	if cfg.fs == nil {
+		cfg.fs = vfs.OS()
+	}
+	m = &Member{cfg: cfg}
+	m.sys = actor.NewActorSystem(actor.WithLoggerFactory(quietLogger), actor.WithDeadLetterThrottleInterval(time.Millisecond))
+
+	provider := cfg.Provider
+	if provider == nil {
+		provider, err = m.automanaged()
+		if err != nil {
+			return nil, err
+		}
+	}
+	m.provider = provider
+	kind := pcluster.NewKind(Kind, actor.PropsFromProducer(func() actor.Actor { return &grain{m: m} }))
+	ccfg := pcluster.Configure(cfg.Name, provider, disthash.New(),
+		remoteConfig(cfg), pcluster.WithKinds(kind), pcluster.WithRequestTimeout(cfg.RequestTimeout))
+	m.c = pcluster.New(m.sys, ccfg)
+	m.sys.EventStream.Subscribe(m.onTopology)
+
+	holder := cfg.Holder
+	if holder == "" {
+		host, _ := os.Hostname()
+		holder = fmt.Sprintf("member pid %d on %s", os.Getpid(), host)
+		if m.health != nil {
+			holder = fmt.Sprintf("member %s pid %d on %s", m.health.Listener.Addr(), os.Getpid(), host)
+		}
+	}
+	m.holder = holder
+	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: cfg.Dir, FS: cfg.fs, Plain: cfg.Session.Plain,
+		Lock: true, Holder: holder})
+	if err != nil {
+		m.closeHealth()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	m.store = store
+	hcfg := cfg.Session
+	hcfg.Dir, hcfg.Store, hcfg.System, hcfg.ManualResume = "", store, m.sys, true
+	m.host, err = supervisor.Open(hcfg)
+	if err != nil {
+		_ = store.Close()
+		m.closeHealth()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if err := m.startMember(); err != nil {
+		_ = m.host.Close(context.Background())
+		m.closeHealth()
+		return nil, err
+	}
+	return m, nil
+}
+
+// remoteConfig is the actor remote's configuration. protoactor dials
+// peers without blocking and, when a connect fails, forgets the gRPC
+// connection without closing it: each failed attempt against a dead member
+// leaves a connection redialing it for the life of the process. A
+// blocking dial that fails fast (and times out against a host that does
+// not answer) closes its connection itself; one attempt per connect, as
+// the caller retries on a fresh placement anyway.
+func remoteConfig(cfg Config) *remote.Config {
+	rc := remote.Configure(cfg.Bind, cfg.Port, remote.WithDialOptions(
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithBlock(),
+		grpc.FailOnNonTempDialError(true),
+		//lint:ignore SA1019 protoactor calls grpc.Dial without a context: the option is the only bound on a blocking dial.
+		grpc.WithTimeout(cfg.RequestTimeout),
+	))
+	rc.MaxRetryCount = 1
+	return rc
+}
+
+// startMember runs protoactor's StartMember, which panics on failure.
+func (m *Member) startMember() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cluster: start member: %v", r)
+		}
+	}()
+	startMu.Lock()
+	defer startMu.Unlock()
+	m.c.StartMember()
+	return nil
+}
+
+// automanaged builds protoactor's automanaged provider with a health
+// endpoint this member serves itself: bound to Bind (the provider's own
+// binds every interface) and silent (its banner would go to stdout).
+func (m *Member) automanaged() (pcluster.ClusterProvider, error) {
+	ln := m.cfg.listener
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(m.cfg.Bind, strconv.Itoa(m.cfg.ProviderPort)))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: provider endpoint: %w", err)
+		}
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	peers := m.cfg.Peers
+	if len(peers) == 0 {
+		peers = []string{net.JoinHostPort(m.cfg.Bind, strconv.Itoa(port))}
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Logger.SetOutput(io.Discard)
+	e.Listener = ln
+	e.GET("/_health", func(c echo.Context) error {
+		host, rport, err := m.sys.GetHostPort()
+		if err != nil {
+			return c.NoContent(http.StatusServiceUnavailable)
+		}
+		return c.JSON(http.StatusOK, automanaged.NewNode(m.cfg.Name, m.sys.ID, host, rport, port, []string{Kind}))
+	})
+	m.health = e
+	return automanaged.NewWithTesting(m.cfg.Refresh, port, e, peers...), nil
+}
+
+func (m *Member) closeHealth() {
+	if m.health != nil {
+		_ = m.health.Close()
+	}
+}
+
+// Address is the member's address in the cluster (its remote's
+// host:port).
+func (m *Member) Address() string { return m.sys.Address() }
+
+// Host is the member's local host: the sessions resident on this member.
+// Use the Member's methods to reach a session wherever it lives.
+func (m *Member) Host() *supervisor.Host { return m.host }
+
+// Members returns the addresses of the members this member currently
+// sees, itself included, as of the last topology the cluster published.
+func (m *Member) Members() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.members)
+}
+
+// onTopology records the members of each topology the cluster publishes
+// (protoactor's own MemberList is read without its lock).
+func (m *Member) onTopology(evt any) {
+	t, ok := evt.(*pcluster.ClusterTopology)
+	if !ok {
+		return
+	}
+	addrs := make([]string, 0, len(t.Members))
+	for _, mb := range t.Members {
+		addrs = append(addrs, mb.Address())
+	}
+	slices.Sort(addrs)
+	m.mu.Lock()
+	m.members = addrs
+	m.mu.Unlock()
+}
+
+// Close leaves the cluster gracefully: the member stops taking new
+// sessions, hands every session it runs over (a running turn may finish
+// within HandoffTimeout, then it is disposed; everything is flushed and
+// the writer locks released), stops its host and leaves. It takes a few
+// seconds (protoactor's graceful shutdown waits two). A second Close
+// returns supervisor.ErrClosed.
+func (m *Member) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return supervisor.ErrClosed
+	}
+	m.closed = true
+	m.mu.Unlock()
+	// Leaving first moves the placement away from this member; the
+	// placement actor stops every grain here, each of which hands its
+	// session over (grain.stopping), before the cluster is down.
+	m.c.Shutdown(true)
+	m.closeHealth()
+	return m.host.Close(ctx)
+}

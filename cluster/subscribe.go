@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/cluster/clusterpb"
+)
+
+// Subscription delivers a session's events, wherever the session lives,
+// from a seq on: the past, then live events as they commit. It long-polls
+// the session's grain, so it follows the session when it moves to another
+// member (a member dying included) without a gap or a repeat. A slow
+// consumer is never dropped: the subscription only polls again once C has
+// taken what it has (unlike supervisor.Subscription, it holds no buffer
+// on the session's member).
+type Subscription struct {
+	// C carries the events. It is closed when the subscription ends
+	// (Close, its context done, a request that failed for good).
+	C <-chan session.Event
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	err    error
+}
+
+// Err says why the subscription ended: nil after Close, else the error
+// (supervisor.ErrNoSession, the context's error, ...). Read it after C is
+// closed.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription and waits for its poller to stop.
+func (s *Subscription) Close() {
+	s.cancel()
+	<-s.done
+}
+
+// Subscribe subscribes to the session's events from seq from on (0 for
+// the whole log). It fails at once if the session does not exist.
+func (m *Member) Subscribe(ctx context.Context, id session.SessionID, from int64) (*Subscription, error) {
+	r, err := m.call(ctx, id, &clusterpb.GetEvents{From: from})
+	if err != nil {
+		return nil, err
+	}
+	first, err := decodeEvents(r)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan session.Event)
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	s := &Subscription{C: ch, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer close(ch)
+		defer stop()
+		defer cancel()
+		batch := first
+		for {
+			for _, ev := range batch {
+				select {
+				case ch <- ev:
+					from = ev.Seq() + 1
+				case <-pctx.Done():
+					s.end(ctx)
+					return
+				}
+			}
+			if pctx.Err() != nil {
+				s.end(ctx)
+				return
+			}
+			r, err := m.call(pctx, id, &clusterpb.GetEvents{From: from, WaitMs: defaultPollWait.Milliseconds()})
+			if err == nil {
+				batch, err = decodeEvents(r)
+			}
+			if err != nil {
+				if pctx.Err() != nil {
+					s.end(ctx)
+				} else {
+					s.setErr(err)
+				}
+				return
+			}
+		}
+	}()
+	return s, nil
+}
+
+// end records why a canceled poller stopped: its parent context's error,
+// or nil after Close.
+func (s *Subscription) end(parent context.Context) {
+	if err := context.Cause(parent); err != nil {
+		s.setErr(err)
+	}
+}
+
+func (s *Subscription) setErr(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
