@@ -83,6 +83,11 @@ type Options struct {
 	// (supervisor.Config.IdleTimeout): between turns a session may be
 	// stopped and resumed from disk.
 	PassivateAfter time.Duration
+	// Cluster, when positive, runs the sessions on that many cluster
+	// members on 127.0.0.1 sharing the directory (package cluster): each
+	// session is created and driven through member i mod Cluster, wherever
+	// its id places it. It needs a directory (not PolicyNone).
+	Cluster int
 	// Progress receives progress lines (nil: none). Live rewrites one line
 	// (a terminal); otherwise a plain line every ProgressInterval.
 	Progress         io.Writer
@@ -135,6 +140,12 @@ func (o Options) Validate() error {
 	if o.Policy < persister.PolicyTurnEnd || o.Policy > persister.PolicyNone {
 		errs = append(errs, fmt.Errorf("bench: unknown policy %d", int(o.Policy)))
 	}
+	if o.Cluster < 0 {
+		errs = append(errs, errors.New("bench: cluster size must not be negative"))
+	}
+	if o.Cluster > 0 && o.Policy == persister.PolicyNone {
+		errs = append(errs, errors.New("bench: a cluster shares its sessions through the directory: policy none cannot run one"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -182,6 +193,8 @@ type Report struct {
 	// Passivated how many passivations happened (with PassivateAfter).
 	Resident   int   `json:"resident"`
 	Passivated int64 `json:"passivated"`
+	// Members is the number of cluster members (0: one host, no cluster).
+	Members int `json:"members,omitempty"`
 	// Baselines is the same work without the runtime (nil when skipped).
 	Baselines *Baselines `json:"baselines,omitempty"`
 }
@@ -321,13 +334,15 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 
 	runtime.GC()
 	heapBase := heapObjects()
-	h, err := supervisor.Open(supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
+	hcfg := supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
 		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards, IdleTimeout: o.PassivateAfter,
 		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
-		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) }})
+		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) }}
+	r, err := openRunner(ctx, o, hcfg)
 	if err != nil {
 		return rep, err
 	}
+	rep.Members = o.Cluster
 
 	// Peak heap sampler and progress.
 	var peak atomic.Uint64
@@ -390,6 +405,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			h := r.drivers[i%len(r.drivers)]
 			id, err := h.Create(ctx, supervisor.CreateOptions{ID: session.SessionID(fmt.Sprintf("bench-%05d", i)), Cwd: "/bench"})
 			if err != nil {
 				setErr(err)
@@ -429,7 +445,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		if id == "" {
 			continue
 		}
-		st, err := h.Stats(id)
+		st, err := r.stats(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -444,11 +460,13 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	close(stopBg)
 	bg.Wait()
 
-	rep.Resident = h.Resident()
-	rep.Passivated = h.Passivated()
+	for _, h := range r.hosts {
+		rep.Resident += h.Resident()
+		rep.Passivated += h.Passivated()
+	}
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
-	closeErr := h.Close(closeCtx)
+	closeErr := r.close(closeCtx)
 
 	rep.WallSeconds = wall.Seconds()
 	rep.CPUSeconds = cpu.Seconds()
@@ -585,6 +603,9 @@ func WriteTable(w io.Writer, r Report) {
 	}
 	row("sessions", "%d × %d turns", r.Sessions, r.TurnsPerSession)
 	row("policy", "%s", r.Policy)
+	if r.Members > 0 {
+		row("cluster", "%d members on 127.0.0.1, one shared directory", r.Members)
+	}
 	row("wall time", "%.2fs", r.WallSeconds)
 	row("turns", "%d  (%.0f/s)", r.Turns, r.TurnsPerSec)
 	row("events", "%d  (%.0f/s)", r.Events, r.EventsPerSec)

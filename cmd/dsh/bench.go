@@ -50,6 +50,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&o.NoBaselines, "no-baselines", false, "skip the baselines run after the load")
 	fs.StringVar(&o.Dir, "dir", "", "write the sessions here and keep them (default: a fresh temporary directory, removed)")
 	fs.Int64Var(&o.Seed, "seed", 0, "synthetic model seed")
+	fs.IntVar(&o.Cluster, "cluster", 0, "run the sessions on N cluster members on 127.0.0.1 sharing the directory (0: one host)")
 	fs.BoolVar(&o.NoVerify, "no-verify", false, "do not read every log back after the run")
 	fs.BoolVar(&asJSON, "json", false, "print the report as one JSON value")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")

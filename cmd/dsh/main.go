@@ -50,6 +50,8 @@ Usage:
   dsh run [flags] PROMPT               send PROMPT to a session (new, or --session ID) and stream the answer
   dsh chat [flags]                     an interactive session: streaming answers, /steer /inject /cancel /fork /messages /quit
   dsh bench [--sessions N] [--json] ...  load test: concurrent sessions, synthetic model, real persistence
+  dsh bench --cluster N ...            the same load on N cluster members on 127.0.0.1
+  dsh member --dir DIR [--peers ...]   run one cluster member sharing DIR until SIGINT/SIGTERM
   dsh log verify [--fixture] FILE...   check session logs; one summary line per file
   dsh log show [--fixture] FILE        print a readable transcript
   dsh log messages [--fixture] FILE    print the derived (model-visible) messages as JSON lines
@@ -99,6 +101,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return runCmd(args[1:], stdout, stderr)
 	case "chat":
 		return chatCmd(args[1:], os.Stdin, stdout, stderr)
+	case "member":
+		return memberCmd(args[1:], stdout, stderr)
 	default:
 		return usagef("unknown command %q", args[0])
 	}
