@@ -355,8 +355,10 @@ func (h *Host) unuse(e *entry) {
 	h.mu.Unlock()
 }
 
-// release forgets a starting entry that failed.
+// release forgets a starting entry that failed, and gives up the store's
+// hold on the session (the writer lock a Load took, if any).
 func (h *Host) release(e *entry, err error) {
+	_ = h.store.Release(e.id)
 	h.mu.Lock()
 	if h.sessions[e.id] == e {
 		delete(h.sessions, e.id)
