@@ -36,7 +36,7 @@ const (
 	DefaultName            = "dsh"
 	DefaultBind            = "127.0.0.1"
 	DefaultRefresh         = time.Second
-	DefaultRequestTimeout  = 5 * time.Second
+	DefaultRequestTimeout  = 30 * time.Second
 	DefaultHandoffTimeout  = 30 * time.Second
 	DefaultProviderPort    = 6330
 	defaultPollWait        = 2 * time.Second
