@@ -57,9 +57,18 @@ func (e *RemoteError) Unwrap() error {
 		return errInvalid
 	case clusterpb.Code_CODE_DEADLINE:
 		return context.DeadlineExceeded
+	case clusterpb.Code_CODE_DIVERGED:
+		return ErrDiverged
 	}
 	return nil
 }
+
+// ErrDiverged ends a Subscription whose session's member died after the
+// subscription had received events that were not yet durable: the
+// repaired log no longer holds them (it closed the interrupted turn in
+// their place). Subscribe again from a seq known durable — the last
+// turn/end received, say — to read the log as it is now.
+var ErrDiverged = errors.New("cluster: events received are no longer in the log")
 
 // retryable says a request may go again: it did not take effect (the
 // session's writer lock is held by a member letting it go, or the member

@@ -3,6 +3,9 @@
 package cluster
 
 import (
+	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +72,23 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 		require.Len(t, turnEnds(es), 1, "still mid-turn 2 when acknowledged")
 	}
 
+	// A subscriber on another member watches each victim session live.
+	watches := map[session.SessionID]*watch{}
+	for _, id := range by[vaddr] {
+		sub, err := m0.Subscribe(ctx, id, 0)
+		require.NoError(t, err)
+		watches[id] = startWatch(sub)
+	}
+	// Let them catch up with what the victim has streamed so far.
+	require.Eventually(t, func() bool {
+		for id, w := range watches {
+			if w.len() <= len(acked[id]) {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 10*time.Millisecond)
+
 	tc.kill(victim)
 
 	// The survivors take the victim's sessions over.
@@ -115,6 +135,65 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 	for _, id := range all {
 		tc.logOnDisk(id)
 	}
+
+	// Each subscriber either followed its session to the survivor and saw
+	// exactly the log (turn 3 included), or was told its view diverged:
+	// it had received events the dead member never made durable.
+	for id, w := range watches {
+		final, err := m0.Events(ctx, id, 0)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return w.ended() || len(turnEnds(w.events())) == 3 }, time.Minute, 10*time.Millisecond)
+		w.sub.Close()
+		got := w.events()
+		for i, ev := range got {
+			require.EqualValues(t, i, ev.Seq(), "no gap, no repeat")
+		}
+		same := len(got) <= len(final)
+		for i := 0; same && i < len(got); i++ {
+			same = got[i].Type() == final[i].Type() && got[i].Time() == final[i].Time()
+		}
+		if errors.Is(w.sub.Err(), ErrDiverged) {
+			require.False(t, same, "ErrDiverged only when a received event is not in the log")
+			t.Logf("%s: subscriber diverged after %d events (log has %d)", id, len(got), len(final))
+			continue
+		}
+		require.NoError(t, w.sub.Err())
+		require.True(t, same, "what the subscriber saw is the log")
+		require.Len(t, turnEnds(got), 3)
+	}
+}
+
+// watch collects what a subscription delivers.
+type watch struct {
+	sub  *Subscription
+	mu   sync.Mutex
+	got  []session.Event
+	done bool
+}
+
+func startWatch(sub *Subscription) *watch {
+	w := &watch{sub: sub}
+	go func() {
+		for ev := range sub.C {
+			w.mu.Lock()
+			w.got = append(w.got, ev)
+			w.mu.Unlock()
+		}
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	}()
+	return w
+}
+
+func (w *watch) len() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.got) }
+
+func (w *watch) ended() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.done }
+
+func (w *watch) events() []session.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.got)
 }
 
 // firstTurnLen is the number of events up to the first turn/end.

@@ -296,16 +296,34 @@ func (g *grain) events(c context.Context, msg *clusterpb.GetEvents) *clusterpb.R
 	if msg.Max > 0 {
 		limit = min(limit, int(msg.Max))
 	}
-	es, err := g.m.host.Events(c, g.id, msg.From)
+	start := msg.From
+	check := msg.AfterType != "" && msg.From > 0
+	if check {
+		start--
+	}
+	es, err := g.m.host.Events(c, g.id, start)
 	if err != nil {
 		return g.reply(err)
 	}
 	var out []session.Event
+	diverged := check // until the event at from-1 is found the same
 	for ev := range es.All() {
+		if check {
+			check = false
+			if !sameEvent(ev, msg) {
+				break
+			}
+			diverged = false
+			continue
+		}
 		out = append(out, ev)
 		if len(out) == limit {
 			break
 		}
+	}
+	if diverged {
+		return g.reply(fmt.Errorf("%w: the log no longer holds the %s event at seq %d that was received (its member died before it was durable; the log was repaired)",
+			ErrDiverged, msg.AfterType, msg.From-1))
 	}
 	if len(out) == 0 && msg.WaitMs > 0 {
 		out, err = g.waitEvents(c, msg.From, limit, min(time.Duration(msg.WaitMs)*time.Millisecond, g.m.cfg.RequestTimeout/2))
@@ -324,6 +342,11 @@ func (g *grain) events(c context.Context, msg *clusterpb.GetEvents) *clusterpb.R
 		r.Events = append(r.Events, line)
 	}
 	return r
+}
+
+// sameEvent says ev is the event a GetEvents names as received before.
+func sameEvent(ev session.Event, msg *clusterpb.GetEvents) bool {
+	return string(ev.Type()) == msg.AfterType && ev.Time() == msg.AfterTime
 }
 
 // waitEvents subscribes from seq from and returns what arrives first
@@ -410,6 +433,8 @@ func codeOf(err error) clusterpb.Code {
 		return clusterpb.Code_CODE_FORK
 	case errors.Is(err, errInvalid):
 		return clusterpb.Code_CODE_INVALID
+	case errors.Is(err, ErrDiverged):
+		return clusterpb.Code_CODE_DIVERGED
 	case errors.Is(err, context.DeadlineExceeded):
 		return clusterpb.Code_CODE_DEADLINE
 	default:

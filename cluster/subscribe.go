@@ -11,7 +11,11 @@ import (
 // Subscription delivers a session's events, wherever the session lives,
 // from a seq on: the past, then live events as they commit. It long-polls
 // the session's grain, so it follows the session when it moves to another
-// member (a member dying included) without a gap or a repeat. A slow
+// member without a gap or a repeat. Live events are delivered as they
+// commit, before they are durable: should their member die before they
+// were written, the repaired log no longer holds them, and the
+// subscription ends with ErrDiverged rather than go on from a log that
+// is not the one it showed. A slow
 // consumer is never dropped: the subscription only polls again once C has
 // taken what it has (unlike supervisor.Subscription, it holds no buffer
 // on the session's member).
@@ -62,11 +66,14 @@ func (m *Member) Subscribe(ctx context.Context, id session.SessionID, from int64
 		defer stop()
 		defer cancel()
 		batch := first
+		var last session.Event // the last event delivered
+		delivered := false
 		for {
 			for _, ev := range batch {
 				select {
 				case ch <- ev:
 					from = ev.Seq() + 1
+					last, delivered = ev, true
 				case <-pctx.Done():
 					s.end(ctx)
 					return
@@ -76,7 +83,11 @@ func (m *Member) Subscribe(ctx context.Context, id session.SessionID, from int64
 				s.end(ctx)
 				return
 			}
-			r, err := m.call(pctx, id, &clusterpb.GetEvents{From: from, WaitMs: defaultPollWait.Milliseconds()})
+			req := &clusterpb.GetEvents{From: from, WaitMs: defaultPollWait.Milliseconds()}
+			if delivered {
+				req.AfterType, req.AfterTime = string(last.Type()), last.Time()
+			}
+			r, err := m.call(pctx, id, req)
 			if err == nil {
 				batch, err = decodeEvents(r)
 			}
