@@ -20,50 +20,73 @@ import (
 	"github.com/dshgo/dsh/supervisor"
 )
 
-// testCluster is n members on 127.0.0.1 sharing one store directory,
-// each writing through its own killable file system.
+// testCluster is members on 127.0.0.1 sharing one store directory, each
+// writing through its own killable file system. Every member's provider
+// endpoint is allocated up front, so a member can join later.
 type testCluster struct {
 	t       *testing.T
 	dir     string
+	model   synthetic.Config
+	lns     []net.Listener
+	peers   []string
 	members []*Member
 	fss     []*vfs.KillableFS
-	killed  []bool
+	gone    []bool // closed or killed
 }
 
 // startCluster starts n members at once (protoactor's StartMember takes
 // a second each) and waits until each sees all n.
 func startCluster(t *testing.T, n int, model synthetic.Config) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, dir: t.TempDir(), members: make([]*Member, n), fss: make([]*vfs.KillableFS, n), killed: make([]bool, n)}
-	lns := make([]net.Listener, n)
-	peers := make([]string, n)
-	for i := range n {
+	tc := newCluster(t, n, model)
+	tc.start(seq(0, n)...)
+	tc.waitMembers(n)
+	return tc
+}
+
+// newCluster allocates the endpoints of total members and starts none.
+func newCluster(t *testing.T, total int, model synthetic.Config) *testCluster {
+	tc := &testCluster{t: t, dir: t.TempDir(), model: model, lns: make([]net.Listener, total), peers: make([]string, total),
+		members: make([]*Member, total), fss: make([]*vfs.KillableFS, total), gone: make([]bool, total)}
+	for i := range total {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		lns[i], peers[i] = ln, ln.Addr().String()
+		tc.lns[i], tc.peers[i] = ln, ln.Addr().String()
 	}
-	errs := make([]error, n)
+	t.Cleanup(tc.close)
+	return tc
+}
+
+func seq(from, to int) []int {
+	var out []int
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// start starts the members of the given indexes at once.
+func (tc *testCluster) start(idx ...int) {
+	tc.t.Helper()
+	errs := make([]error, len(tc.members))
 	var wg sync.WaitGroup
-	for i := range n {
+	for _, i := range idx {
 		wg.Go(func() {
-			p, err := synthetic.New(model)
+			p, err := synthetic.New(tc.model)
 			if err != nil {
 				errs[i] = err
 				return
 			}
 			tc.fss[i] = vfs.Killable(vfs.OS())
 			tc.members[i], errs[i] = Start(Config{Dir: tc.dir, Refresh: 100 * time.Millisecond,
-				RequestTimeout: 3 * time.Second, HandoffTimeout: 5 * time.Second, Peers: peers,
-				Session: supervisor.Config{Provider: p}, listener: lns[i], fs: tc.fss[i]})
+				RequestTimeout: 3 * time.Second, HandoffTimeout: 5 * time.Second, Peers: tc.peers,
+				Session: supervisor.Config{Provider: p}, listener: tc.lns[i], fs: tc.fss[i]})
 		})
 	}
 	wg.Wait()
-	t.Cleanup(tc.close)
 	for i, err := range errs {
-		require.NoError(t, err, "member %d", i)
+		require.NoError(tc.t, err, "member %d", i)
 	}
-	tc.waitMembers(n)
-	return tc
 }
 
 // waitMembers polls until every live member sees n members.
@@ -71,7 +94,7 @@ func (tc *testCluster) waitMembers(n int) {
 	tc.t.Helper()
 	require.Eventually(tc.t, func() bool {
 		for i, m := range tc.members {
-			if !tc.killed[i] && len(m.Members()) != n {
+			if m != nil && !tc.gone[i] && len(m.Members()) != n {
 				return false
 			}
 		}
@@ -83,15 +106,25 @@ func (tc *testCluster) waitMembers(n int) {
 func (tc *testCluster) close() {
 	var wg sync.WaitGroup
 	for i, m := range tc.members {
-		if m != nil && !tc.killed[i] {
+		if m != nil && !tc.gone[i] {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				_ = m.Close(ctx)
 			})
+		} else if m == nil {
+			_ = tc.lns[i].Close()
 		}
 	}
 	wg.Wait()
+}
+
+// leave closes member i gracefully.
+func (tc *testCluster) leave(i int) error {
+	tc.gone[i] = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return tc.members[i].Close(ctx)
 }
 
 // kill stops member i as kill -9 would, as far as the others and the
@@ -102,7 +135,7 @@ func (tc *testCluster) close() {
 // goroutines; every write it attempts fails.
 func (tc *testCluster) kill(i int) {
 	m := tc.members[i]
-	tc.killed[i] = true
+	tc.gone[i] = true
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
@@ -141,7 +174,13 @@ func (tc *testCluster) spread(ctx context.Context, m *Member, per int) map[strin
 		owner, err := m.Owner(ctx, id)
 		require.NoError(tc.t, err)
 		by[owner] = append(by[owner], id)
-		done := len(by) == len(tc.members)
+		live := 0
+		for i, m := range tc.members {
+			if m != nil && !tc.gone[i] {
+				live++
+			}
+		}
+		done := len(by) == live
 		for _, ids := range by {
 			done = done && len(ids) >= per
 		}
