@@ -1,8 +1,10 @@
 package persister
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/dshgo/dsh/actors/session"
@@ -35,8 +37,23 @@ func (r RepairReport) Changed() bool { return r.Torn != nil || len(r.Closers) > 
 // the committed region is corruption (IsCorruption) and nothing is
 // changed. A balanced, clean file is left untouched.
 //
-// It must not run while a writer has the file open.
+// When the file sits beside a writer lock (session.lock: a store with
+// JSONLConfig.Lock wrote it), RepairFile takes that lock first and fails
+// with a *LockedError, changing nothing, while a writer holds it. Without
+// a lock file it must not run while a writer has the file open.
 func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
+	lockPath := filepath.Join(filepath.Dir(path), lockName)
+	if _, err := fsys.Stat(lockPath); err == nil {
+		lk, err := fsys.Lock(lockPath, []byte(fmt.Sprintf("dsh log repair, pid %d", os.Getpid())))
+		if err != nil {
+			var le *vfs.LockedError
+			if errors.As(err, &le) {
+				return RepairReport{}, &LockedError{ID: session.SessionID(filepath.Base(filepath.Dir(path))), Path: le.Path, Holder: le.Holder}
+			}
+			return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
+		}
+		defer lk.Release()
+	}
 	data, err := vfs.ReadFile(fsys, path)
 	if err != nil {
 		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)

@@ -132,3 +132,37 @@ func TestRepairFileLeavesCleanFilesAlone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after)
 }
+
+// A file beside a writer lock is repaired only under that lock: while a
+// store holds it, RepairFile refuses (naming the holder) and changes
+// nothing; once the store lets the session go, the repair runs.
+func TestRepairFileRefusesALockedSession(t *testing.T) {
+	ctx := t.Context()
+	h, events := openToolTurn(t)
+	s, err := NewJSONLStore(JSONLConfig{Root: t.TempDir(), Lock: true, Holder: "the writer"})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Create(h))
+	require.NoError(t, s.Append(ctx, h.ID, events))
+	path := s.Locate(h)
+	before, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	_, err = RepairFile(vfs.OS(), path)
+	var le *LockedError
+	require.ErrorAs(t, err, &le)
+	require.ErrorIs(t, err, ErrLocked)
+	require.Equal(t, "the writer", le.Holder)
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing changed")
+
+	require.NoError(t, s.Release(h.ID))
+	r, err := RepairFile(vfs.OS(), path)
+	require.NoError(t, err)
+	require.Len(t, r.Closers, len(session.InterruptedTurnClosers(events)))
+	readBalanced(t, path)
+	// The repair let the lock go: the store writes again.
+	_, err = s.Load(ctx, h.ID)
+	require.NoError(t, err)
+}
