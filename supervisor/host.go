@@ -315,36 +315,44 @@ func (h *Host) get(ctx context.Context, id session.SessionID, load bool) (*entry
 // when there is none. It waits for a passivation of id in progress to
 // finish.
 func (h *Host) reserve(ctx context.Context, id session.SessionID) (e *entry, fresh bool, err error) {
-	for {
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			return nil, false, ErrClosed
-		}
-		e, ok := h.sessions[id]
-		if !ok {
-			break
-		}
-		if wait := e.passivating; wait != nil {
-			h.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return nil, false, context.Cause(ctx)
-			}
-		}
-		e.inflight++
-		h.mu.Unlock()
-		return e, false, nil
+	e, err = h.lockSettled(ctx, id)
+	if err != nil {
+		return nil, false, err
 	}
 	defer h.mu.Unlock()
+	if e != nil {
+		e.inflight++
+		return e, false, nil
+	}
 	e = &entry{id: id, ready: make(chan struct{}), inflight: 1}
 	e.turnEndSeq.Store(-1)
 	e.durable.Store(-1)
 	e.lastUse.Store(int64(time.Since(h.epoch)))
 	h.sessions[id] = e
 	return e, true, nil
+}
+
+// lockSettled locks h.mu and returns id's entry (nil when there is none)
+// once no passivation of it is in progress. On error h.mu is not held.
+func (h *Host) lockSettled(ctx context.Context, id session.SessionID) (*entry, error) {
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, ErrClosed
+		}
+		e := h.sessions[id]
+		if e == nil || e.passivating == nil {
+			return e, nil
+		}
+		wait := e.passivating
+		h.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
 }
 
 // unuse ends a use of e begun by live or reserve.

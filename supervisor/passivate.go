@@ -216,28 +216,13 @@ var ErrEvicted = errors.New("supervisor: session evicted from this host")
 // the session is gone from the host all the same; what the persister
 // could not write stays with it, retried, and the writer lock with it.
 func (h *Host) Evict(ctx context.Context, id session.SessionID) error {
-	var e *entry
-	for {
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			return ErrClosed
-		}
-		e = h.sessions[id]
-		if e == nil {
-			h.mu.Unlock()
-			return nil
-		}
-		if wait := e.passivating; wait != nil {
-			h.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
-		break
+	e, err := h.lockSettled(ctx, id)
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		h.mu.Unlock()
+		return nil
 	}
 	done := make(chan struct{})
 	e.passivating = done
@@ -255,7 +240,7 @@ func (h *Host) Evict(ctx context.Context, id session.SessionID) error {
 	for _, s := range subs {
 		s.stop(ErrEvicted)
 	}
-	err := h.stopSession(ctx, e)
+	err = h.stopSession(ctx, e)
 
 	h.mu.Lock()
 	if h.sessions[id] == e {
