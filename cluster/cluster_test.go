@@ -163,33 +163,17 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// owners creates sessions through m until every member owns at least
-// per of them; it returns the sessions of each member address.
+// spread creates sessions through m until every live member owns at
+// least per of them; it returns the sessions of each member address.
 func (tc *testCluster) spread(ctx context.Context, m *Member, per int) map[string][]session.SessionID {
 	tc.t.Helper()
-	by := map[string][]session.SessionID{}
-	for range 200 {
-		id, err := m.Create(ctx, supervisor.CreateOptions{Cwd: "/work/project"})
-		require.NoError(tc.t, err)
-		owner, err := m.Owner(ctx, id)
-		require.NoError(tc.t, err)
-		by[owner] = append(by[owner], id)
-		live := 0
-		for i, m := range tc.members {
-			if m != nil && !tc.gone[i] {
-				live++
-			}
-		}
-		done := len(by) == live
-		for _, ids := range by {
-			done = done && len(ids) >= per
-		}
-		if done {
-			return by
+	var live []string
+	for i, mb := range tc.members {
+		if mb != nil && !tc.gone[i] {
+			live = append(live, mb.Address())
 		}
 	}
-	tc.t.Fatalf("sessions did not spread over %d members: %v", len(tc.members), by)
-	return nil
+	return spreadOver(tc.t, ctx, m, live, per)
 }
 
 // logOnDisk reads a session's log file from the shared directory and

@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -38,7 +39,15 @@ import (
 // loop, the member list, the placement actor, the automanaged endpoint and
 // monitor, the dead-letter throttle (its window is 1 ms here), the host's
 // actors and timers — must be gone when the tests end.
+//
+// With childEnv set, the test binary is not a test run but a member
+// process of TestClusterFailoverWhenAMemberProcessIsKilled (see
+// runChildMember): it never returns, it is killed.
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runChildMember()
+		os.Exit(1) // reached only when the member could not start
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"),
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.NewGossipActor.NewThrottleWithLogger.func2.1"),
