@@ -52,7 +52,7 @@ func runChildMember() {
 		fmt.Fprintln(os.Stderr, "child member:", err)
 		return
 	}
-	fmt.Printf("ready %s\n", m.Address())
+	fmt.Fprintf(os.Stdout, "ready %s\n", m.Address()) // to the parent test, through the pipe
 	select {}
 }
 
