@@ -408,7 +408,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			h := r.drivers[i%len(r.drivers)]
 			id, err := h.Create(ctx, supervisor.CreateOptions{ID: session.SessionID(fmt.Sprintf("bench-%05d", i)), Cwd: "/bench"})
 			if err != nil {
-				setErr(err)
+				setErr(fmt.Errorf("bench: create session %d: %w", i, err))
 				return
 			}
 			ids[i] = id
@@ -423,11 +423,11 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 				m0 := model.Load()
 				t0 := time.Now()
 				if err := h.Followup(ctx, id, m); err != nil {
-					setErr(err)
+					setErr(fmt.Errorf("bench: %s turn %d: followup: %w", id, t+1, err))
 					return
 				}
 				if err := h.WaitIdle(ctx, id); err != nil {
-					setErr(err)
+					setErr(fmt.Errorf("bench: %s turn %d: wait idle: %w", id, t+1, err))
 					return
 				}
 				d := time.Since(t0)

@@ -281,8 +281,8 @@ func (g *grain) waitIdle(c context.Context, msg *clusterpb.WaitIdle) *clusterpb.
 	wc, cancel := context.WithTimeout(c, wait)
 	defer cancel()
 	err := g.m.host.WaitIdle(wc, g.id)
-	if err != nil && wc.Err() != nil && c.Err() == nil {
-		return g.reply(nil) // not idle yet; Idle stays false
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && c.Err() == nil {
+		return g.reply(nil) // not idle within the wait; Idle stays false
 	}
 	r := g.reply(err)
 	r.Idle = err == nil

@@ -1,10 +1,13 @@
 package supervisor
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/session"
 )
 
@@ -78,4 +81,26 @@ func TestEvictMidTurnLeavesAValidLogAndResumes(t *testing.T) {
 	st, err := h.Stats(id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
+}
+
+// A call cut short by its context's deadline says so as the context
+// would, even when the actor request's own timer (derived from that
+// deadline) fires first.
+func TestWaitIdleDeadlineIsDeadlineExceeded(t *testing.T) {
+	ctx := testCtx(t)
+	p, err := synthetic.New(synthetic.Config{Seed: 1, TextChunks: 200, TokensPerSecond: 50})
+	require.NoError(t, err)
+	h := openHost(t, Config{Provider: p})
+	defer h.Close(ctx)
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "long")))
+	for range 20 {
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		err := h.WaitIdle(short, id)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	require.NoError(t, h.Cancel(ctx, id, session.CancelCause{Kind: session.CauseUser}))
+	require.NoError(t, h.WaitIdle(ctx, id))
 }

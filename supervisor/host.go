@@ -514,6 +514,18 @@ func (h *Host) onNotice(ctx actor.Context) {
 
 // ask makes a blocking request bounded by ctx and RequestTimeout.
 func (h *Host) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	v, err := h.askFuture(ctx, pid, msg)
+	if errors.Is(err, actor.ErrTimeout) {
+		// The future's timeout came from ctx's deadline: say so as ctx
+		// would (its own timer may fire a moment later).
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < h.cfg.RequestTimeout/2 {
+			return nil, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
+		}
+	}
+	return v, err
+}
+
+func (h *Host) askFuture(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 	timeout := h.cfg.RequestTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
