@@ -11,13 +11,14 @@ import (
 	"github.com/dshgo/dsh/actors/persister"
 )
 
-// TestMain checks for leaks, ignoring the two 60-second log-throttle
-// timers protoactor's cluster gossip leaves behind a stopped member (the
-// cluster runs of cluster_test.go; see cluster/main_test.go for why).
+// TestMain checks for leaks, ignoring what protoactor's cluster leaves
+// behind a stopped member for a while (the cluster runs of
+// cluster_test.go; see cluster/main_test.go for exactly what and why).
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"),
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.NewGossipActor.NewThrottleWithLogger.func2.1"),
+		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged.(*AutoManagedProvider).monitorStatuses"),
 	)
 }
 
