@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,4 +113,54 @@ func TestClusterFencingRefusesASecondActivation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, clusterpb.Code_CODE_LOCKED, r.Code)
 	require.False(t, errors.Is(&RemoteError{Code: clusterpb.Code_CODE_OK}, persister.ErrLocked))
+}
+
+// Two activations create the same new session and run a turn each: the
+// first to write takes the session's writer lock; the other's writes are
+// refused, it answers LOCKED and stops. The log holds the winner's turn
+// alone, valid.
+func TestClusterFencingTwoCreatorsOfOneSession(t *testing.T) {
+	tc := startCluster(t, 2, synthetic.Config{Seed: 3, TextChunks: 30})
+	id := session.SessionID("contested-session")
+	pids := make([]*actor.PID, 2)
+	for i, m := range tc.members {
+		pids[i] = activate(t, m, id)
+		r, err := ask(t, m, pids[i], &clusterpb.Create{Cwd: "/work/project"})
+		require.NoError(t, err)
+		require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	}
+	texts := []string{"from the first", "from the second"}
+	for i, m := range tc.members {
+		b, err := userMsg(t, texts[i]).MarshalJSON()
+		require.NoError(t, err)
+		r, err := ask(t, m, pids[i], &clusterpb.Send{Message: b})
+		require.NoError(t, err)
+		require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	}
+	// Each waits until its turn is over and durable: one makes it, the
+	// other is refused.
+	codes := make([]clusterpb.Code, 2)
+	for i, m := range tc.members {
+		require.Eventually(t, func() bool {
+			r, err := ask(t, m, pids[i], &clusterpb.WaitIdle{WaitMs: 1000})
+			require.NoError(t, err)
+			codes[i] = r.Code
+			return r.Code != clusterpb.Code_CODE_OK || r.Idle
+		}, time.Minute, time.Millisecond)
+	}
+	winner := slices.Index(codes, clusterpb.Code_CODE_OK)
+	require.NotEqual(t, -1, winner, "one activation wins: %v", codes)
+	require.Equal(t, clusterpb.Code_CODE_LOCKED, codes[1-winner], "the other is refused: %v", codes)
+	// The loser stopped.
+	_, err := ask(t, tc.members[1-winner], pids[1-winner], &clusterpb.GetStats{})
+	require.Error(t, err)
+
+	l := tc.logOnDisk(id)
+	var users []string
+	for ev := range l.Events().All() {
+		if um, ok := ev.Payload().(session.UserMessage); ok {
+			users = append(users, um.Message.Block(0).Text())
+		}
+	}
+	require.Equal(t, []string{texts[winner]}, users, "the log holds the winner's turn alone")
 }

@@ -128,7 +128,11 @@ func (g *grain) sync(ctx actor.Context, fn func(context.Context) *clusterpb.Repl
 		ctx.Respond(g.reply(err))
 		return
 	}
-	ctx.Respond(fn(c))
+	r := fn(c)
+	if r.Code == clusterpb.Code_CODE_LOCKED {
+		ctx.Stop(ctx.Self()) // another writer has the session: this activation lost
+	}
+	ctx.Respond(r)
 }
 
 // async runs fn in a goroutine once the session is resident, and sends
@@ -140,12 +144,16 @@ func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Rep
 		ctx.Respond(g.reply(err))
 		return
 	}
-	sender, root := ctx.Sender(), g.m.sys.Root
+	sender, self, root := ctx.Sender(), ctx.Self(), g.m.sys.Root
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
 		defer cancel()
-		root.Send(sender, fn(c))
+		r := fn(c)
+		if r.Code == clusterpb.Code_CODE_LOCKED {
+			root.Stop(self) // another writer has the session: this activation lost
+		}
+		root.Send(sender, r)
 	}()
 }
 
