@@ -24,22 +24,20 @@ import (
 // two attempts) are fixed. CI runs these tests in its non-race stage (`go
 // test -tags invariants ./...`); every other package runs under -race.
 //
-// TestMain checks for leaked goroutines, ignoring exactly three kinds that
+// TestMain checks for leaked goroutines, ignoring exactly three goroutines that
 // protoactor's cluster leaves behind after a member has shut down:
 //
 //   - automanaged.(*AutoManagedProvider).monitorStatuses is the
 //     provider's poll loop: it sleeps one refresh (Config.Refresh) between
 //     polls and sees the shutdown only when it wakes, so it outlives Close
 //     by up to one refresh; it has no handle to wait on.
-//
 //   - cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1 and
-//   - cluster.NewGossipActor.NewThrottleWithLogger.func2.1
-//
-// are the window timers of the gossiper's and the gossip actor's log
-// throttles (actor.NewThrottle with a 60-second period, cluster/gossiper.go
-// and cluster/gossip_actor.go). The first event of a window starts one; it
-// waits for one tick of its 60 s ticker and exits. Nothing can stop it
-// early, and it touches nothing but the throttle's counter. Everything else
+//     cluster.NewGossipActor.NewThrottleWithLogger.func2.1 are the window
+//     timers of the gossiper's and the gossip actor's log throttles
+//     (actor.NewThrottle with a 60-second period, cluster/gossiper.go and
+//     cluster/gossip_actor.go). The first event of a window starts one; it
+//     waits for one tick of its 60 s ticker and exits. Nothing can stop it
+//     early, and it touches nothing but the throttle's counter. Everything else
 // a member starts — the remote's gRPC server and endpoints, the gossip
 // loop, the member list, the placement actor, the automanaged endpoint,
 // the dead-letter throttle (its window is 1 ms here), the host's
