@@ -37,8 +37,9 @@ import (
 //     (actor.NewThrottle with a 60-second period, cluster/gossiper.go and
 //     cluster/gossip_actor.go). The first event of a window starts one; it
 //     waits for one tick of its 60 s ticker and exits. Nothing can stop it
-//     early, and it touches nothing but the throttle's counter. Everything else
-// a member starts — the remote's gRPC server and endpoints, the gossip
+//     early, and it touches nothing but the throttle's counter.
+//
+// Everything else a member starts — the remote's gRPC server and endpoints, the gossip
 // loop, the member list, the placement actor, the automanaged endpoint,
 // the dead-letter throttle (its window is 1 ms here), the host's
 // actors and timers — must be gone when the tests end.
