@@ -140,7 +140,11 @@ func (m *Member) call(ctx context.Context, id session.SessionID, req proto.Messa
 
 // attempt makes one cluster request (protoactor's Request, which
 // retries a stale placement itself) and returns when it answers or ctx is
-// done; an abandoned attempt ends on its own within timeout.
+// done; an abandoned attempt ends on its own within timeout. It passes
+// this member's root context explicitly: protoactor's RequestFuture falls
+// back on a package-global call config that holds the root context of
+// the first cluster made in the process, which with several members in
+// one process would send through another member's actor system.
 func (m *Member) attempt(ctx context.Context, id session.SessionID, req proto.Message, timeout time.Duration) (any, error) {
 	type result struct {
 		res any
