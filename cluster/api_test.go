@@ -101,3 +101,41 @@ func TestClusterAPIFromEveryMember(t *testing.T) {
 	_, err = tc.members[2].Fork(ctx, id, 1)
 	require.ErrorIs(t, err, session.ErrFork, "a boundary inside a turn is refused")
 }
+
+// With Session.IdleTimeout a member passivates an idle session, and its
+// grain stops after it; the next request activates a grain again, which
+// resumes the session from the store where it left off.
+func TestClusterIdleSessionsAndTheirGrainsPassivate(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	tc := newCluster(t, 2, synthetic.Config{Seed: 5, TextChunks: 20})
+	tc.idle = 100 * time.Millisecond
+	tc.start(0, 1)
+	tc.waitMembers(2)
+	m := tc.members[0]
+	by := tc.spread(ctx, m, 2)
+	for _, ids := range by {
+		for _, id := range ids {
+			require.NoError(t, m.Followup(ctx, id, userMsg(t, "hello")))
+			require.NoError(t, m.WaitIdle(ctx, id))
+		}
+	}
+	grains := func() int32 {
+		var n int32
+		for _, mb := range tc.members {
+			n += mb.c.GetClusterKind(Kind).Count()
+		}
+		return n
+	}
+	require.Eventually(t, func() bool {
+		return grains() == 0 && tc.members[0].Host().Resident() == 0 && tc.members[1].Host().Resident() == 0
+	}, time.Minute, 10*time.Millisecond, "sessions and grains passivate")
+	for _, ids := range by {
+		for _, id := range ids {
+			require.NoError(t, m.Followup(ctx, id, userMsg(t, "again")))
+			require.NoError(t, m.WaitIdle(ctx, id))
+			st, err := m.Stats(ctx, id)
+			require.NoError(t, err)
+			require.EqualValues(t, 2, st.Turns)
+		}
+	}
+}

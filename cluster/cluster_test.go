@@ -31,7 +31,8 @@ type testCluster struct {
 	peers   []string
 	members []*Member
 	fss     []*vfs.KillableFS
-	gone    []bool // closed or killed
+	gone    []bool        // closed or killed
+	idle    time.Duration // Session.IdleTimeout of members started from now on
 }
 
 // startCluster starts n members at once (protoactor's StartMember takes
@@ -80,7 +81,7 @@ func (tc *testCluster) start(idx ...int) {
 			tc.fss[i] = vfs.Killable(vfs.OS())
 			tc.members[i], errs[i] = Start(Config{Dir: tc.dir, Refresh: 100 * time.Millisecond,
 				RequestTimeout: 3 * time.Second, HandoffTimeout: 5 * time.Second, Peers: tc.peers,
-				Session: supervisor.Config{Provider: p}, listener: tc.lns[i], fs: tc.fss[i]})
+				Session: supervisor.Config{Provider: p, IdleTimeout: tc.idle}, listener: tc.lns[i], fs: tc.fss[i]})
 		})
 	}
 	wg.Wait()

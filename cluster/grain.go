@@ -45,13 +45,35 @@ type grain struct {
 	accepted map[string]struct{}
 	order    []string
 	seeded   bool
+	// idle stops the grain once its session was passivated by the host
+	// (Session.IdleTimeout) and no request came for as long; nil when the
+	// host never passivates.
+	idle     *time.Timer
+	lastUsed time.Time
+	inflight int // async requests running (guarded by the actor)
 }
+
+// idleCheck is the grain's own tick (see grain.idle).
+type idleCheck struct{}
+
+// asyncDone tells the grain an async request finished.
+type asyncDone struct{}
 
 func (g *grain) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *pcluster.ClusterInit:
 		g.id = session.SessionID(msg.Identity.Identity)
 		g.ctx, g.cancel = context.WithCancel(context.Background())
+		g.lastUsed = time.Now()
+		if d := g.m.cfg.Session.IdleTimeout; d > 0 {
+			self, root := ctx.Self(), g.m.sys.Root
+			g.idle = time.AfterFunc(d, func() { root.Send(self, idleCheck{}) })
+		}
+	case idleCheck:
+		g.onIdleCheck(ctx)
+	case asyncDone:
+		g.inflight--
+		g.lastUsed = time.Now()
 	case *actor.Stopping:
 		g.stopping()
 	case *clusterpb.Create:
@@ -92,6 +114,23 @@ func (g *grain) Receive(ctx actor.Context) {
 	}
 }
 
+// onIdleCheck stops the grain when its session is no longer resident
+// (the host passivated it) and the grain saw no request for IdleTimeout;
+// otherwise it looks again later. The next request activates a new grain,
+// which resumes the session.
+func (g *grain) onIdleCheck(ctx actor.Context) {
+	d := g.m.cfg.Session.IdleTimeout
+	if wait := d - time.Since(g.lastUsed); wait > 0 || g.inflight > 0 {
+		g.idle.Reset(max(wait, d/4))
+		return
+	}
+	if _, err := g.m.host.SessionPID(g.id); err == nil {
+		g.idle.Reset(d) // still resident: the host has not passivated it yet
+		return
+	}
+	ctx.Stop(ctx.Self())
+}
+
 // reply is the Reply of err.
 func (g *grain) reply(err error) *clusterpb.Reply {
 	r := &clusterpb.Reply{Member: g.m.Address()}
@@ -122,6 +161,7 @@ func (g *grain) ensure(ctx actor.Context, c context.Context) error {
 
 // sync runs fn in Receive once the session is resident.
 func (g *grain) sync(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
+	g.lastUsed = time.Now()
 	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
 	defer cancel()
 	if err := g.ensure(ctx, c); err != nil {
@@ -138,6 +178,7 @@ func (g *grain) sync(ctx actor.Context, fn func(context.Context) *clusterpb.Repl
 // async runs fn in a goroutine once the session is resident, and sends
 // its reply to the requester.
 func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
+	g.lastUsed = time.Now()
 	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
 	if err := g.ensure(ctx, c); err != nil {
 		cancel()
@@ -146,6 +187,7 @@ func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Rep
 	}
 	sender, self, root := ctx.Sender(), ctx.Self(), g.m.sys.Root
 	g.wg.Add(1)
+	g.inflight++
 	go func() {
 		defer g.wg.Done()
 		defer cancel()
@@ -154,10 +196,12 @@ func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Rep
 			root.Stop(self) // another writer has the session: this activation lost
 		}
 		root.Send(sender, r)
+		root.Send(self, asyncDone{})
 	}()
 }
 
 func (g *grain) create(msg *clusterpb.Create) *clusterpb.Reply {
+	g.lastUsed = time.Now()
 	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
 	defer cancel()
 	_, err := g.m.host.Create(c, supervisor.CreateOptions{ID: g.id, Cwd: msg.Cwd})
@@ -212,9 +256,9 @@ func (g *grain) seed(c context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.accepted = make(map[string]struct{}, ms.Len())
-	for _, m := range ms.All() {
-		if m.ID() != "" {
+	g.accepted = make(map[string]struct{}, min(ms.Len(), acceptedMessagesToKeep))
+	for i := max(ms.Len()-acceptedMessagesToKeep, 0); i < ms.Len(); i++ {
+		if m := ms.At(i); m.ID() != "" {
 			g.accept(string(m.ID()))
 		}
 	}
@@ -401,6 +445,9 @@ func (g *grain) waitEvents(c context.Context, from int64, limit int, wait time.D
 func (g *grain) stopping() {
 	if g.cancel == nil {
 		return
+	}
+	if g.idle != nil {
+		g.idle.Stop()
 	}
 	g.cancel()
 	g.wg.Wait()

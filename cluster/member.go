@@ -42,7 +42,7 @@ const (
 	defaultPollWait        = 2 * time.Second
 	maxRetryBackoff        = time.Second
 	firstRetryBackoff      = 20 * time.Millisecond
-	acceptedMessagesToKeep = 4096
+	acceptedMessagesToKeep = 256
 )
 
 // Config configures a Member. Dir is required; everything else has a

@@ -60,6 +60,7 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var peers, provider, model string
 	var speed float64
 	var asJSON bool
+	var passivate time.Duration
 	fs.StringVar(&cfg.Dir, "dir", "", "the store directory every member shares (required)")
 	fs.StringVar(&cfg.Name, "name", cluster.DefaultName, "cluster name")
 	fs.StringVar(&cfg.Bind, "bind", cluster.DefaultBind, "address to listen on (remote and provider endpoint)")
@@ -71,7 +72,8 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&provider, "provider", "synthetic", "model provider: synthetic or deepseek")
 	fs.StringVar(&model, "model", "", "model id (default: the provider's)")
 	fs.Float64Var(&speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
-	fs.BoolVar(&asJSON, "json", false, "print the start line as one JSON object on stdout")
+	fs.DurationVar(&passivate, "passivate-after", 10*time.Minute, "stop a session idle this long (it resumes from --dir on its next request; 0: never)")
+	fs.BoolVar(&asJSON, "json", false, "print events as JSON objects on stdout, one per line")
 	if err := parseFlags(fs, args, memberUsage, stdout); err != nil {
 		return err
 	}
@@ -111,7 +113,10 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	default:
 		return usagef("member: unknown --provider %q (synthetic or deepseek)", provider)
 	}
-	cfg.Session = supervisor.Config{Provider: prov, Model: model}
+	if passivate < 0 {
+		return usagef("member: --passivate-after must not be negative")
+	}
+	cfg.Session = supervisor.Config{Provider: prov, Model: model, IdleTimeout: passivate}
 
 	m, err := cluster.Start(cfg)
 	if err != nil {
