@@ -91,6 +91,16 @@
 // releases its writer lock, and the new owner loads it on its next
 // request. [Member.Close] leaves the cluster this way.
 //
+// # Passivation
+//
+// With Config.Session.IdleTimeout (`dsh member --passivate-after`, ten
+// minutes by default there) a member's host passivates a session idle
+// that long (flushed, its actors stopped, its writer lock released), and
+// the session's grain stops once the session is gone and no request came
+// for as long; the next request activates a grain again, which resumes
+// the session from the store. Without it, sessions and grains stay on
+// their member until it closes or they move.
+//
 // # Goroutines
 //
 // protoactor's cluster keeps some goroutines for a while after a member
