@@ -317,7 +317,9 @@ func decodeEvents(r *clusterpb.Reply) ([]session.Event, error) {
 
 // Fork forks the session at boundary (session.LastEvent for the end) and
 // returns the new session's id. The fork is stored; it lives on the
-// member its id places it on.
+// member its id places it on. A fork whose reply was lost (its member
+// died, or the attempt timed out) is retried, and the first attempt's fork
+// may then stay in the store, unreferenced.
 func (m *Member) Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error) {
 	r, err := m.call(ctx, id, &clusterpb.Fork{Boundary: boundary})
 	if err != nil {
