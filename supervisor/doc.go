@@ -64,6 +64,15 @@
 // write failed, Followup and Steer answer [ErrNotDurable] (fail closed)
 // until a write succeeds (Host.Flush retries it).
 //
+// # Cluster members
+//
+// A host inside a cluster member (package cluster) runs with
+// Config.ManualResume: only Create, Resume and Fork bring a session in,
+// so a session is resident only where its grain decided it lives, and
+// [Host.Evict] lets one go at once (a running turn disposed, flushed,
+// untracked — which releases the store's writer lock — and stopped) when
+// it moves to another member.
+//
 // # Supervision
 //
 // Tested by fault injection (fault_test.go, crash_test.go): a panicking
