@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -242,6 +243,7 @@ type (
 	maintDone  struct {             // the maintenance task returned
 		epoch uint64
 		err   error
+		stack []byte // the panic's stack when the task panicked
 	}
 	contextPushed struct{ ref uint64 } // the inbox answered a context push
 )
@@ -676,6 +678,11 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		a.startMaintenance(ctx, m)
 		return
 	case maintDone:
+		if m.stack != nil {
+			if l := ctx.Logger(); l != nil {
+				l.Error("agent: maintenance task panicked", "err", m.err, "stack", string(m.stack))
+			}
+		}
 		eff = d.MaintenanceDone()
 		c := a.maint
 		a.maint = nil
@@ -849,6 +856,21 @@ func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
 	a.maint = &caller{pid: m.from, ref: m.Ref}
 	root, self, sig, task, epoch := a.root, a.self, a.signal, m.Task, a.epoch
 	a.wg.Go(func() {
-		root.Send(self, maintDone{epoch: epoch, err: task(sig)})
+		stack, err := runMaintenanceTask(sig, task)
+		root.Send(self, maintDone{epoch: epoch, err: err, stack: stack})
 	})
+}
+
+// runMaintenanceTask runs task, turning a panic into its error (as a
+// hook's panic is, see recoverHook): the goroutine is the agent's, so an
+// escaped panic would take the whole process down, not just the task.
+// The stack stays out of the error, which reaches the requester; the
+// shell logs it.
+func runMaintenanceTask(ctx context.Context, task func(context.Context) error) (stack []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			stack, err = debug.Stack(), fmt.Errorf("agent: maintenance task panicked: %v", r)
+		}
+	}()
+	return nil, task(ctx)
 }

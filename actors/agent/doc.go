@@ -84,7 +84,9 @@
 // Send failures (a full inbox, a duplicate id) are answered SendFailed.
 // A hook's panic (PreStep, TurnStopping, Request, RequestError) is
 // recovered and treated as its error: the turn ends {error} and the
-// observer gets TurnFailed. The actor panics, so that its supervisor
+// observer gets TurnFailed. A maintenance task's panic is recovered too,
+// and answered as the task's error (see Maintenance). The actor panics,
+// so that its supervisor
 // restarts it from the log, when its view of the log is wrong: the
 // session refuses one of its appends or the inbox a claim, the mirror
 // sees a gap (Routes callbacks are not recovered either).
@@ -193,7 +195,11 @@
 // waking send meanwhile is latched and its turn starts when the task
 // returns (before the reply); Cancel and Dispose cancel the task's
 // context (Cancel without KeepInbox also clears the inbox and drops the
-// latch).
+// latch). A task's panic is recovered in its goroutine and is the task's
+// error ("agent: maintenance task panicked: <value>"; the stack is logged
+// at error level through the actor system's logger, not put in the
+// error): the task ends as if it had returned that error, so the agent
+// stays idle and a latched send starts its turn.
 //
 // # Not done yet
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,7 @@ type harness struct {
 	mock    *mockProvider
 	refs    uint64
 
+	logs      *logCapture        // what the actor system logged at error level
 	observers []session.Observer // session observers, set by options
 	cfg       Config             // the agent's configuration
 	agentPID  atomic.Pointer[actor.PID]
@@ -180,8 +182,9 @@ func newHarness(t *testing.T, mock *mockProvider, l *session.Log, opts ...option
 	// A dead letter (a cancel racing a stream that just ended) starts a
 	// throttle goroutine that lives one interval: QuietSystem keeps it short
 	// for goleak.
-	sys := testutil.QuietSystem()
-	h := &harness{t: t, sys: sys, mock: mock}
+	h := &harness{t: t, mock: mock, logs: &logCapture{}}
+	sys := testutil.QuietSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(h.logs) }))
+	h.sys = sys
 	cfg := Config{Provider: mock, Model: "mock-1",
 		Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1}}
 	for _, o := range opts {
@@ -415,6 +418,43 @@ func (o *observer) statuses(n int) []Status {
 	case s := <-o.ch:
 		out = append(out, s)
 	default:
+	}
+	return out
+}
+
+// logCapture is a slog handler that keeps the records of level error and
+// above (the rest is dropped, as the quiet system does). Safe for
+// concurrent use.
+type logCapture struct {
+	mu      sync.Mutex
+	records []slog.Record // guarded by mu
+}
+
+func (c *logCapture) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+
+func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.records = append(c.records, r.Clone())
+	return nil
+}
+
+func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *logCapture) WithGroup(string) slog.Handler      { return c }
+
+// errors returns the messages logged so far, each followed by its
+// attributes as key=value.
+func (c *logCapture) errors() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, r := range c.records {
+		s := r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			s += " " + a.String()
+			return true
+		})
+		out = append(out, s)
 	}
 	return out
 }

@@ -107,3 +107,45 @@ func TestCancelAbortsAMaintenanceTask(t *testing.T) {
 	require.Equal(t, MaintenanceDone{Ref: 4, Err: ErrNotIdle},
 		h.ask(RunMaintenance{Ref: 4, Task: func(context.Context) error { return nil }}))
 }
+
+// A panicking task is contained like a hook's panic: the requester gets
+// an error that names the panic (without the stack, which is logged at
+// error level), the agent stays idle and healthy, a followup latched
+// during the task starts its turn, and the next followup runs a turn.
+func TestMaintenancePanicIsContained(t *testing.T) {
+	h := newHarness(t, newMock(textResponse("latched"), textResponse("next")), nil)
+	started, release := make(chan struct{}), make(chan struct{})
+	fut := h.sys.Root.RequestFuture(h.agent, RunMaintenance{Ref: 1, Task: func(context.Context) error {
+		close(started)
+		<-release
+		panic("task exploded")
+	}}, waitFor)
+	<-started
+	h.followup("during")
+	close(release)
+	r, err := fut.Result()
+	require.NoError(t, err)
+	done := r.(MaintenanceDone)
+	require.Equal(t, uint64(1), done.Ref)
+	require.EqualError(t, done.Err, "agent: maintenance task panicked: task exploded")
+	h.waitIdle()
+	es := h.events()
+	balanced(t, es)
+	require.Equal(t, []session.TurnEndReason{{Kind: session.EndCompleted}}, turnEnds(es), "the latched followup ran")
+
+	logged := h.logs.errors()
+	require.Len(t, logged, 1)
+	require.Contains(t, logged[0], "maintenance task panicked")
+	require.Contains(t, logged[0], "task exploded")
+	require.Contains(t, logged[0], "runMaintenanceTask", "the stack is logged")
+
+	// Idle and healthy: another task runs, and so does the next turn.
+	require.Equal(t, MaintenanceDone{Ref: 2},
+		h.ask(RunMaintenance{Ref: 2, Task: func(context.Context) error { return nil }}))
+	h.followup("after")
+	h.waitIdle()
+	es = h.events()
+	balanced(t, es)
+	require.Equal(t, []session.TurnEndReason{{Kind: session.EndCompleted}, {Kind: session.EndCompleted}}, turnEnds(es))
+	require.Equal(t, "next", texts(derive(es)[len(derive(es))-1]))
+}

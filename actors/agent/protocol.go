@@ -121,7 +121,8 @@ type RunMaintenance struct {
 }
 
 // MaintenanceDone answers RunMaintenance: Err is ErrNotIdle for a refused
-// task, otherwise the task's error.
+// task, otherwise the task's error (a task that panicked: an error naming
+// the panic's value).
 type MaintenanceDone struct {
 	Ref uint64
 	Err error
