@@ -103,8 +103,40 @@ func (o *ObjectBuilder) Raw(k string, v JSON) *ObjectBuilder {
 	return o
 }
 
+// Object adds a member whose value is the object inner holds so far, as
+// inner.Build would return it, without building it: a nested object
+// written without an intermediate allocation. inner is only read and may
+// go on being used.
+func (o *ObjectBuilder) Object(k string, inner *ObjectBuilder) *ObjectBuilder {
+	o.key(k)
+	if len(inner.b) == 0 {
+		o.b = append(o.b, "{}"...)
+		return o
+	}
+	o.b = append(o.b, inner.b...)
+	o.b = append(o.b, '}')
+	return o
+}
+
+// Len returns the length of the builder's output so far: a point between
+// two members, which Truncate can return to. An encoder writing many
+// objects that share their first members writes those once, takes Len,
+// and truncates back to it after each Build (bytes.Buffer's Len and
+// Truncate, for the same reason).
+func (o *ObjectBuilder) Len() int { return len(o.b) }
+
+// Truncate drops every member added since Len returned n. n must come from
+// Len on this builder since its last Reset, so the output stays a run of
+// whole members; Truncate panics when n is past the end.
+func (o *ObjectBuilder) Truncate(n int) {
+	if n < 0 || n > len(o.b) {
+		panic("messages: ObjectBuilder.Truncate out of range")
+	}
+	o.b = o.b[:n]
+}
+
 // Build returns the object. The builder may be reused afterwards only after
-// Reset.
+// Reset or Truncate.
 func (o *ObjectBuilder) Build() JSON {
 	if len(o.b) == 0 {
 		return JSON{text: "{}"}

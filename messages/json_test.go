@@ -570,6 +570,35 @@ func TestObjectBuilder(t *testing.T) {
 		require.Equal(t, `{"b":2}`, second.String())
 	})
 
+	t.Run("nested objects", func(t *testing.T) {
+		var inner, outer messages.ObjectBuilder
+		require.Equal(t, `{"e":{}}`, outer.Object("e", &inner).Build().String())
+		inner.Int("x", 1)
+		outer.Reset()
+		got := outer.String("a", "b").Object("in", &inner).Build()
+		require.Equal(t, `{"a":"b","in":{"x":1}}`, got.String())
+		// inner is only read: it goes on, and so does outer.
+		require.Equal(t, `{"x":1,"y":2}`, inner.Int("y", 2).Build().String())
+		require.Equal(t, `{"a":"b","in":{"x":1},"in2":{"x":1,"y":2}}`, outer.Object("in2", &inner).Build().String())
+	})
+
+	t.Run("truncate to a length", func(t *testing.T) {
+		var o messages.ObjectBuilder
+		empty := o.Len()
+		o.Int("turn", 1)
+		shared := o.Len()
+		var built []string
+		for _, s := range []string{"a", "b"} {
+			o.Truncate(shared)
+			built = append(built, o.String("text", s).Build().String())
+		}
+		require.Equal(t, []string{`{"turn":1,"text":"a"}`, `{"turn":1,"text":"b"}`}, built)
+		o.Truncate(empty)
+		require.Equal(t, `{}`, o.Build().String())
+		require.Panics(t, func() { o.Truncate(shared) })
+		require.Panics(t, func() { o.Truncate(-1) })
+	})
+
 	t.Run("floats agree with encoding/json", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		for range 2000 {
