@@ -1,0 +1,198 @@
+package session
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/internal/fixtures"
+	"github.com/dshgo/dsh/messages"
+)
+
+// The load path's record decoder (DecodeRecord, and appendRecord under
+// ParseFile) is held here to the reference decoder of
+// reference_decode_test.go: for every line, the same events (every field,
+// the typed payload included) or the same error (its text and its seq).
+
+// decodeMismatch returns why DecodeRecord and the reference disagree on
+// line, or "" when they agree.
+func decodeMismatch(line []byte) string {
+	got, gotErr := DecodeRecord(line)
+	want, wantErr := referenceDecodeRecord(line)
+	switch {
+	case (gotErr == nil) != (wantErr == nil):
+		return "one accepts, one refuses: got " + errText(gotErr) + ", reference " + errText(wantErr)
+	case gotErr != nil:
+		var g, w *DecodeError
+		if !errors.As(gotErr, &g) || !errors.As(wantErr, &w) {
+			return "an error is not a *DecodeError"
+		}
+		if g.Error() != w.Error() || g.Seq != w.Seq {
+			return "errors differ: got " + g.Error() + ", reference " + w.Error()
+		}
+		return ""
+	}
+	if len(got) != len(want) {
+		return "event counts differ"
+	}
+	for i := range want {
+		// DeepEqual sees every field: the envelope, the data text byte for
+		// byte, a nil against an empty sources slice, the payload.
+		if !reflect.DeepEqual(got[i], want[i]) {
+			return "event " + string(AppendEvent(nil, got[i])) + " differs from the reference's " +
+				string(AppendEvent(nil, want[i]))
+		}
+	}
+	return ""
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return err.Error()
+}
+
+// decodeEdgeLines are rows and events around the edges of the row schema
+// and of the envelope: every way a row can fail, and shapes a writer other
+// than ours may produce (key order, whitespace, number spellings).
+var decodeEdgeLines = []string{
+	// Rows as we write them.
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[-10,-3],"texts":["x","y","z"]}}`,
+	`{"type":"reasoning-chunks","seq0":7,"time0":5,"data":{"turn":1,"step":2,"index":3,"dt":[0],"texts":["a\n\"b","\u00e9\ud83d\ude00"]}}`,
+	`{"type":"tool-call-chunks","seq0":3,"time0":10,"data":{"turn":1,"step":1,"index":0,"dt":[-1,2],"id":"c","name":"n","args":["a","","\u00e9"]}}`,
+	`{"type":"tool-call-chunks","seq0":3,"time0":10,"data":{"turn":1,"step":1,"index":0,"dt":[],"id":"c","args":["{"]}}`,
+	// Other spellings of the same rows.
+	` { "type" : "text-chunks" , "seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[ 1 ],"texts":["x" ,"y"]} } `,
+	`{"data":{"texts":["x","y"],"dt":[1],"index":0,"step":1,"turn":1},"time0":5,"seq0":0,"type":"text-chunks"}`,
+	`{"type":"text-chunks","seq0":1e1,"time0":5.0,"data":{"turn":1.0,"step":10e-1,"index":0.0,"dt":[1e2],"texts":["x","y"]}}`,
+	`{"type":"tool-call-chunks","seq0":3,"time0":10,"data":{"name":"n","id":"c","args":["a"],"dt":[],"index":0,"step":1,"turn":1}}`,
+	`{"type":"text-chunks","seq0":0,"time0":0,"data":{"turn":-1,"step":-2,"index":0,"dt":[],"texts":[""]}}`,
+	// Every refusal.
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":[]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[1],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["x","y"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":["1"],"texts":["x",2]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":["1"],"texts":["x","y"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[1.5],"texts":["x","y"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[1],"texts":[null,"y"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":9007199254740990,"data":{"turn":1,"step":1,"index":0,"dt":[1,1],"texts":["x","y","z"]}}`,
+	`{"type":"text-chunks","seq0":9007199254740991,"time0":0,"data":{"turn":1,"step":1,"index":0,"dt":[1],"texts":["x","y"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":-9007199254740991,"data":{"turn":1,"step":1,"index":0,"dt":[-1],"texts":["x","y"]}}`,
+	`{"type":"text-chunks","seq0":-1,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":"5","data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":[]}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{},"extra":1}`,
+	`{"type":"text-chunks","seq0":0,"time0":5}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["x"],"id":"c"}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":"1","step":1,"index":0,"dt":[],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1.5,"index":0,"dt":[],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":-1,"dt":[],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":{},"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":"x"}}`,
+	`{"type":"tool-call-chunks","seq0":3,"time0":10,"data":{"turn":1,"step":1,"index":0,"dt":[],"id":1,"args":["a"]}}`,
+	`{"type":"tool-call-chunks","seq0":3,"time0":10,"data":{"turn":1,"step":1,"index":0,"dt":[],"id":"c","name":null,"args":["a"]}}`,
+	`{"type":"tool-call-chunks","seq0":3,"time0":10,"data":{"turn":1,"step":1,"index":0,"dt":[],"args":["a"]}}`,
+	`{"type":"tool-call-chunks","seq0":3,"time0":10,"data":{"turn":1,"step":1,"index":0,"dt":[],"id":"c","texts":["a"]}}`,
+	`{"type":"reasoning-chunks","seq0":3,"time0":10,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["a"],"name":"n"}}`,
+	`{"type":"text-chunks","seq0":0,"seq0":1,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["\ud800"]}}`,
+	`{"type":"text-chunks","seq0":-0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["x"]}}`,
+	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[],"texts":["x"]}`,
+	// Events.
+	`{"type":"assistant/chunk","seq":5,"time":1,"data":{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}}}`,
+	`{"type":"assistant/chunk","seq":5,"time":1,"data":{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}},"surfaceOp":"append"}`,
+	`{"type":"turn/start","seq":0,"time":0,"data":{"turn":1}}`,
+	`{"type":"x/y","seq":1e2,"time":-3,"data":{"a":[1.5e300]},"ignorable":true}`,
+	`{"type":"turn/start","seq":1,"time":0,"data":{"turn":1},"sourceEventSeqs":[]}`,
+	`{"type":"text-chunks"}`,
+	`[1]`,
+	``,
+}
+
+// TestDecodeRecordMatchesReference: the corpus of the reference's logs, a
+// log of ours, and the edge cases decode as the reference decoder decodes
+// them.
+func TestDecodeRecordMatchesReference(t *testing.T) {
+	var lines [][]byte
+	_, paths := fixtureFiles(t)
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		require.NoError(t, err)
+		data := bytes.TrimSuffix(fixtures.Substitute(raw), []byte("\n"))
+		lines = append(lines, bytes.Split(data, []byte("\n"))[1:]...)
+	}
+	rows := 0
+	ours := AppendRecords(nil, fileEvents(t, fileSession()), true)
+	lines = append(lines, bytes.Split(bytes.TrimSuffix(ours, []byte("\n")), []byte("\n"))...)
+	for _, s := range decodeEdgeLines {
+		lines = append(lines, []byte(s))
+	}
+	for _, ln := range lines {
+		if bytes.Contains(ln, []byte(`-chunks"`)) {
+			rows++
+		}
+		require.Empty(t, decodeMismatch(ln), "line %s", ln)
+	}
+	require.Greater(t, rows, 100, "the lines hold packed rows")
+}
+
+// TestRowMembersDecodeAsTheirData: the typed view decodeRow gives a row
+// member without decoding it is the one decodePayload gives its data.
+func TestRowMembersDecodeAsTheirData(t *testing.T) {
+	for _, s := range decodeEdgeLines {
+		evs, err := DecodeRecord([]byte(s))
+		if err != nil || !strings.Contains(s, `-chunks"`) {
+			continue
+		}
+		for _, e := range evs {
+			require.Empty(t, rowMemberMismatch(e), s)
+		}
+	}
+}
+
+// rowMemberMismatch returns why e's payload and op are not what decoding
+// its data gives, or "".
+func rowMemberMismatch(e Event) string {
+	p, err := decodePayload(e.typ, e.data)
+	if err != nil {
+		return "the member's data does not decode: " + err.Error()
+	}
+	want := Event{typ: e.typ, seq: e.seq, time: e.time, data: e.data}
+	want.setPayload(p)
+	if !reflect.DeepEqual(e, want) {
+		return "the member differs from its decoded data"
+	}
+	return ""
+}
+
+// FuzzDecodeRecordMatchesReference is the differential test on arbitrary
+// lines, seeded with the edge cases and a row of every kind.
+func FuzzDecodeRecordMatchesReference(f *testing.F) {
+	for _, s := range decodeEdgeLines {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if why := decodeMismatch(line); why != "" {
+			t.Fatalf("%s\nline %q", why, line)
+		}
+		evs, err := DecodeRecord(line)
+		if err != nil {
+			return
+		}
+		j, _ := messages.ParseJSON(line)
+		if typ, _ := j.Field("type"); strings.HasSuffix(typ.String(), `-chunks"`) {
+			for _, e := range evs {
+				if why := rowMemberMismatch(e); why != "" {
+					t.Fatalf("%s\nline %q", why, line)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,279 @@
+package session
+
+import (
+	"fmt"
+	"iter"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// This file keeps the record decoder as it was before the load path was
+// optimised (a generic walk of the parsed line, each packed-row member
+// built with fresh builders and decoded again by decodePayload): the
+// reference the differential tests hold DecodeRecord to, event for event
+// and error for error.
+
+// referenceDecodeRecord is the reference DecodeRecord.
+func referenceDecodeRecord(line []byte) ([]Event, error) {
+	j, err := messages.ParseJSON(line)
+	if err != nil {
+		return nil, &DecodeError{Seq: -1, Err: err}
+	}
+	if j.Kind() == messages.KindObject {
+		t, _ := j.Field("type")
+		switch t.String() {
+		case `"` + rowText + `"`:
+			return referenceDecodeRow(j, messages.ChunkTextDelta)
+		case `"` + rowReasoning + `"`:
+			return referenceDecodeRow(j, messages.ChunkReasoningDelta)
+		case `"` + rowToolCall + `"`:
+			return referenceDecodeRow(j, messages.ChunkToolCallDelta)
+		}
+	}
+	e, err := referenceDecodeEventJSON(j)
+	if err != nil {
+		return nil, err
+	}
+	return []Event{e}, nil
+}
+
+// referenceDecodeEventJSON is the reference decodeEventJSON.
+func referenceDecodeEventJSON(j messages.JSON) (Event, error) {
+	if j.Kind() != messages.KindObject {
+		return Event{}, &DecodeError{Seq: -1, Err: fmt.Errorf("envelope is not a JSON object")}
+	}
+	// One pass over the members collects them; the checks run afterwards so
+	// that an error can name the seq even when seq comes late in the line.
+	var typJ, seqJ, timeJ, data, opJ, srcJ, ignJ messages.JSON
+	var hasData, hasOp, hasSrc, hasIgn bool
+	var unknown string
+	for k, v := range j.Members() {
+		switch k {
+		case "type":
+			typJ = v
+		case "seq":
+			seqJ = v
+		case "time":
+			timeJ = v
+		case "data":
+			data, hasData = v, true
+		case "surfaceOp":
+			opJ, hasOp = v, true
+		case "sourceEventSeqs":
+			srcJ, hasSrc = v, true
+		case "ignorable":
+			ignJ, hasIgn = v, true
+		default:
+			if unknown == "" {
+				unknown = k
+			}
+		}
+	}
+	seq, seqOK := seqJ.AsInt()
+	fail := func(format string, args ...any) (Event, error) {
+		s := int64(-1)
+		if seqOK && seq >= 0 {
+			s = seq
+		}
+		return Event{}, &DecodeError{Seq: s, Err: fmt.Errorf(format, args...)}
+	}
+	if unknown != "" {
+		return fail("unknown envelope key %q", unknown)
+	}
+	typ, ok := typJ.AsString()
+	switch {
+	case !ok:
+		return fail("type is not a string")
+	case typ == "":
+		return fail("type is empty")
+	case !seqOK || seq < 0:
+		return fail("seq is not a non-negative safe integer")
+	}
+	e := Event{typ: EventType(typ), seq: seq, data: data}
+	if e.time, ok = timeJ.AsInt(); !ok {
+		return fail("time is not a safe integer")
+	}
+	if !hasData {
+		return fail("data is missing")
+	}
+	if e.typ.isLegacy() {
+		return fail("event type %q was removed from the format", typ)
+	}
+	if hasOp {
+		op, err := ParseSurfaceOp(opJ)
+		if err != nil {
+			return fail("%w", err)
+		}
+		e.op = op
+	}
+	if hasSrc {
+		if srcJ.Kind() != messages.KindArray {
+			return fail("sourceEventSeqs is not an array")
+		}
+		e.hasSources = true
+		for v := range srcJ.Elements() {
+			n, ok := v.AsInt()
+			if !ok || n < 0 {
+				return fail("sourceEventSeqs holds %s, not a non-negative safe integer", v)
+			}
+			e.sources = append(e.sources, n)
+		}
+	}
+	if hasIgn {
+		if ignJ.String() != "true" {
+			return fail("ignorable must be true when present, not %s", ignJ)
+		}
+		e.ignorable = true
+	}
+	p, err := decodePayload(e.typ, data)
+	if err != nil {
+		return fail("%s: %w", typ, err)
+	}
+	e.setPayload(p)
+	return e, nil
+}
+
+// referenceDecodeRow is the reference decodeRow.
+func referenceDecodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, error) {
+	var seq0J, time0J, data messages.JSON
+	n := 0
+	seq0 := int64(-1)
+	fail := func(format string, args ...any) ([]Event, error) {
+		return nil, &DecodeError{Seq: seq0, Err: fmt.Errorf("malformed %s row: "+format,
+			append([]any{rowTag(kind)}, args...)...)}
+	}
+	for k, v := range j.Members() {
+		switch k {
+		case "type":
+		case "seq0":
+			seq0J = v
+		case "time0":
+			time0J = v
+		case "data":
+			data = v
+		default:
+			return fail("unknown key %q", k)
+		}
+		n++
+	}
+	if s, ok := seq0J.AsInt(); ok && s >= 0 {
+		seq0 = s
+	} else {
+		return fail("seq0 is not a non-negative safe integer")
+	}
+	time0, ok := time0J.AsInt()
+	if n != 4 || !ok || data.Kind() != messages.KindObject {
+		return fail("want exactly the keys type, seq0, time0 (a safe integer) and data (an object)")
+	}
+
+	var turn, step, index, dt, pieces, id, name messages.JSON
+	var hasName bool
+	piecesKey := "texts"
+	if kind == messages.ChunkToolCallDelta {
+		piecesKey = "args"
+	}
+	n = 0
+	for k, v := range data.Members() {
+		switch {
+		case k == "turn":
+			turn = v
+		case k == "step":
+			step = v
+		case k == "index":
+			index = v
+		case k == "dt":
+			dt = v
+		case k == piecesKey:
+			pieces = v
+		case k == "id" && kind == messages.ChunkToolCallDelta:
+			id = v
+		case k == "name" && kind == messages.ChunkToolCallDelta:
+			name, hasName = v, true
+		default:
+			return fail("unknown data key %q", k)
+		}
+		n++
+	}
+	want := 5
+	if kind == messages.ChunkToolCallDelta {
+		want = 6
+		if hasName {
+			want = 7
+		}
+	}
+	if n != want {
+		return fail("data lacks a required key")
+	}
+	if _, ok := turn.AsInt(); !ok {
+		return fail("turn is not a safe integer")
+	}
+	if _, ok := step.AsInt(); !ok {
+		return fail("step is not a safe integer")
+	}
+	if i, ok := index.AsInt(); !ok || i < 0 {
+		return fail("index is not a non-negative safe integer")
+	}
+	if kind == messages.ChunkToolCallDelta {
+		if id.Kind() != messages.KindString {
+			return fail("id is not a string")
+		}
+		if hasName && name.Kind() != messages.KindString {
+			return fail("name is not a string")
+		}
+	}
+	if dt.Kind() != messages.KindArray || pieces.Kind() != messages.KindArray {
+		return fail("dt and %s must be arrays", piecesKey)
+	}
+
+	var events []Event
+	seq, t := seq0, time0
+	nextDT, stop := iter.Pull(dt.Elements())
+	defer stop()
+	for piece := range pieces.Elements() {
+		if piece.Kind() != messages.KindString {
+			return fail("%s holds %s, not a string", piecesKey, piece)
+		}
+		if len(events) > 0 {
+			d, more := nextDT()
+			if !more {
+				return fail("dt is shorter than %s less one", piecesKey)
+			}
+			gap, ok := d.AsInt()
+			if !ok {
+				return fail("dt holds %s, not a safe integer", d)
+			}
+			seq++
+			t += gap // both safe, so no overflow
+			if t < -maxSafe || t > maxSafe || seq > maxSafe {
+				return fail("member %d leaves the safe-integer range", len(events))
+			}
+		}
+		var c messages.ObjectBuilder
+		c.String("type", string(kind)).Raw("index", index)
+		if kind == messages.ChunkToolCallDelta {
+			c.Raw("id", id)
+			if hasName {
+				c.Raw("name", name)
+			}
+			c.Raw("argumentsDelta", piece)
+		} else {
+			c.Raw("text", piece)
+		}
+		var d messages.ObjectBuilder
+		d.Raw("turn", turn).Raw("step", step).Raw("chunk", c.Build())
+		e := Event{typ: TypeAssistantChunk, seq: seq, time: t, data: d.Build()}
+		p, err := decodePayload(e.typ, e.data)
+		if err != nil {
+			return fail("member %d: %w", len(events), err)
+		}
+		e.setPayload(p)
+		events = append(events, e)
+	}
+	if len(events) == 0 {
+		return fail("%s is empty", piecesKey)
+	}
+	if _, more := nextDT(); more {
+		return fail("dt is longer than %s less one", piecesKey)
+	}
+	return events, nil
+}
