@@ -2,7 +2,7 @@ package session
 
 import (
 	"fmt"
-	"iter"
+	"slices"
 	"strconv"
 
 	"github.com/dshgo/dsh/messages"
@@ -240,36 +240,67 @@ func appendRow(dst []byte, run []chunkMember) []byte {
 // minimum run is the writer's choice, not part of the row schema. Errors
 // are *DecodeError. The returned slice is
 // owned by the caller; the caller keeps ownership of line.
-func DecodeRecord(line []byte) ([]Event, error) {
+func DecodeRecord(line []byte) ([]Event, error) { return appendRecord(nil, line) }
+
+// appendRecord is DecodeRecord appending the events to dst, so that a file
+// reader collects a whole log in one slice instead of one slice per line.
+// On error it returns dst unchanged (its length; members a row had decoded
+// into the spare capacity before the error are cleared).
+func appendRecord(dst []Event, line []byte) ([]Event, error) {
 	j, err := messages.ParseJSON(line)
 	if err != nil {
-		return nil, &DecodeError{Seq: -1, Err: err}
+		return dst, &DecodeError{Seq: -1, Err: err}
 	}
 	if j.Kind() == messages.KindObject {
 		t, _ := j.Field("type")
+		kind := messages.ChunkType("")
 		switch t.String() {
 		case `"` + rowText + `"`:
-			return decodeRow(j, messages.ChunkTextDelta)
+			kind = messages.ChunkTextDelta
 		case `"` + rowReasoning + `"`:
-			return decodeRow(j, messages.ChunkReasoningDelta)
+			kind = messages.ChunkReasoningDelta
 		case `"` + rowToolCall + `"`:
-			return decodeRow(j, messages.ChunkToolCallDelta)
+			kind = messages.ChunkToolCallDelta
+		}
+		if kind != "" {
+			out, err := decodeRow(dst, j, kind)
+			if err != nil {
+				clear(out[len(dst):])
+				return dst, err
+			}
+			return out, nil
 		}
 	}
 	e, err := decodeEventJSON(j)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return []Event{e}, nil
+	return append(dst, e), nil
 }
 
-// decodeRow unpacks a row of the given chunk kind.
-func decodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, error) {
+// decodeRow unpacks a row of the given chunk kind, appending its members
+// to dst. On error the returned slice may hold members past len(dst); the
+// caller drops them.
+//
+// A row is most of a log file, and this is the load path's hot loop. Each
+// member gets its data from two builders that hold the members shared by
+// the whole row (turn and step; the chunk's type, index, id and name) and
+// are truncated back to them after every member, so a member costs one
+// allocation, its data. Its typed view is not decoded from that data again
+// (the reference implementation in reference_decode_test.go did, through
+// decodePayload): the row checks below are a superset of what
+// decodePayload checks on a member's data (an object; turn and step safe
+// integers; a chunk of the row's kind with a non-negative integer index, a
+// string text or argumentsDelta, a string id and optional string name), so
+// that decode cannot fail, and its result is known: an AssistantChunk,
+// which setPayload keeps as chunkMarker with turn and step in the op.
+// TestRowMembersDecodeAsTheirData holds the two to each other.
+func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, error) {
 	var seq0J, time0J, data messages.JSON
 	n := 0
 	seq0 := int64(-1)
 	fail := func(format string, args ...any) ([]Event, error) {
-		return nil, &DecodeError{Seq: seq0, Err: fmt.Errorf("malformed %s row: "+format,
+		return dst, &DecodeError{Seq: seq0, Err: fmt.Errorf("malformed %s row: "+format,
 			append([]any{rowTag(kind)}, args...)...)}
 	}
 	for k, v := range j.Members() {
@@ -334,10 +365,12 @@ func decodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, error) {
 	if n != want {
 		return fail("data lacks a required key")
 	}
-	if _, ok := turn.AsInt(); !ok {
+	turnN, ok := turn.AsInt()
+	if !ok {
 		return fail("turn is not a safe integer")
 	}
-	if _, ok := step.AsInt(); !ok {
+	stepN, ok := step.AsInt()
+	if !ok {
 		return fail("step is not a safe integer")
 	}
 	if i, ok := index.AsInt(); !ok || i < 0 {
@@ -355,57 +388,67 @@ func decodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, error) {
 		return fail("dt and %s must be arrays", piecesKey)
 	}
 
-	var events []Event
-	seq, t := seq0, time0
-	nextDT, stop := iter.Pull(dt.Elements())
-	defer stop()
-	for piece := range pieces.Elements() {
-		if piece.Kind() != messages.KindString {
-			return fail("%s holds %s, not a string", piecesKey, piece)
+	// The gaps are collected first and read by position: walking dt and
+	// pieces in step through iter.Pull cost a coroutine switch a member.
+	// They stay unparsed until their member is reached, so the errors come
+	// in the same order as when the two were walked together.
+	var gapsArr [256]messages.JSON
+	gaps := gapsArr[:0]
+	for d := range dt.Elements() {
+		gaps = append(gaps, d)
+	}
+	dst = slices.Grow(dst, len(gaps)+1)
+	first := len(dst)
+
+	var c, d messages.ObjectBuilder
+	c.String("type", string(kind)).Raw("index", index)
+	piece := "text"
+	if kind == messages.ChunkToolCallDelta {
+		c.Raw("id", id)
+		if hasName {
+			c.Raw("name", name)
 		}
-		if len(events) > 0 {
-			d, more := nextDT()
-			if !more {
+		piece = "argumentsDelta"
+	}
+	cShared := c.Len()
+	d.Raw("turn", turn).Raw("step", step)
+	dShared := d.Len()
+
+	seq, t := seq0, time0
+	for p := range pieces.Elements() {
+		k := len(dst) - first
+		if p.Kind() != messages.KindString {
+			return fail("%s holds %s, not a string", piecesKey, p)
+		}
+		if k > 0 {
+			if k > len(gaps) {
 				return fail("dt is shorter than %s less one", piecesKey)
 			}
-			gap, ok := d.AsInt()
+			gap, ok := gaps[k-1].AsInt()
 			if !ok {
-				return fail("dt holds %s, not a safe integer", d)
+				return fail("dt holds %s, not a safe integer", gaps[k-1])
 			}
 			seq++
 			t += gap // both safe, so no overflow
 			if t < -maxSafe || t > maxSafe || seq > maxSafe {
-				return fail("member %d leaves the safe-integer range", len(events))
+				return fail("member %d leaves the safe-integer range", k)
 			}
 		}
-		var c messages.ObjectBuilder
-		c.String("type", string(kind)).Raw("index", index)
-		if kind == messages.ChunkToolCallDelta {
-			c.Raw("id", id)
-			if hasName {
-				c.Raw("name", name)
-			}
-			c.Raw("argumentsDelta", piece)
-		} else {
-			c.Raw("text", piece)
-		}
-		var d messages.ObjectBuilder
-		d.Raw("turn", turn).Raw("step", step).Raw("chunk", c.Build())
-		e := Event{typ: TypeAssistantChunk, seq: seq, time: t, data: d.Build()}
-		p, err := decodePayload(e.typ, e.data)
-		if err != nil {
-			return fail("member %d: %w", len(events), err)
-		}
-		e.setPayload(p)
-		events = append(events, e)
+		c.Truncate(cShared)
+		c.Raw(piece, p)
+		d.Truncate(dShared)
+		d.Object("chunk", &c)
+		dst = append(dst, Event{typ: TypeAssistantChunk, seq: seq, time: t, data: d.Build(),
+			op: SurfaceOp{start: turnN, end: stepN}, payload: chunkMarker{}})
 	}
-	if len(events) == 0 {
+	members := len(dst) - first
+	if members == 0 {
 		return fail("%s is empty", piecesKey)
 	}
-	if _, more := nextDT(); more {
+	if len(gaps) > members-1 {
 		return fail("dt is longer than %s less one", piecesKey)
 	}
-	return events, nil
+	return dst, nil
 }
 
 func rowTag(kind messages.ChunkType) string {
