@@ -103,7 +103,7 @@ type Config struct {
 	// materialises (marked adapterDefaults in the request header) and its
 	// context window (logged in request/context). Nil: nothing is
 	// materialised and no window is known. Called inside Receive; must
-	// not block.
+	// not block. A panic is recovered and ends the turn in error.
 	Routes func(provider, model string) Route
 	// StreamTimeout bounds one model call (llm.StreamConfig.Timeout).
 	StreamTimeout time.Duration

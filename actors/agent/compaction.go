@@ -384,14 +384,19 @@ func (d *Driver) Compact(ref uint64) Effects {
 
 // pressure reports whether the next request (the surface plus the
 // entering messages, the system prompt and the tools) would exceed
-// floor(contextWindow × ThresholdRatio) of the route in force.
-func (d *Driver) pressure(entering []messages.Message) bool {
+// floor(contextWindow × ThresholdRatio) of the route in force. The error
+// is the Routes callback's panic.
+func (d *Driver) pressure(entering []messages.Message) (bool, error) {
 	if d.cfg.Compaction.Disabled || d.cfg.Compaction.NoPressure {
-		return false
+		return false, nil
 	}
-	win, ok := d.route(d.seedConfig()).ContextWindow.Get()
+	route, err := d.route(d.seedConfig())
+	if err != nil {
+		return false, err
+	}
+	win, ok := route.ContextWindow.Get()
 	if !ok || win <= 0 {
-		return false
+		return false, nil
 	}
 	limit := int64(float64(win) * d.comp.ThresholdRatio)
 	n := d.estimate(d.mirror.DeriveMessages().Slice()) + d.estimate(entering)
@@ -401,7 +406,7 @@ func (d *Driver) pressure(entering []messages.Message) bool {
 			n += (j.Len() + 3) / 4
 		}
 	}
-	return int64(n) > limit
+	return int64(n) > limit, nil
 }
 
 // startCompaction runs one compaction and calls then with its outcome once
@@ -727,7 +732,14 @@ func (d *Driver) overflowCompaction(f messages.LlmFailure) bool {
 // claimed batch is recorded; next continues the pre-step.
 func (d *Driver) pressureCompaction(entering []messages.Message, next func()) {
 	t := d.t
-	if !d.pressure(entering) {
+	over, err := d.pressure(entering)
+	if err != nil {
+		// Before the pre-step, as a pre-step failure: the claimed
+		// messages are not recorded.
+		d.failTurn(t.step+1, err)
+		return
+	}
+	if !over {
 		next()
 		return
 	}

@@ -84,12 +84,14 @@
 // Send failures (a full inbox, a duplicate id) are answered SendFailed.
 // A hook's panic (PreStep, TurnStopping, Request, RequestError) is
 // recovered and treated as its error: the turn ends {error} and the
-// observer gets TurnFailed. A maintenance task's panic is recovered too,
-// and answered as the task's error (see Maintenance). The actor panics,
-// so that its supervisor
-// restarts it from the log, when its view of the log is wrong: the
-// session refuses one of its appends or the inbox a claim, the mirror
-// sees a gap (Routes callbacks are not recovered either).
+// observer gets TurnFailed. So is a panic of the Routes callback (asked
+// for a request's adapter defaults and context window, and for the
+// pressure check at pre-step): the failure is "agent: routes callback
+// panicked: <value>". A maintenance task's panic is recovered too, and
+// answered as the task's error (see Maintenance). The actor panics, so
+// that its supervisor restarts it from the log, when its view of the log
+// is wrong: the session refuses one of its appends or the inbox a claim,
+// the mirror sees a gap.
 //
 // # Restart
 //

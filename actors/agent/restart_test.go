@@ -157,3 +157,51 @@ func TestHookPanicIsContained(t *testing.T) {
 		})
 	}
 }
+
+// A Routes callback's panic is contained like a hook's: the turn ends in
+// error naming the panic, the observer gets TurnFailed, and the agent
+// lives on (no restart: the next followup completes). The route is asked
+// at pre-step for the pressure check (before step/start: no step is
+// recorded) and when a request is built (inside the step).
+func TestRoutesPanicIsContained(t *testing.T) {
+	cases := map[string]struct {
+		noPressure bool
+		steps      int // step/starts of the failed turn
+	}{
+		"pressure": {steps: 0},
+		"request":  {noPressure: true, steps: 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			boom := panicOnce()
+			failed := make(chan TurnFailed, 4)
+			h := newHarness(t, newMock(), nil, withFailures(t, failed), func(_ *harness, c *Config) {
+				c.Compaction.NoPressure = tc.noPressure
+				c.Routes = func(string, string) Route {
+					boom()
+					return Route{ContextWindow: messages.Some(1_000_000)}
+				}
+			})
+			h.followup("one")
+			h.waitIdle()
+			es := h.events()
+			requireBalanced(t, es)
+			require.Len(t, ofType(es, session.TypeStepStart), tc.steps)
+			end := lastEnd(t, es)
+			require.Equal(t, session.EndError, end.Kind)
+			require.Equal(t, "agent: routes callback panicked: hook exploded", end.Error.Message)
+			select {
+			case f := <-failed:
+				require.Equal(t, TurnFailed{Turn: 1, Step: 1, Error: end.Error}, f)
+			case <-time.After(waitFor):
+				t.Fatal("no TurnFailed")
+			}
+			h.followup("two")
+			h.waitIdle()
+			es = h.events()
+			requireBalanced(t, es)
+			require.Equal(t, []session.TurnEndReason{end, {Kind: session.EndCompleted}}, turnEnds(es),
+				"no restart (one would have closed turn 1 interrupted)")
+		})
+	}
+}

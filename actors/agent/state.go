@@ -300,7 +300,7 @@ type DriverConfig struct {
 	RequestError func(RequestErrorInput) (RequestErrorDecision, error)
 	// Routes describes the route of a request's provider and model (nil:
 	// the zero Route for every route). It runs inside the core and must
-	// not block.
+	// not block; a panic is recovered and ends the turn in error.
 	Routes func(provider, model string) Route
 	// Compaction configures compaction (spec §4.13; see CompactionConfig).
 	Compaction CompactionConfig
@@ -761,18 +761,12 @@ func (d *Driver) PreStepDone(ref uint64, dec PreStepDecision, err error) Effects
 	case t.aborted:
 		d.endTurn(abortedReason(t.cause))
 	case err != nil:
-		f := messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown}
-		d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step + 1, Error: f})
-		t.stopAfter = true
-		d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
+		d.failTurn(t.step+1, err)
 	default:
 		preface, batch, n, verr := enterBatch(dec)
 		switch {
 		case verr != nil:
-			f := messages.LlmFailure{Message: verr.Error(), Code: llm.CodeUnknown}
-			d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step + 1, Error: f})
-			t.stopAfter = true
-			d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
+			d.failTurn(t.step+1, verr)
 		case dec.Reject:
 			if len(preface) > 0 {
 				d.appendDrafts(appendTag{}, preface...)
@@ -796,10 +790,7 @@ func (d *Driver) TurnStoppingDone(ref uint64, err error) Effects {
 	case t.aborted:
 		d.endTurn(abortedReason(t.cause))
 	case err != nil:
-		f := messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown}
-		d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step, Error: f})
-		t.stopAfter = true
-		d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
+		d.failTurn(t.step, err)
 	default:
 		t.stoppingRan = true
 		d.claim(inbox.NextStep)
@@ -1013,6 +1004,17 @@ func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
 	})
 }
 
+// failTurn ends the turn in error between steps (a hook or a callback
+// failed at a step boundary): agent/error names step, the step that ended
+// or the one that would have started.
+func (d *Driver) failTurn(step int64, err error) {
+	t := d.t
+	f := messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown}
+	d.emit(TurnErrorEffect{Turn: t.turn, Step: step, Error: f})
+	t.stopAfter = true
+	d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
+}
+
 // endTurn appends turn/end and, once it is committed, either runs the
 // next turn or goes idle (§4.4 kick, §4.5 step 5).
 func (d *Driver) endTurn(reason session.TurnEndReason) {
@@ -1085,7 +1087,11 @@ func (d *Driver) beginAttempt() {
 	}
 	// §4.7 step 3: the route's adapter fills what the config leaves out,
 	// and the header marks those fields.
-	route := d.route(cfg)
+	route, err := d.route(cfg)
+	if err != nil {
+		d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
+		return
+	}
 	var marks session.AdapterDefaults
 	if cfg.ReasoningEffort == "" && route.ReasoningEffort != "" {
 		cfg.ReasoningEffort, marks.ReasoningEffort = route.ReasoningEffort, true
@@ -1129,12 +1135,22 @@ func (d *Driver) beginAttempt() {
 	})
 }
 
-// route returns what the configuration knows of cfg's route.
-func (d *Driver) route(cfg messages.CallConfig) Route {
+// route returns what the configuration knows of cfg's route. The Routes
+// callback is the embedder's code, run inside Receive: its panic is
+// recovered and is the callback's error (as a hook's is, see
+// recoverHook), which ends the turn in error; letting it crash the actor
+// would restart it and interrupt the turn for a fault a restart cannot
+// mend.
+func (d *Driver) route(cfg messages.CallConfig) (r Route, err error) {
 	if d.cfg.Routes == nil {
-		return Route{}
+		return Route{}, nil
 	}
-	return d.cfg.Routes(cfg.Provider, cfg.Model)
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("agent: routes callback panicked: %v", v)
+		}
+	}()
+	return d.cfg.Routes(cfg.Provider, cfg.Model), nil
 }
 
 // dispatch builds the request from the mirror and starts the call.
