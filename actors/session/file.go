@@ -197,19 +197,28 @@ func (f *File) parseHeader(text []byte) error {
 // the header and sets Events and Torn.
 func (f *File) scan(lines []line, t tail) error {
 	expected := int64(0)
+	size := 0
+	for _, ln := range lines {
+		size += recordEvents(ln.text)
+	}
+	f.Events = make([]Event, 0, size)
 	frame, frameFirst := -1, 0 // zstd: index into Events of the first event of the current frame
 	for i, ln := range lines {
 		if ln.frame != frame {
 			frame, frameFirst = ln.frame, len(f.Events)
 		}
-		evs, err := DecodeRecord(ln.text)
+		// The record's events go straight into f.Events; a record that
+		// fails is cut off again below.
+		n := len(f.Events)
+		evs, err := appendRecord(f.Events, ln.text)
 		var rule error
 		switch {
 		case err != nil:
 			rule = fmt.Errorf("unparsable committed event: %w", err)
-		case evs[0].seq != expected:
-			err = fmt.Errorf("record starts at seq %d, want %d", evs[0].seq, expected)
-			rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[0].seq, expected)
+		case evs[n].seq != expected:
+			err = fmt.Errorf("record starts at seq %d, want %d", evs[n].seq, expected)
+			rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[n].seq, expected)
+			clear(evs[n:])
 		}
 		if err != nil {
 			if laterTurnEnd(lines[i+1:]) {
@@ -221,8 +230,8 @@ func (f *File) scan(lines []line, t tail) error {
 			}
 			return nil
 		}
-		f.Events = append(f.Events, evs...)
-		expected += int64(len(evs))
+		f.Events = evs
+		expected += int64(len(evs) - n)
 	}
 	if t.exists {
 		f.Torn = &TornTail{Offset: t.at, Line: t.no, NextSeq: expected, Err: t.err}
@@ -231,6 +240,34 @@ func (f *File) scan(lines []line, t tail) error {
 		}
 	}
 	return nil
+}
+
+// recordEvents estimates the number of events a storage line holds, to
+// size File.Events once: growing it line by line copied a log's events
+// about five times over (a large slice grows by a quarter). A packed row
+// as AppendRecords writes it holds one member more than the gaps of its
+// dt array; anything else counts as one event. The estimate of a row is
+// capped by its length (a member takes at least five bytes: a gap and a
+// comma, an empty string and a comma), so a hostile line cannot make the
+// reader allocate more than a fixed multiple of its size.
+func recordEvents(text []byte) int {
+	const minMember = 5
+	if !bytes.HasPrefix(text, []byte(`{"type":"`)) || !bytes.Contains(text[:min(len(text), 32)], []byte(`-chunks"`)) {
+		return 1
+	}
+	i := bytes.Index(text, []byte(`"dt":[`))
+	if i < 0 {
+		return 1
+	}
+	dt := text[i+len(`"dt":[`):]
+	if end := bytes.IndexByte(dt, ']'); end >= 0 {
+		dt = dt[:end]
+	}
+	members := 1 // no gaps
+	if len(dt) > 0 {
+		members = bytes.Count(dt, []byte(",")) + 2
+	}
+	return min(members, max(len(text)/minMember, 1))
 }
 
 // laterTurnEnd reports whether any of lines records a turn/end: then the
