@@ -62,15 +62,41 @@ var legacyTypes = []EventType{"request/header-delta", "mode/set", "steering/mess
 // The slice is owned by the caller.
 func KnownTypes() []EventType { return slices.Clone(knownTypes) }
 
+// typeClass is what the lists above say about one type name, as bits.
+type typeClass uint8
+
+const (
+	classKnown typeClass = 1 << iota
+	classCore
+	classLegacy
+	classRowTag
+)
+
+// typeClasses indexes the lists by name: every event of a log is checked
+// against them when it is committed (a load commits them all), where a
+// search of each list cost more than the rest of the commit. Names in none
+// of the lists are absent (class 0).
+var typeClasses = func() map[EventType]typeClass {
+	m := make(map[EventType]typeClass, len(knownTypes)+len(legacyTypes)+len(rowTags))
+	for _, list := range []struct {
+		types []EventType
+		class typeClass
+	}{{knownTypes, classKnown}, {coreTypes, classCore}, {legacyTypes, classLegacy}, {rowTags, classRowTag}} {
+		for _, t := range list.types {
+			m[t] |= list.class
+		}
+	}
+	return m
+}()
+
+func (t EventType) class() typeClass { return typeClasses[t] }
+
 // IsKnown reports whether t is in the reference's known vocabulary.
-func (t EventType) IsKnown() bool {
-	_, ok := slices.BinarySearch(knownTypes, t)
-	return ok
-}
+func (t EventType) IsKnown() bool { return t.class()&classKnown != 0 }
 
 // IsCore reports whether dsh produces t (and decodes its data into a typed
 // payload).
-func (t EventType) IsCore() bool { return slices.Contains(coreTypes, t) }
+func (t EventType) IsCore() bool { return t.class()&classCore != 0 }
 
 // IsForeign reports whether t is known to the reference but not produced by
 // dsh: such events are accepted and kept verbatim, never produced.
@@ -82,11 +108,11 @@ func (t EventType) IsSurface() bool {
 	return t == TypeUserMessage || t == TypeAssistantMessage || t == TypeToolResult
 }
 
-func (t EventType) isLegacy() bool { return slices.Contains(legacyTypes, t) }
+func (t EventType) isLegacy() bool { return t.class()&classLegacy != 0 }
 
 // rowTags are the storage tags of packed chunk rows (chunkrows.go). They
 // are never event types: a reader would take such an event for a malformed
 // row, so the log refuses them even when marked ignorable.
 var rowTags = []EventType{"text-chunks", "reasoning-chunks", "tool-call-chunks"}
 
-func (t EventType) isRowTag() bool { return slices.Contains(rowTags, t) }
+func (t EventType) isRowTag() bool { return t.class()&classRowTag != 0 }
