@@ -106,16 +106,25 @@ func Restore(h Header, events []Event) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.events = make([]Event, 0, len(events))
-	for i := range events {
-		e := events[i]
+	// The events are copied in one go and then committed where they lie:
+	// at step i the log is own[:i] and the event own[i], which is what
+	// commit would have appended. Copying them one commit at a time cost
+	// more than checking them. On error the log is dropped, so an event
+	// admitted in place (its payload decoded) has nowhere to leak to.
+	own := slices.Clone(events)
+	for i := range own {
+		e := &own[i]
 		if e.seq != int64(i) {
 			return nil, &EventError{Seq: int64(i), Type: e.typ, Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", e.seq)}
 		}
-		if err := l.commit(e); err != nil {
+		l.events = own[:i]
+		t, err := l.admit(e)
+		if err != nil {
 			return nil, err
 		}
+		l.record(t, own[:i+1])
 	}
+	l.events = own
 	l.firstLiveSeq = int64(len(events))
 	return l, nil
 }
@@ -198,7 +207,21 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 // commit validates e as the next event and, if valid, applies it. Nothing
 // changes on error.
 func (l *Log) commit(e Event) error {
-	fail := func(err error) error { return &EventError{Seq: e.seq, Type: e.typ, Err: err} }
+	t, err := l.admit(&e)
+	if err != nil {
+		return err
+	}
+	l.record(t, append(l.events, e))
+	return nil
+}
+
+// admit validates e as the next event of the log: every rule commit
+// enforces, without changing the log. It may complete e itself (the typed
+// payload of a seed event built without one).
+func (l *Log) admit(e *Event) (transition, error) {
+	fail := func(err error) (transition, error) {
+		return transition{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
+	}
 	switch {
 	case e.typ == "":
 		return fail(fmt.Errorf("event has no type"))
@@ -207,13 +230,13 @@ func (l *Log) commit(e Event) error {
 	case e.typ.isLegacy():
 		return fail(fmt.Errorf("event type %q was removed from the format", e.typ))
 	case !e.typ.IsKnown() && !e.ignorable:
-		return &UnsupportedTypeError{Seq: e.seq, Type: e.typ}
+		return transition{}, &UnsupportedTypeError{Seq: e.seq, Type: e.typ}
 	case e.data.IsZero():
 		return fail(fmt.Errorf("event carries no data"))
 	case e.time < -maxSafe || e.time > maxSafe:
 		return fail(fmt.Errorf("time %d is not a safe integer", e.time))
 	}
-	if e.typ.IsCore() && e.payload == nil {
+	if e.payload == nil && e.typ.IsCore() {
 		// A seed event built outside a log (hand-made, or by a decoder
 		// that leaves the payload to the log) gets the seed's shape checks
 		// here; an event taken from another log keeps its payload.
@@ -223,16 +246,23 @@ func (l *Log) commit(e Event) error {
 		}
 		e.setPayload(p)
 	}
-	t, err := l.surface.validateNext(l.events, &e)
+	t, err := l.surface.validateNext(l.events, e)
 	if err != nil {
 		return fail(err)
 	}
 	if l.trace != nil {
-		if err := l.trace.Check(&e); err != nil {
+		if err := l.trace.Check(e); err != nil {
 			return fail(err)
 		}
 	}
-	l.events = append(l.events, e)
+	return t, nil
+}
+
+// record applies an admitted event: events is the log with it appended
+// (its last element).
+func (l *Log) record(t transition, events []Event) {
+	l.events = events
+	e := &events[len(events)-1]
 	l.surface.apply(t, e.seq)
 	switch e.typ {
 	case TypeRequestHeader:
@@ -241,9 +271,8 @@ func (l *Log) commit(e Event) error {
 		l.lastContext = len(l.events) - 1
 	}
 	if l.trace != nil {
-		l.trace.Commit(&e)
+		l.trace.Commit(e)
 	}
-	return nil
 }
 
 // Header returns the session header.
