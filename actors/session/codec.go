@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/dshgo/dsh/messages"
 )
@@ -187,6 +188,11 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 			return fail("sourceEventSeqs is not an array")
 		}
 		e.hasSources = true
+		if text := srcJ.String(); text != "[]" {
+			// An assistant message cites its whole stream: size the list
+			// once (compact JSON, so one comma between elements).
+			e.sources = make([]int64, 0, strings.Count(text, ",")+1)
+		}
 		for v := range srcJ.Elements() {
 			n, ok := v.AsInt()
 			if !ok || n < 0 {

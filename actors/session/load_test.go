@@ -1,6 +1,8 @@
 package session
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -45,4 +47,32 @@ func TestRecordEventsIsBoundedByTheLine(t *testing.T) {
 	require.Equal(t, 1, recordEvents([]byte(`{"type":"text-chunks"}`)))
 	require.Equal(t, 1, recordEvents(nil))
 	require.Equal(t, 3, recordEvents([]byte(`{"type":"tool-call-chunks","seq0":0,"time0":0,"data":{"turn":1,"step":1,"index":0,"dt":[1,2],"id":"c","args":["a","b","c"]}}`)))
+}
+
+// TestCheckSourcesMatchesTheSet: the increasing-order shortcut of
+// checkSources reports what the set alone reports (the first bad entry,
+// in list order), on every small list.
+func TestCheckSourcesMatchesTheSet(t *testing.T) {
+	bySet := func(sources []int64, seq int64) error {
+		seen := map[int64]bool{}
+		for _, src := range sources {
+			if src < 0 || src >= seq {
+				return fmt.Errorf("sourceEventSeqs entry %d is not an earlier seq", src)
+			}
+			if seen[src] {
+				return fmt.Errorf("sourceEventSeqs repeats %d", src)
+			}
+			seen[src] = true
+		}
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		sources := make([]int64, rng.IntN(7))
+		for i := range sources {
+			sources[i] = rng.Int64N(11) - 2
+		}
+		seq := rng.Int64N(9)
+		require.Equal(t, errText(bySet(sources, seq)), errText(checkSources(sources, seq)), "%v at seq %d", sources, seq)
+	}
 }

@@ -40,15 +40,8 @@ func (s *surface) validateNext(events []Event, e *Event) (transition, error) {
 		if len(e.sources) == 0 && e.typ != TypeAssistantMessage {
 			return transition{}, fmt.Errorf("empty sourceEventSeqs is allowed only on assistant/message")
 		}
-		seen := make(map[int64]struct{}, len(e.sources))
-		for _, src := range e.sources {
-			if src < 0 || src >= e.seq {
-				return transition{}, fmt.Errorf("sourceEventSeqs entry %d is not an earlier seq", src)
-			}
-			if _, dup := seen[src]; dup {
-				return transition{}, fmt.Errorf("sourceEventSeqs repeats %d", src)
-			}
-			seen[src] = struct{}{}
+		if err := checkSources(e.sources, e.seq); err != nil {
+			return transition{}, err
 		}
 	}
 	if e.op.kind == OpAppend {
@@ -86,6 +79,38 @@ func (s *surface) validateNext(events []Event, e *Event) (transition, error) {
 		}
 	}
 	return transition{op: OpReplace, from: from, to: to}, nil
+}
+
+// checkSources checks cited seqs: each an earlier seq, none repeated. The
+// first bad entry is reported, in list order.
+//
+// Citations are written in increasing order (an assistant message cites
+// its stream, hundreds of chunks), and a strictly increasing list repeats
+// nothing, so that case is checked without the set that finds a repeat in
+// any order: a set per message was most of what a load allocated for
+// surface checks. Any other order takes the set, from the start.
+func checkSources(sources []int64, seq int64) error {
+	valid := true
+	for i, src := range sources {
+		if src < 0 || src >= seq || i > 0 && src <= sources[i-1] {
+			valid = false
+			break
+		}
+	}
+	if valid {
+		return nil
+	}
+	seen := make(map[int64]struct{}, len(sources))
+	for _, src := range sources {
+		if src < 0 || src >= seq {
+			return fmt.Errorf("sourceEventSeqs entry %d is not an earlier seq", src)
+		}
+		if _, dup := seen[src]; dup {
+			return fmt.Errorf("sourceEventSeqs repeats %d", src)
+		}
+		seen[src] = struct{}{}
+	}
+	return nil
 }
 
 // apply commits a planned transition for the event at seq.
