@@ -63,6 +63,9 @@ type RequestErrorHook interface {
 type Hooks struct {
 	PreStep      PreStepHook
 	TurnStopping TurnStoppingHook
+	// StepEnd runs at each step boundary of a turn that goes on; see
+	// StepEndHook.
+	StepEnd      StepEndHook
 	Request      RequestHook
 	RequestError RequestErrorHook
 	// PreExecute, Approver and PostExecute are the tool pipeline
@@ -134,7 +137,8 @@ func (c Config) driverConfig() DriverConfig {
 	dc := DriverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
 		Tools: c.Tools.Schemas(), Modes: c.Tools.modeOf, MaxParallelTools: c.MaxParallelTools, Retry: c.Retry,
 		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil,
-		Routes: c.Routes, Compaction: c.Compaction}
+		StepEnd: c.Hooks.StepEnd != nil,
+		Routes:  c.Routes, Compaction: c.Compaction}
 	if h := c.Hooks.Request; h != nil {
 		dc.Request = func(in RequestInput) (cfg messages.CallConfig, err error) {
 			defer recoverHook("request", &err)
@@ -238,6 +242,12 @@ type (
 		ref uint64
 		err error
 	}
+	stepEndDone struct {
+		ref uint64
+		dec StepEndDecision
+		err error
+	}
+	stepOpDone struct{ ref uint64 } // the inbox answered a step-end operation
 	retryTick  struct{ epoch, gen uint64 }
 	compactReq struct{ ref uint64 } // a Compact, by the driver ref of its reply
 	maintDone  struct {             // the maintenance task returned
@@ -281,6 +291,7 @@ type agentActor struct {
 
 	sends    map[uint64]caller // forwarded sends by inbox ref
 	pushes   map[uint64]uint64 // context pushes: the driver's ref by inbox ref
+	stepOps  map[uint64]uint64 // step-end inbox operations: the driver's ref by inbox ref
 	waiters  []caller
 	disposes []caller          // Dispose requests, answered once idle
 	compacts map[uint64]caller // Compact requests by driver ref
@@ -383,6 +394,9 @@ func (a *agentActor) Receive(ctx actor.Context) {
 			a.handle(ctx, contextPushed{ref: r})
 			break
 		}
+		if a.stepOpAnswered(ctx, m.Ref, nil) {
+			break
+		}
 		if c, ok := a.sends[m.Ref]; ok {
 			delete(a.sends, m.Ref)
 			if c.pid != nil {
@@ -395,12 +409,19 @@ func (a *agentActor) Receive(ctx actor.Context) {
 			a.handle(ctx, contextPushed{ref: r})
 			break
 		}
+		if a.stepOpAnswered(ctx, m.Ref, m.Err) {
+			break
+		}
 		if c, ok := a.sends[m.Ref]; ok {
 			delete(a.sends, m.Ref)
 			if c.pid != nil {
 				ctx.Send(c.pid, SendFailed{Ref: c.ref, Err: m.Err})
 			}
 		}
+	case inbox.RemoveReply:
+		a.stepOpAnswered(ctx, m.Ref, nil)
+	case inbox.RemoveFailed:
+		a.stepOpAnswered(ctx, m.Ref, m.Err)
 	case inbox.ClearReply, inbox.ClearFailed:
 		// A failed clear leaves the inbox as it was; nothing to undo.
 	case WaitIdle:
@@ -462,6 +483,8 @@ func (a *agentActor) stale(msg any) bool {
 	case preStepDone:
 		ref = m.ref
 	case turnStoppingDone:
+		ref = m.ref
+	case stepEndDone:
 		ref = m.ref
 	case retryTick:
 		return m.epoch != a.epoch
@@ -576,7 +599,7 @@ func (a *agentActor) start(ctx actor.Context) {
 	a.refs = a.epoch << refShift
 	a.life, a.lifeCancel = context.WithCancel(context.Background())
 	a.signal, a.signalCancel = context.WithCancel(a.life)
-	a.sends, a.pushes = map[uint64]caller{}, map[uint64]uint64{}
+	a.sends, a.pushes, a.stepOps = map[uint64]caller{}, map[uint64]uint64{}, map[uint64]uint64{}
 	if c := a.lin.take(ctx.Self().String()); c.sends != nil {
 		a.sends = c.sends
 	}
@@ -662,6 +685,10 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		eff = d.PreStepDone(m.ref, m.dec, m.err)
 	case turnStoppingDone:
 		eff = d.TurnStoppingDone(m.ref, m.err)
+	case stepEndDone:
+		eff = d.StepEndDone(m.ref, m.dec, m.err)
+	case stepOpDone:
+		eff = d.StepEndOpDone(m.ref)
 	case retryTick:
 		eff = d.RetryTimerFired(m.gen)
 	case contextPushed:
@@ -728,6 +755,17 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 			a.runPreStep(e)
 		case RunTurnStoppingEffect:
 			a.runTurnStopping(e)
+		case RunStepEndEffect:
+			a.runStepEnd(e)
+		case InboxOpEffect:
+			ref := a.nextRef()
+			a.stepOps[ref] = e.Ref
+			if s, ok := e.Op.send(); ok {
+				s.Ref = ref
+				ctx.Request(a.inbox, s)
+			} else {
+				ctx.Request(a.inbox, inbox.Remove{Ref: ref, ID: e.Op.id})
+			}
 		case StartTimerEffect:
 			root, self, epoch, gen := a.root, a.self, a.epoch, e.Gen
 			if a.timer != nil {
@@ -827,6 +865,36 @@ func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
 		}()
 		root.Send(self, turnStoppingDone{ref: e.Ref, err: err})
 	})
+}
+
+func (a *agentActor) runStepEnd(e RunStepEndEffect) {
+	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.StepEnd
+	a.wg.Go(func() {
+		dec, err := func() (dec StepEndDecision, err error) {
+			defer recoverHook("step-end", &err)
+			return h.StepEnd(sig, StepEndInput{Turn: e.Turn, Step: e.Step})
+		}()
+		root.Send(self, stepEndDone{ref: e.Ref, dec: dec, err: err})
+	})
+}
+
+// stepOpAnswered hands the inbox's answer to a step-end operation to the
+// driver, and reports whether ref was one. A refused operation changed
+// nothing; it is dropped (the hook has returned: there is nobody to tell)
+// and logged, and the loop goes on.
+func (a *agentActor) stepOpAnswered(ctx actor.Context, ref uint64, err error) bool {
+	r, ok := a.stepOps[ref]
+	if !ok {
+		return false
+	}
+	delete(a.stepOps, ref)
+	if err != nil {
+		if l := ctx.Logger(); l != nil {
+			l.Warn("agent: a step-end hook's inbox operation was refused", "err", err)
+		}
+	}
+	a.handle(ctx, stepOpDone{ref: r})
+	return true
 }
 
 // maintReq is a RunMaintenance with its sender (kept when buffered).

@@ -10,8 +10,9 @@
 // [Driver] (state.go) is the pure core: a state machine with no
 // goroutines, clock or I/O. Each input (Wake, Appended, Claimed,
 // StreamChunk, StreamEnded, ToolDone, PreStepDone, TurnStoppingDone,
-// RetryTimerFired, Cancel, SetSystem, Dispose, Compact, inbox counts, and
-// Committed for the log mirror) returns [Effects]. state_test.go drives
+// StepEndDone, StepEndOpDone, RetryTimerFired, Cancel, SetSystem, Dispose,
+// Compact, inbox counts, and Committed for the log mirror) returns
+// [Effects]. state_test.go drives
 // it alone (inputs in, effects out). The core keeps a mirror of the session log
 // (fed by the agent's subscription to the session) and builds every
 // request from it: messages = DeriveMessages(), config = the folded
@@ -49,7 +50,8 @@
 //	session.Append            agent → session      AppendReply | AppendFailed
 //	session.QueryHeader,      agent → session      at start: header, then the whole log and
 //	  Subscribe                                    every later event (EventsCommitted)
-//	inbox.Claim, Clear, Send  agent → inbox        Claimed, ClearReply, SendReply
+//	inbox.Claim, Clear, Send, agent → inbox        Claimed, ClearReply, SendReply,
+//	  Remove                                       RemoveReply (Remove: step-end hook)
 //	inbox.Woken, Inserted,    inbox → agent        wakes and inbox counts
 //	  Discarded, ClaimedNotice
 //	llm.CancelStream          agent → stream       ChunkReceived*, StreamEnded
@@ -61,8 +63,8 @@
 // goroutines it has just cancelled (tools must honour their context).
 // Tool goroutines report with Send(self, ...): a tool's emitted drafts
 // arrive before its result. Hooks that may block (PreStep, TurnStopping,
-// the tool pipeline PreExecute → Approver → body → PostExecute) run in
-// goroutines; Request and RequestError run synchronously inside Receive
+// StepEnd, the tool pipeline PreExecute → Approver → body → PostExecute)
+// run in goroutines; Request and RequestError run synchronously inside Receive
 // and must not block. Tools and hooks must be safe for concurrent
 // use. Log order across the agent's and the inbox's appends is kept by
 // waiting for acknowledgements before asking the inbox to append.
@@ -82,7 +84,7 @@
 // denial is TOOL_DENIED (Ask without an Approver is a denial that says
 // so), a post-execute block TOOL_RESULT_BLOCKED.
 // Send failures (a full inbox, a duplicate id) are answered SendFailed.
-// A hook's panic (PreStep, TurnStopping, Request, RequestError) is
+// A hook's panic (PreStep, TurnStopping, StepEnd, Request, RequestError) is
 // recovered and treated as its error: the turn ends {error} and the
 // observer gets TurnFailed. So is a panic of the Routes callback (asked
 // for a request's adapter defaults and context window, and for the
@@ -126,6 +128,21 @@
 // deny | ask), Approver, PostExecute (accept | block, additional
 // contexts). The pre-step hook is not consulted at a step boundary that
 // found next-step empty after a finished step (§4.5 step 2.8).
+//
+// StepEnd (agent/step-end, dsh's own; stepend.go) runs at every step
+// boundary of a turn that goes on: once step/end is committed and the
+// boundary's claim is answered, before pressure compaction, the pre-step
+// hook, turn-stopping or the end of the turn. That is where the
+// reference's plugins act on step/end (from a session/event listener,
+// after the loop's synchronous claim). Its decision is a list of
+// contributions performed in order before the loop goes on: log-only
+// events (foreign or unknown types, as a Preface) and inbox operations
+// (inject, steer, followup, remove; each waits for the appends before it
+// and for the inbox's answer). A message it puts in next-step enters at
+// the next boundary; when the turn would end here, the loop claims again
+// and runs another step for it. A refused inbox operation is dropped (and
+// logged); an error, a panic or an invalid contribution ends the turn
+// {error}.
 //
 // # Compaction
 //

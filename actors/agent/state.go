@@ -194,13 +194,13 @@ func EventEntry(d session.Draft) Entry { return Entry{Event: d} }
 // its type and data (so that no surface operation rides along), and
 // refuses core types, which dsh writes itself and whose data the session
 // would check (a refused append would crash the agent).
-func logOnlyDraft(d session.Draft) (session.Draft, error) {
+func logOnlyDraft(hook string, d session.Draft) (session.Draft, error) {
 	t := d.Type()
 	switch {
 	case t == "":
-		return session.Draft{}, errors.New("agent: pre-step event without a type")
+		return session.Draft{}, fmt.Errorf("agent: %s event without a type", hook)
 	case t.IsCore():
-		return session.Draft{}, fmt.Errorf("agent: pre-step event of core type %q", t)
+		return session.Draft{}, fmt.Errorf("agent: %s event of core type %q", hook, t)
 	case t.IsForeign():
 		return session.NewDraft(t, d.Data()), nil
 	}
@@ -211,7 +211,7 @@ func logOnlyDraft(d session.Draft) (session.Draft, error) {
 // and how many of them are messages.
 func enterBatch(dec PreStepDecision) (preface, batch []session.Draft, nmsgs int, err error) {
 	for _, d := range dec.Preface {
-		v, err := logOnlyDraft(d)
+		v, err := logOnlyDraft("pre-step", d)
 		if err != nil {
 			return nil, nil, 0, err
 		}
@@ -233,7 +233,7 @@ func enterBatch(dec PreStepDecision) (preface, batch []session.Draft, nmsgs int,
 			nmsgs++
 			continue
 		}
-		v, err := logOnlyDraft(e.Event)
+		v, err := logOnlyDraft("pre-step", e.Event)
 		if err != nil {
 			return nil, nil, 0, err
 		}
@@ -288,10 +288,10 @@ type DriverConfig struct {
 	Retry llm.RetryPolicy
 	// NoRetry disables retries unless the request-error hook asks.
 	NoRetry bool
-	// PreStep and TurnStopping say whether those hooks exist: when they
-	// do, the core asks the shell to run them (RunPreStepEffect,
-	// RunTurnStoppingEffect) and waits for the answer.
-	PreStep, TurnStopping bool
+	// PreStep, TurnStopping and StepEnd say whether those hooks exist:
+	// when they do, the core asks the shell to run them (RunPreStepEffect,
+	// RunTurnStoppingEffect, RunStepEndEffect) and waits for the answer.
+	PreStep, TurnStopping, StepEnd bool
 	// Request is the request hook (agent/request): it may replace the
 	// seed config. It runs inside the core, so it must not block.
 	Request func(RequestInput) (messages.CallConfig, error)
@@ -347,6 +347,7 @@ const (
 	phTools              // tool calls in flight or uncommitted
 	phTurnStopping       // waiting for the turn-stopping hook
 	phCompact            // waiting for a compaction's summariser call
+	phStepEnd            // waiting for the step-end hook or one of its inbox operations
 )
 
 // stepOutcome is how a step ended (spec §4.6 step 6, §4.9, §4.10).
@@ -386,6 +387,7 @@ type turnState struct {
 	ends        *session.TurnEndReason // nil: more work owed
 	maxTokens   bool                   // sticky (spec §4.5 step 7)
 	stoppingRan bool                   // the turn-stopping hook ran at this boundary
+	stepEndRan  bool                   // the step-end hook ran at this boundary
 	aborted     bool
 	cause       session.CancelCause
 	stopAfter   bool   // the driver stops after this turn (no continuation)
@@ -412,6 +414,13 @@ type turnState struct {
 	pushes       map[uint64]bool // context pushes not answered yet
 	firstClaim   bool
 	overflows    int // context-overflow compactions of the step
+
+	// The step-end hook (stepend.go): the boundary's claimed batch, held
+	// while its contributions are performed; the ones left; the inbox
+	// operation in flight (0 for none).
+	held  []messages.Message
+	ops   []StepEndOp
+	opRef uint64
 }
 
 // Driver is the agent's pure core. Not safe for concurrent use: it
@@ -725,6 +734,19 @@ func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
 	switch {
 	case t.aborted:
 		d.endTurn(abortedReason(t.cause))
+	case d.cfg.StepEnd && t.step > 0 && !t.stepEndRan:
+		d.runStepEnd(msgs)
+	default:
+		d.claimed(msgs)
+	}
+	return d.flush()
+}
+
+// claimed goes on from a claim's batch: the end of the turn, or the
+// pressure check and the pre-step (§4.5 steps 2.1, 2.3, 2.8).
+func (d *Driver) claimed(msgs []messages.Message) {
+	t := d.t
+	switch {
 	case t.ends != nil && len(msgs) == 0:
 		// The step boundary found next-step empty: the reference checks
 		// the list and goes to turn-stopping without a pre-step (§4.5
@@ -748,7 +770,6 @@ func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
 			}
 		})
 	}
-	return d.flush()
 }
 
 // PreStepDone delivers the pre-step hook's decision.
@@ -958,7 +979,7 @@ func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
 		return
 	}
 	t.step++
-	t.stoppingRan = false
+	t.stoppingRan, t.stepEndRan = false, false
 	t.retries = nil
 	t.attempt = 0
 	t.overflows = 0

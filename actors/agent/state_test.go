@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,8 @@ type rig struct {
 	tools  []RunToolEffect    // tool calls started
 	held   []uint64           // unanswered context pushes (holdPushes)
 	hold   bool               // holdPushes: do not answer context pushes
+
+	stepEnds []RunStepEndEffect // step-end hook runs, answered by the test
 }
 
 func newRig(t *testing.T, cfg DriverConfig) *rig {
@@ -115,6 +118,27 @@ func (r *rig) perform(eff Effects) {
 		case RunToolEffect:
 			r.tools = append(r.tools, e)
 			r.out = append(r.out, "tool "+e.Call.ID)
+		case RunStepEndEffect:
+			r.stepEnds = append(r.stepEnds, e)
+			r.out = append(r.out, fmt.Sprintf("step-end %d.%d", e.Turn, e.Step))
+		case InboxOpEffect:
+			op := e.Op
+			switch s, ok := op.send(); {
+			case ok && s.Target == inbox.NextTurn:
+				r.turn = append(r.turn, s.Message)
+				r.d.InboxChanged(inbox.NextTurn, 1)
+			case ok:
+				r.step = append(r.step, s.Message)
+				r.d.InboxChanged(inbox.NextStep, 1)
+			default:
+				n := len(r.step)
+				r.step = slices.DeleteFunc(r.step, func(m messages.Message) bool { return m.ID() == op.id })
+				if len(r.step) < n {
+					r.d.InboxChanged(inbox.NextStep, -1)
+				}
+			}
+			r.out = append(r.out, "inbox-op "+opNames[op.kind])
+			r.perform(r.d.StepEndOpDone(e.Ref))
 		case ClearInboxEffect:
 			r.turn, r.step = nil, nil
 			r.d.InboxPending(0, 0)
