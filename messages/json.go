@@ -8,6 +8,7 @@ import (
 	"iter"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -517,7 +518,31 @@ func skipValue(s string, i int) int {
 
 // skipString returns the index just past the validated string literal
 // starting at s[i].
-func skipString[T ~string | ~[]byte](s T, i int) int {
+//
+// Every accessor skips over the values it passes (Field walks an object
+// member by member), so a long string — a message's text — is skipped many
+// times for each time it is parsed. The closing quote is found with
+// strings.IndexByte, which reads a word or a vector at a time, rather than
+// byte by byte: a quote ends the string unless the run of backslashes just
+// before it is odd. The run cannot reach back past the opening quote, nor
+// past an escaped quote already passed.
+func skipString(s string, i int) int {
+	i++
+	for {
+		q := i + strings.IndexByte(s[i:], '"')
+		b := q
+		for s[b-1] == '\\' {
+			b--
+		}
+		if (q-b)%2 == 0 {
+			return q + 1
+		}
+		i = q + 1
+	}
+}
+
+// skipStringBytes is skipString on bytes, for appendCompact.
+func skipStringBytes(s []byte, i int) int {
 	i++
 	for s[i] != '"' {
 		if s[i] == '\\' {
@@ -536,7 +561,7 @@ func appendCompact(dst, src []byte) []byte {
 		case ' ', '\t', '\n', '\r':
 			i++
 		case '"':
-			end := skipString(src, i)
+			end := skipStringBytes(src, i)
 			dst = append(dst, src[i:end]...)
 			i = end
 		default:

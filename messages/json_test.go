@@ -737,3 +737,31 @@ func BenchmarkParseJSON(b *testing.B) {
 		}
 	}
 }
+
+// TestAccessorsSkipStringsWithBackslashRuns: the accessors find the end of
+// a string whatever runs of backslashes and escaped quotes it holds.
+func TestAccessorsSkipStringsWithBackslashRuns(t *testing.T) {
+	pieces := []string{``, `\`, `\\`, `\\\`, `"`, `\"`, `\\"`, `"\`, `""`, `x`, `é`, "\n"}
+	for _, a := range pieces {
+		for _, b := range pieces {
+			for _, c := range pieces {
+				content := a + b + c
+				lit := messages.JSONString(content).String()
+				j := messages.MustParseJSON(`{"s":` + lit + `,"arr":[` + lit + `,` + lit + `],"n":1}`)
+				s, ok := j.Field("s")
+				require.True(t, ok)
+				got, _ := s.AsString()
+				require.Equal(t, content, got)
+				n, _ := j.Field("n")
+				require.Equal(t, "1", n.String(), "content %q", content)
+				arr, _ := j.Field("arr")
+				var elems []string
+				for e := range arr.Elements() {
+					elems = append(elems, e.String())
+				}
+				require.Equal(t, []string{lit, lit}, elems)
+				require.Equal(t, []string{"s", "arr", "n"}, j.Keys())
+			}
+		}
+	}
+}

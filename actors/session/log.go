@@ -222,21 +222,22 @@ func (l *Log) admit(e *Event) (transition, error) {
 	fail := func(err error) (transition, error) {
 		return transition{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
 	}
+	class := e.typ.class()
 	switch {
 	case e.typ == "":
 		return fail(fmt.Errorf("event has no type"))
-	case e.typ.isRowTag():
+	case class&classRowTag != 0:
 		return fail(fmt.Errorf("event type %q is reserved for packed chunk rows", e.typ))
-	case e.typ.isLegacy():
+	case class&classLegacy != 0:
 		return fail(fmt.Errorf("event type %q was removed from the format", e.typ))
-	case !e.typ.IsKnown() && !e.ignorable:
+	case class&classKnown == 0 && !e.ignorable:
 		return transition{}, &UnsupportedTypeError{Seq: e.seq, Type: e.typ}
 	case e.data.IsZero():
 		return fail(fmt.Errorf("event carries no data"))
 	case e.time < -maxSafe || e.time > maxSafe:
 		return fail(fmt.Errorf("time %d is not a safe integer", e.time))
 	}
-	if e.payload == nil && e.typ.IsCore() {
+	if e.payload == nil && class&classCore != 0 {
 		// A seed event built outside a log (hand-made, or by a decoder
 		// that leaves the payload to the log) gets the seed's shape checks
 		// here; an event taken from another log keeps its payload.
