@@ -89,6 +89,18 @@ func TestClusterAPIFromEveryMember(t *testing.T) {
 	}
 
 	m := tc.members[0]
+	// Every member lists every stored session, wherever it lives.
+	for _, mb := range tc.members {
+		infos, err := mb.List(ctx)
+		require.NoError(t, err)
+		listed := map[session.SessionID]bool{}
+		for _, in := range infos {
+			listed[in.Header.ID] = true
+		}
+		for _, ids := range by {
+			require.True(t, listed[ids[0]], "%s lists %s", mb.Address(), ids[0]) // ids[0] took turns: it is stored
+		}
+	}
 	_, err := m.Messages(ctx, "no-such-session")
 	require.ErrorIs(t, err, supervisor.ErrNoSession)
 	require.ErrorIs(t, m.Followup(ctx, "no-such-session", userMsg(t, "x")), supervisor.ErrNoSession)

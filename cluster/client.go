@@ -351,3 +351,14 @@ func (m *Member) Owner(ctx context.Context, id session.SessionID) (string, error
 	}
 	return r.Member, nil
 }
+
+// List names every session in the shared store (a session is stored
+// from its first write on) and those resident on this member, sorted by
+// id. Info.Resident says
+// resident on this member; use Owner for where a session lives.
+func (m *Member) List(ctx context.Context) ([]supervisor.Info, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	return m.host.List(ctx)
+}
