@@ -2,6 +2,7 @@ package messages
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,6 +265,9 @@ func (j JSON) AsString() (string, bool) {
 // safe-integer range of the harness (|n| ≤ 2^53-1), and whether it is one.
 // 1.0 and 1e2 count as integers, as they do in JavaScript.
 func (j JSON) AsInt() (int64, bool) {
+	if n, ok := shortInt(j.text); ok {
+		return n, true
+	}
 	if j.Kind() != KindNumber {
 		return 0, false
 	}
@@ -278,6 +282,34 @@ func (j JSON) AsInt() (int64, bool) {
 		return 0, false
 	}
 	return int64(f), true
+}
+
+// shortInt reads a number written as at most 15 digits, optionally
+// negative: the seqs, times, turns and gaps of a log, which AsInt reads
+// by the thousand. Such a number is below 10^15 < 2^53 in magnitude, so
+// it is a safe integer, and strconv would read the same value. Anything
+// else (more digits, a fraction or exponent, not a number) is left to the
+// general path.
+func shortInt(s string) (int64, bool) {
+	digits := s
+	if len(s) > 0 && s[0] == '-' {
+		digits = s[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(s) {
+		n = -n
+	}
+	return n, true
 }
 
 // AsBool returns the value of a JSON boolean, and whether j is one.
@@ -611,32 +643,33 @@ func scanLossless(b []byte) (compact bool, err error) {
 	compact = true
 	n := len(b)
 	i := 0
-	ws := func() {
-		for i < n {
-			switch b[i] {
-			case ' ', '\t', '\n', '\r':
-				compact = false
-				i++
-				continue
-			}
-			return
+	// Neither helper is a closure over i: a closure that captures the
+	// cursor keeps it in memory for the whole scan rather than in a
+	// register, and the scan is all cursor.
+	ws := func(i int) int {
+		if j := skipSpace(b, i); j != i {
+			compact = false
+			return j
 		}
+		return i
 	}
-	fail := func(what string) error {
-		return fmt.Errorf("%w: %s at offset %d", ErrNotJSON, what, i)
+	fail := func(at int, what string) error {
+		return fmt.Errorf("%w: %s at offset %d", ErrNotJSON, what, at)
 	}
 	state := wantValue
 	for {
-		ws()
+		if i < n && b[i] <= ' ' { // compact input never calls ws
+			i = ws(i)
+		}
 		switch state {
 		case wantValue:
 			if i >= n {
-				return false, fail("unexpected end of input")
+				return false, fail(i, "unexpected end of input")
 			}
 			switch c := b[i]; {
 			case c == '{' || c == '[':
 				i++
-				ws()
+				i = ws(i)
 				if i < n && b[i] == c+2 { // '}' is '{'+2, ']' is '['+2
 					i++
 					state = afterValue
@@ -661,7 +694,7 @@ func scanLossless(b []byte) (compact bool, err error) {
 					lit = "false"
 				}
 				if n-i < len(lit) || string(b[i:i+len(lit)]) != lit {
-					return false, fail("invalid literal")
+					return false, fail(i, "invalid literal")
 				}
 				i += len(lit)
 			case c == '-' || (c >= '0' && c <= '9'):
@@ -671,12 +704,12 @@ func scanLossless(b []byte) (compact bool, err error) {
 				}
 				i = end
 			default:
-				return false, fail(fmt.Sprintf("invalid character %q", c))
+				return false, fail(i, fmt.Sprintf("invalid character %q", c))
 			}
 			state = afterValue
 		case wantKey:
 			if i >= n || b[i] != '"' {
-				return false, fail("expected a string key")
+				return false, fail(i, "expected a string key")
 			}
 			end, err := scanString(b, i)
 			if err != nil {
@@ -692,14 +725,14 @@ func scanLossless(b []byte) (compact bool, err error) {
 			key := keyBuf[start:]
 			if top.overset != nil {
 				if _, dup := top.overset[string(key)]; dup {
-					return false, fail(fmt.Sprintf("duplicate key %q", string(key)))
+					return false, fail(i, fmt.Sprintf("duplicate key %q", string(key)))
 				}
 				top.overset[string(key)] = struct{}{}
 				keyBuf = keyBuf[:start]
 			} else {
 				for _, sp := range spans[top.keys:] {
 					if bytes.Equal(keyBuf[sp.start:sp.end], key) {
-						return false, fail(fmt.Sprintf("duplicate key %q", string(key)))
+						return false, fail(i, fmt.Sprintf("duplicate key %q", string(key)))
 					}
 				}
 				spans = append(spans, span{start, len(keyBuf)})
@@ -712,23 +745,23 @@ func scanLossless(b []byte) (compact bool, err error) {
 				}
 			}
 			i = end
-			ws()
+			i = ws(i)
 			if i >= n || b[i] != ':' {
-				return false, fail("expected ':' after object key")
+				return false, fail(i, "expected ':' after object key")
 			}
 			i++
 			state = wantValue
 		case afterValue:
 			if len(stack) == 0 {
 				if i != n {
-					return false, fail("trailing data after the value")
+					return false, fail(i, "trailing data after the value")
 				}
 				return compact, nil
 			}
 			top := stack[len(stack)-1]
 			switch {
 			case i >= n:
-				return false, fail("unexpected end of input")
+				return false, fail(i, "unexpected end of input")
 			case b[i] == ',':
 				i++
 				state = wantValue
@@ -740,10 +773,19 @@ func scanLossless(b []byte) (compact bool, err error) {
 				stack = stack[:len(stack)-1]
 				spans, keyBuf = spans[:top.keys], keyBuf[:top.keyBuf]
 			default:
-				return false, fail(fmt.Sprintf("invalid character %q after a value", b[i]))
+				return false, fail(i, fmt.Sprintf("invalid character %q after a value", b[i]))
 			}
 		}
 	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // scanString validates the string literal starting at b[i] (the quote) and
@@ -753,6 +795,10 @@ func scanString(b []byte, i int) (int, error) {
 	start := i
 	i++
 	for i < len(b) {
+		i = plainRun(b, i)
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -785,6 +831,43 @@ func scanString(b []byte, i int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: unterminated string at offset %d", ErrNotJSON, start)
+}
+
+// plainRun returns the index of the first byte at or after i that a
+// string scan must look at: a quote, a backslash, a control character or
+// a byte of a multi-byte sequence; len(b) if there is none. Most of a log
+// is text inside strings, and most text is plain ASCII, so the scan tests
+// eight bytes at a time (SWAR) and looks at single bytes only around the
+// one that stopped it.
+//
+// In a word x of eight bytes, the high bit of a lane of
+//
+//	(x - 0x20·L) &^ x    is set where the byte is below 0x20,
+//	(y - L) &^ y         where y = x ^ c·L, where the byte is c,
+//	x                    where the byte is 0x80 or above,
+//
+// (L = 0x0101010101010101) — exactly, for the lowest such lane: a borrow
+// can only mark lanes above a lane that is itself marked, so "some lane is
+// marked" is exact, and the byte loop finds which.
+func plainRun(b []byte, i int) int {
+	const (
+		lanes = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ ('"' * lanes)
+		s := x ^ ('\\' * lanes)
+		if ((x-0x20*lanes)&^x|(q-lanes)&^q|(s-lanes)&^s|x)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
 }
 
 func isHex(c byte) bool {

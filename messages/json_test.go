@@ -738,6 +738,21 @@ func BenchmarkParseJSON(b *testing.B) {
 	}
 }
 
+// BenchmarkParseJSONText parses a line that is mostly the text of a
+// message, as the surface events of a log are.
+func BenchmarkParseJSONText(b *testing.B) {
+	text := strings.Repeat(`a stream of words, some \"quoted\", and a line break\n. `, 40)
+	line := []byte(`{"type":"user/message","seq":3,"time":1785730685958,"data":{"id":"m1","role":"user",` +
+		`"content":[{"type":"text","text":"` + text + `"}],"source":{"kind":"user"}},"surfaceOp":"append"}`)
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := messages.ParseJSON(line); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // TestAccessorsSkipStringsWithBackslashRuns: the accessors find the end of
 // a string whatever runs of backslashes and escaped quotes it holds.
 func TestAccessorsSkipStringsWithBackslashRuns(t *testing.T) {
