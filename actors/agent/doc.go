@@ -142,7 +142,8 @@
 // the next boundary; when the turn would end here, the loop claims again
 // and runs another step for it. A refused inbox operation is dropped (and
 // logged); an error, a panic or an invalid contribution ends the turn
-// {error}.
+// {error}. The log replay delivers the recorded step-boundary
+// contributions through it, so that they no longer race the next claim.
 //
 // # Compaction
 //

@@ -19,13 +19,25 @@
 //     inbox inserts recorded right after a tool/result come back as the
 //     result's additional contexts);
 //   - plugin contributions: a pre-step hook returns, as its decision's
-//     Preface, the foreign events the recording has between a claim and
-//     its step/start, and, as its Entries, the recorded step's enter batch
-//     in recorded order: the claimed messages, the plugin-sourced messages
-//     (such as the runtime-context snapshot) and the foreign events
-//     recorded before the request header (session/title); foreign events
-//     at a step boundary where dsh runs no pre-step, or between turns, are
-//     appended by the driver at their recorded positions;
+//     Preface, the foreign events the recording has between a turn's
+//     first claim and its step/start, and, as its Entries, the recorded
+//     step's enter batch in recorded order: the claimed messages, the
+//     plugin-sourced messages (such as the runtime-context snapshot) and
+//     the foreign events recorded before the request header
+//     (session/title). A step-end hook returns what the recording has at
+//     the boundary after each step (between its step/end and the next
+//     step/start or turn/end, the loop's own claims aside), in order: the
+//     foreign events, the inserts into the inbox (steer; followup for
+//     next-turn) and the cancellations of pending input (remove, the
+//     removed ids taken from the recorded inbox lists); the agent
+//     performs them inside its loop, after the boundary's claim, where the
+//     reference's step/end listeners land. Where dsh runs no step-end
+//     hook (after a step that ended its turn aborted or in error), the
+//     driver delivers them instead. The foreign events recorded between a
+//     request's header and its first chunk (the title plugin's
+//     session/title-llm-request) are appended by the replay provider before
+//     that call streams. Foreign events between turns are appended by the
+//     driver at their recorded positions;
 //   - call config: the recorded header's config for each step (request
 //     hook);
 //   - retries: a request-error hook retries exactly where the recording has
@@ -36,7 +48,7 @@
 //     and the replay provider serves each compaction/summary with
 //     llmStreamCall as the summariser's stream.
 //
-// A driver goroutine re-sends every recorded inbox insert as the same
+// A driver goroutine re-sends every other recorded inbox insert as the same
 // delivery (next-turn: followup; next-step: steer, or inject when the
 // recording shows it did not wake the agent) with the recorded message
 // ids, once dsh's log has reached the insert's recorded position (for an

@@ -61,8 +61,16 @@ type plan struct {
 	mu      sync.Mutex
 	results map[string][]*recordedTool // by call id, in recorded order
 
+	// preStep holds the foreign events recorded between a turn's first
+	// claim and its step/start (step 1 only: at a later boundary they are
+	// the step-end hook's); stepEnd the contributions recorded at the
+	// boundary after a step (between its step/end and what the loop does
+	// next), delivered by the agent's step-end hook; preStream the foreign
+	// events recorded after a request's header and before its first chunk,
+	// by the seq of that chunk, appended by the provider before it streams.
 	preStep    map[stepKey][]session.Draft
-	preStepPos map[stepKey][]int
+	stepEnd    map[stepKey][]boundaryItem
+	preStream  map[int64][]session.Draft
 	entered    map[stepKey][]item
 	stepConfig map[stepKey]messages.CallConfig
 	retries    map[retryKey]bool
@@ -77,6 +85,16 @@ type plan struct {
 }
 
 type routeKey struct{ provider, model string }
+
+// boundaryItem is one contribution recorded at a step boundary: the
+// step-end hook's operation, and the driver's action that stands in for
+// it where dsh runs no step-end hook (after a step that ended its turn
+// aborted or in error). A cancellation has no stand-in (dropped, as
+// elsewhere).
+type boundaryItem struct {
+	op     agent.StepEndOp
+	action *action
+}
 
 // callerConfig is a recorded header's config without the fields its
 // adapter materialised: what the caller asked for (the replay's route
@@ -127,10 +145,10 @@ func seedLen(h session.Header, events []session.Event) int {
 
 func newPlan(h session.Header, events []session.Event) *plan {
 	p := &plan{header: h, events: events, results: map[string][]*recordedTool{},
-		preStep: map[stepKey][]session.Draft{}, preStepPos: map[stepKey][]int{},
-		entered: map[stepKey][]item{}, stepConfig: map[stepKey]messages.CallConfig{},
-		retries: map[retryKey]bool{}, turnEnds: map[int64]session.TurnEndReason{},
-		routes: map[routeKey]agent.Route{}}
+		preStep: map[stepKey][]session.Draft{}, entered: map[stepKey][]item{},
+		stepEnd: map[stepKey][]boundaryItem{}, preStream: map[int64][]session.Draft{},
+		stepConfig: map[stepKey]messages.CallConfig{}, retries: map[retryKey]bool{},
+		turnEnds: map[int64]session.TurnEndReason{}, routes: map[routeKey]agent.Route{}}
 	n := seedLen(h, events)
 	p.seed = events[:n]
 	order, _ := normalOrder(events)
@@ -141,6 +159,14 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		last       *recordedTool
 		cfg        messages.CallConfig
 		hasCfg     bool
+		// the step whose step/end the walk is after (nil: not at a step
+		// boundary)
+		boundary *stepKey
+		// the stream of the current attempt has not started: foreign
+		// events wait in prestream for its first chunk
+		streamIdle bool
+		prestream  []action
+		pending    = map[string][]messages.MessageID{} // the recorded inbox lists
 	)
 	// The first request/header of the whole log (the seed included) gives
 	// the system prompt and the tools; the last one before the live part
@@ -179,6 +205,14 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		}
 	}
 	key := func() stepKey { return stepKey{turn, step} }
+	// flushPrestream gives foreign events that did not precede a chunk
+	// back to the driver.
+	flushPrestream := func() {
+		p.actions = append(p.actions, prestream...)
+		prestream = nil
+	}
+	// atBoundary records contribution it of the boundary in progress.
+	atBoundary := func(it boundaryItem) { p.stepEnd[*boundary] = append(p.stepEnd[*boundary], it) }
 	setStepConfig := func() {
 		if _, ok := p.stepConfig[key()]; !ok && hasCfg && step > 0 {
 			p.stepConfig[key()] = cfg
@@ -193,18 +227,34 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		if t != session.TypeInboxSpliced && t.IsCore() {
 			last = nil
 		}
+		if t.IsCore() && t != session.TypeAssistantChunk {
+			flushPrestream()
+		}
 		switch pl := e.Payload().(type) {
 		case session.TurnStart:
-			z, turn, step = zPreStep, pl.Turn, 0
+			z, turn, step, boundary = zPreStep, pl.Turn, 0, nil
 		case session.TurnEnd:
 			z = zIdle
 			p.turnEnds[pl.Turn] = pl.Reason
+			if boundary != nil && (pl.Reason.Kind == session.EndAborted || pl.Reason.Kind == session.EndError ||
+				pl.Reason.Kind == session.EndInterrupted) {
+				// The step ended the turn: dsh runs no step-end hook here.
+				for _, it := range p.stepEnd[*boundary] {
+					if it.action != nil {
+						p.actions = append(p.actions, *it.action)
+					}
+				}
+				delete(p.stepEnd, *boundary)
+			}
+			boundary = nil
 		case session.StepStart:
-			z, step = zEnter, pl.Step
+			z, step, boundary = zEnter, pl.Step, nil
 			p.entered[key()] = nil
 		case session.StepEnd:
 			setStepConfig()
 			z = zPreStep
+			k := key()
+			boundary = &k
 		case session.UserMessage:
 			if (z == zEnter || z == zPostEnter) && e.SurfaceOp().Kind() == session.OpAppend {
 				p.entered[key()] = append(p.entered[key()], item{msg: pl.Message})
@@ -212,10 +262,22 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		case session.RequestHeader:
 			cfg, hasCfg = callerConfig(pl.Header), true
 			setStepConfig()
-			z = zStream
-		case session.RequestContext, session.AssistantChunk, session.AssistantMessage:
+			z, streamIdle = zStream, true
+		case session.RequestContext:
 			setStepConfig()
-			z = zStream
+			z, streamIdle = zStream, true
+		case session.AssistantChunk:
+			setStepConfig()
+			if len(prestream) > 0 {
+				for _, a := range prestream {
+					p.preStream[e.Seq()] = append(p.preStream[e.Seq()], a.draft)
+				}
+				prestream = nil
+			}
+			z, streamIdle = zStream, false
+		case session.AssistantMessage:
+			setStepConfig()
+			z, streamIdle = zStream, false
 		case session.ToolCall:
 			open = &recordedTool{}
 			p.results[pl.CallID] = append(p.results[pl.CallID], open)
@@ -230,7 +292,14 @@ func newPlan(h session.Header, events []session.Event) *plan {
 			open, last, z = nil, rt, zToolDone
 		case session.InboxSpliced:
 			ins := pl.Inserted()
+			removed := splice(pending, pl)
 			if len(ins) == 0 {
+				if boundary != nil && pl.Outcome == "canceled" {
+					// A plugin cancelled pending input at the boundary.
+					for _, id := range removed {
+						atBoundary(boundaryItem{op: agent.RemoveOp(id)})
+					}
+				}
 				break
 			}
 			inTurn := z != zIdle
@@ -247,6 +316,18 @@ func newPlan(h session.Header, events []session.Event) *plan {
 			default:
 				a.kind = deliverInject
 			}
+			if boundary != nil {
+				for _, m := range ins {
+					op := agent.SteerOp(m)
+					if a.kind == deliverFollowup {
+						op = agent.FollowupOp(m)
+					}
+					one := a
+					one.messages = []messages.Message{m}
+					atBoundary(boundaryItem{op: op, action: &one})
+				}
+				break
+			}
 			p.actions = append(p.actions, a)
 		case session.EndSeed:
 		default:
@@ -257,6 +338,7 @@ func newPlan(h session.Header, events []session.Event) *plan {
 				break
 			}
 			if t == session.TypeLlmRetryStarted {
+				streamIdle = true // the retried attempt has not streamed yet
 				break
 			}
 			if isCompaction(t) {
@@ -272,10 +354,13 @@ func newPlan(h session.Header, events []session.Event) *plan {
 			switch {
 			case z == zTool && open != nil:
 				open.emits = append(open.emits, d)
+			case boundary != nil && !t.IsCore():
+				atBoundary(boundaryItem{op: agent.EventOp(d), action: &action{pos: pos, kind: appendForeign, draft: d}})
 			case z == zPreStep && !t.IsCore():
 				k := stepKey{turn, step + 1}
 				p.preStep[k] = append(p.preStep[k], d)
-				p.preStepPos[k] = append(p.preStepPos[k], pos)
+			case z == zStream && streamIdle && !t.IsCore():
+				prestream = append(prestream, action{pos: pos, kind: appendForeign, draft: d})
 			case (z == zEnter || z == zPostEnter) && !t.IsCore():
 				p.entered[key()] = append(p.entered[key()], item{draft: d, event: true})
 				z = zPostEnter
@@ -284,21 +369,26 @@ func newPlan(h session.Header, events []session.Event) *plan {
 			}
 		}
 	}
-	// The pre-step hook runs for the first claim of a turn and for a
-	// claim that enters a step; a step boundary that finds next-step
-	// empty goes on without it. What the recording has there is appended
-	// by the driver instead.
-	for k, drafts := range p.preStep {
-		if _, ok := p.entered[k]; ok || k.step == 1 {
-			continue
-		}
-		for i, d := range drafts {
-			p.actions = append(p.actions, action{pos: p.preStepPos[k][i], kind: appendForeign, draft: d})
-		}
-		delete(p.preStep, k)
-	}
+	flushPrestream()
 	slices.SortStableFunc(p.actions, func(a, b action) int { return cmp.Compare(a.pos, b.pos) })
 	return p
+}
+
+// splice applies a recorded splice to the recorded inbox lists (by id) and
+// returns the ids it removed. The recording is valid, so the bounds hold;
+// they are clamped anyway.
+func splice(lists map[string][]messages.MessageID, pl session.InboxSpliced) []messages.MessageID {
+	l := lists[pl.Target]
+	start := min(max(pl.Start, 0), int64(len(l)))
+	n, _ := pl.RemovedCount.Get()
+	end := min(start+max(n, 0), int64(len(l)))
+	removed := slices.Clone(l[start:end])
+	var ins []messages.MessageID
+	for _, m := range pl.Inserted() {
+		ins = append(ins, m.ID())
+	}
+	lists[pl.Target] = slices.Concat(l[:start], ins, l[end:])
+	return removed
 }
 
 func isCompaction(t session.EventType) bool {

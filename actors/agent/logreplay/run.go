@@ -116,8 +116,21 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 		return Result{}, fmt.Errorf("logreplay: subscribe: %w", err)
 	}
 
+	// The foreign events recorded before a call's first chunk, by call: the
+	// k-th call dsh makes is the k-th recorded one (an override changes
+	// what it serves, not the order).
+	before := map[int][]session.Draft{}
+	for k, e := range recorded {
+		if o, ok := e.Origin(); ok && len(p.preStream[o.FirstSeq]) > 0 {
+			before[k] = p.preStream[o.FirstSeq]
+		}
+	}
 	prov := &hangingProvider{inner: replay.New(script, replay.Options{Name: provName}),
-		onHang: func() { root.Send(probePID, hung{}) }}
+		onHang: func() { root.Send(probePID, hung{}) }, before: before,
+		appendBefore: func(drafts []session.Draft) error {
+			_, err := root.RequestFuture(sessionPID, session.NewAppend(0, drafts...), timeout).Result()
+			return err
+		}}
 	var tools []agent.Tool
 	for _, s := range p.tools {
 		tools = append(tools, &replayTool{schema: s, plan: p})
@@ -130,7 +143,7 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 	cfg := agent.Config{Session: sessionPID, Provider: prov, Model: model, MaxTokens: p.config.MaxTokens,
 		System: p.system, Tools: reg, Observer: probePID, Routes: p.route,
 		Retry:      llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1},
-		Hooks:      agent.Hooks{PreStep: hooks, Request: hooks, RequestError: hooks},
+		Hooks:      agent.Hooks{PreStep: hooks, StepEnd: hooks, Request: hooks, RequestError: hooks},
 		Compaction: agent.CompactionConfig{NewID: p.nextCompactionID, MaxTokens: p.compactionMaxTokens}}
 	ap, err := agent.Props(cfg)
 	if err != nil {
@@ -159,9 +172,17 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 
 // hangingProvider serves the replay script and reports when a stream
 // hangs: a hang entry, or an open recorded group whose chunks ran out.
+// Before call k streams, it appends the foreign events recorded between
+// the call's request header and its first chunk (before[k]; a plugin's
+// own model call, such as the title plugin's session/title-llm-request):
+// the agent appends nothing of the call until its first chunk arrives,
+// so they land where they were recorded, rather than racing the chunks
+// as a delivery from outside would.
 type hangingProvider struct {
-	inner  *replay.Provider
-	onHang func()
+	inner        *replay.Provider
+	onHang       func()
+	before       map[int][]session.Draft // read-only once the run starts
+	appendBefore func([]session.Draft) error
 }
 
 func (p *hangingProvider) Name() string { return p.inner.Name() }
@@ -169,6 +190,16 @@ func (p *hangingProvider) Name() string { return p.inner.Name() }
 func (p *hangingProvider) Stream(ctx context.Context, req llm.Request) iter.Seq2[messages.StreamChunk, error] {
 	k := p.inner.NextCall()
 	seq := p.inner.Stream(ctx, req)
+	if drafts := p.before[k]; len(drafts) > 0 {
+		inner := seq
+		seq = func(yield func(messages.StreamChunk, error) bool) {
+			if err := p.appendBefore(drafts); err != nil {
+				yield(messages.StreamChunk{}, fmt.Errorf("logreplay: append the events recorded before call %d: %w", k, err))
+				return
+			}
+			inner(yield)
+		}
+	}
 	if k >= p.inner.Len() {
 		return seq
 	}
@@ -236,6 +267,18 @@ type replayHooks struct {
 func (h *replayHooks) PreStep(_ context.Context, in agent.PreStepInput) (agent.PreStepDecision, error) {
 	k := stepKey{in.Turn, in.Step}
 	return agent.PreStepDecision{Preface: h.plan.preStep[k], Entries: h.plan.enter(k, in.Messages)}, nil
+}
+
+// StepEnd contributes what the recording has at the boundary after the
+// step, in order: the plugins' log-only events, inserts and
+// cancellations.
+func (h *replayHooks) StepEnd(_ context.Context, in agent.StepEndInput) (agent.StepEndDecision, error) {
+	items := h.plan.stepEnd[stepKey{in.Turn, in.Step}]
+	ops := make([]agent.StepEndOp, 0, len(items))
+	for _, it := range items {
+		ops = append(ops, it.op)
+	}
+	return agent.StepEndDecision{Ops: ops}, nil
 }
 
 // Request returns the recorded config of the step.
