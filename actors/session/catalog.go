@@ -89,7 +89,12 @@ var typeClasses = func() map[EventType]typeClass {
 	return m
 }()
 
-func (t EventType) class() typeClass { return typeClasses[t] }
+func (t EventType) class() typeClass {
+	if t == TypeAssistantChunk { // most events: no hashing for them
+		return classKnown | classCore
+	}
+	return typeClasses[t]
+}
 
 // IsKnown reports whether t is in the reference's known vocabulary.
 func (t EventType) IsKnown() bool { return t.class()&classKnown != 0 }

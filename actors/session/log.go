@@ -107,22 +107,21 @@ func Restore(h Header, events []Event) (*Log, error) {
 		return nil, err
 	}
 	// The events are copied in one go and then committed where they lie:
-	// at step i the log is own[:i] and the event own[i], which is what
-	// commit would have appended. Copying them one commit at a time cost
-	// more than checking them. On error the log is dropped, so an event
-	// admitted in place (its payload decoded) has nowhere to leak to.
+	// at step i the log so far is own[:i] and the event own[i], which is
+	// what commit would have appended. Copying them one commit at a time
+	// cost more than checking them. On error the log is dropped, so an
+	// event admitted in place (its payload decoded) has nowhere to leak to.
 	own := slices.Clone(events)
 	for i := range own {
 		e := &own[i]
 		if e.seq != int64(i) {
 			return nil, &EventError{Seq: int64(i), Type: e.typ, Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", e.seq)}
 		}
-		l.events = own[:i]
-		t, err := l.admit(e)
+		t, err := l.admit(e, own[:i])
 		if err != nil {
 			return nil, err
 		}
-		l.record(t, own[:i+1])
+		l.record(t, e, i)
 	}
 	l.events = own
 	l.firstLiveSeq = int64(len(events))
@@ -207,18 +206,21 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 // commit validates e as the next event and, if valid, applies it. Nothing
 // changes on error.
 func (l *Log) commit(e Event) error {
-	t, err := l.admit(&e)
+	t, err := l.admit(&e, l.events)
 	if err != nil {
 		return err
 	}
-	l.record(t, append(l.events, e))
+	l.events = append(l.events, e)
+	i := len(l.events) - 1
+	l.record(t, &l.events[i], i)
 	return nil
 }
 
-// admit validates e as the next event of the log: every rule commit
-// enforces, without changing the log. It may complete e itself (the typed
-// payload of a seed event built without one).
-func (l *Log) admit(e *Event) (transition, error) {
+// admit validates e as the next event of the log, whose events so far are
+// prior (the log's own, or the prefix of what Restore is building): every
+// rule commit enforces, without changing the log. It may complete e
+// itself (the typed payload of a seed event built without one).
+func (l *Log) admit(e *Event, prior []Event) (transition, error) {
 	fail := func(err error) (transition, error) {
 		return transition{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
 	}
@@ -247,7 +249,7 @@ func (l *Log) admit(e *Event) (transition, error) {
 		}
 		e.setPayload(p)
 	}
-	t, err := l.surface.validateNext(l.events, e)
+	t, err := l.surface.validateNext(prior, e)
 	if err != nil {
 		return fail(err)
 	}
@@ -259,17 +261,15 @@ func (l *Log) admit(e *Event) (transition, error) {
 	return t, nil
 }
 
-// record applies an admitted event: events is the log with it appended
-// (its last element).
-func (l *Log) record(t transition, events []Event) {
-	l.events = events
-	e := &events[len(events)-1]
+// record applies an admitted event e, stored at index i of the log's
+// events, to everything folded from them. The caller stores it.
+func (l *Log) record(t transition, e *Event, i int) {
 	l.surface.apply(t, e.seq)
 	switch e.typ {
 	case TypeRequestHeader:
-		l.lastHeader = len(l.events) - 1
+		l.lastHeader = i
 	case TypeRequestContext:
-		l.lastContext = len(l.events) - 1
+		l.lastContext = i
 	}
 	if l.trace != nil {
 		l.trace.Commit(e)
