@@ -3,8 +3,10 @@ package session
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -193,6 +195,162 @@ func FuzzDecodeRecordMatchesReference(f *testing.F) {
 					t.Fatalf("%s\nline %q", why, line)
 				}
 			}
+		}
+	})
+}
+
+// parseMismatch returns why ParseFile and the reference scan disagree on
+// a file, or "". When both read it, the logs they restore are compared
+// too: File.Log (Restore, committing in place) against the reference
+// file's events mirrored one by one into a fresh log (commit).
+func parseMismatch(data []byte, name string) string {
+	got, gotErr := ParseFile(data, name)
+	want, wantErr := referenceParseFile(data, name)
+	switch {
+	case (gotErr == nil) != (wantErr == nil):
+		return "one reads, one refuses: got " + errText(gotErr) + ", reference " + errText(wantErr)
+	case gotErr != nil:
+		var g, w *CorruptError
+		if errors.As(gotErr, &g) != errors.As(wantErr, &w) || gotErr.Error() != wantErr.Error() {
+			return "errors differ: got " + gotErr.Error() + ", reference " + wantErr.Error()
+		}
+		if g != nil && (g.Path != w.Path || g.Offset != w.Offset || g.Line != w.Line || g.Seq != w.Seq) {
+			return "corruption reports differ: got " + fmt.Sprintf("%+v", *g) + ", reference " + fmt.Sprintf("%+v", *w)
+		}
+		return ""
+	}
+	if got.Path != want.Path || got.Compressed != want.Compressed || !reflect.DeepEqual(got.Header, want.Header) {
+		return "headers differ"
+	}
+	if !reflect.DeepEqual(got.Events, want.Events) {
+		return fmt.Sprintf("events differ (%d events, reference %d)", len(got.Events), len(want.Events))
+	}
+	if (got.Torn == nil) != (want.Torn == nil) {
+		return "one tail is torn, the other not"
+	}
+	if got.Torn != nil {
+		g, w := *got.Torn, *want.Torn
+		if g.Offset != w.Offset || g.Line != w.Line || g.NextSeq != w.NextSeq || g.Err.Error() != w.Err.Error() ||
+			!reflect.DeepEqual(g.Recovered, w.Recovered) {
+			return fmt.Sprintf("torn tails differ: got %+v, reference %+v", g, w)
+		}
+	}
+	return logMismatch(got, want)
+}
+
+// logMismatch compares got.Log() with want's events committed one at a
+// time.
+func logMismatch(got, want *File) string {
+	l, err := got.Log()
+	ref, refErr := New(want.Header)
+	if refErr == nil {
+		for _, e := range want.Events {
+			if refErr = ref.Mirror(e); refErr != nil {
+				break
+			}
+		}
+	}
+	switch {
+	case (err == nil) != (refErr == nil):
+		return "one log restores, one refuses: got " + errText(err) + ", reference " + errText(refErr)
+	case err != nil:
+		if err.Error() != refErr.Error() {
+			return "log errors differ: got " + err.Error() + ", reference " + refErr.Error()
+		}
+		return ""
+	}
+	gh, gok := l.RequestHeader()
+	wh, wok := ref.RequestHeader()
+	gc, gcok := l.RequestContext()
+	wc, wcok := ref.RequestContext()
+	gt, gs, gopen := l.OpenTurn()
+	wt, ws, wopen := ref.OpenTurn()
+	switch {
+	case !reflect.DeepEqual(l.Events().Slice(), ref.Events().Slice()):
+		return "log events differ"
+	case !reflect.DeepEqual(l.SurfaceNodes(), ref.SurfaceNodes()):
+		return "surfaces differ"
+	case !reflect.DeepEqual(l.DeriveMessages().Slice(), ref.DeriveMessages().Slice()):
+		return "derived messages differ"
+	case gok != wok || !reflect.DeepEqual(gh, wh) || gcok != wcok || !reflect.DeepEqual(gc, wc):
+		return "folded request header or context differ"
+	case gt != wt || gs != ws || gopen != wopen || l.Turns() != ref.Turns():
+		return "open turns differ"
+	case l.FirstLiveSeq() != int64(len(got.Events)):
+		return "the restored log's first live seq is not its length"
+	}
+	return ""
+}
+
+// diffFiles returns the corpus files and logs of ours in both framings:
+// whole, and cut at a few points (torn tails, in either framing).
+func diffFiles(t testing.TB) (files [][]byte, zstd []bool) {
+	_, paths := fixtureFiles(t)
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		require.NoError(t, err)
+		files, zstd = append(files, fixtures.Substitute(raw)), append(zstd, false)
+	}
+	events := fileEvents(t, fileSession())
+	for _, opts := range []WriteOptions{{Pack: true}, {}, {Zstd: true, Pack: true, BatchSizes: []int{2, 7, 1}}, {Zstd: true}} {
+		data, err := encodeFile(fileHeader, events, opts)
+		require.NoError(t, err)
+		for _, cut := range []int{len(data), len(data) - 1, len(data) - 9, len(data) * 2 / 3, len(data) / 3} {
+			files, zstd = append(files, data[:cut]), append(zstd, opts.Zstd)
+		}
+	}
+	return files, zstd
+}
+
+// TestParseFileMatchesReference: the corpus, and logs of ours whole and
+// torn, read as the reference scan reads them and restore to the same log.
+func TestParseFileMatchesReference(t *testing.T) {
+	files, zstd := diffFiles(t)
+	for i, data := range files {
+		name := "s.jsonl"
+		if zstd[i] {
+			name += ".zstd"
+		}
+		require.Empty(t, parseMismatch(data, name), "file %d", i)
+	}
+	// Damage in the committed region, and a record that fails mid-row
+	// with events of the row already decoded.
+	lines := fileSession()
+	body := strings.Join(lines, "\n") + "\n"
+	for _, damaged := range []string{
+		strings.Replace(body, `"seq":3,`, `"seq":4,`, 1),
+		strings.Replace(body, `"seq":3,`, `"seq":"3",`, 1),
+		strings.Replace(body, lines[len(lines)-1], `{"type":"text-chunks","seq0":`, 1),
+	} {
+		require.Empty(t, parseMismatch([]byte(fileHeaderLine()+"\n"+damaged), "s.jsonl"))
+	}
+	ours, err := encodeFile(fileHeader, fileEvents(t, lines), WriteOptions{Pack: true})
+	require.NoError(t, err)
+	row := regexp.MustCompile(`"texts":\["[^"]*","[^"]*"`)
+	require.True(t, row.Match(ours))
+	damagedRow := row.ReplaceAll(ours, []byte(`"texts":["x",7`))
+	_, err = ParseFile(damagedRow, "s.jsonl")
+	require.ErrorContains(t, err, "texts holds 7, not a string")
+	require.Empty(t, parseMismatch(damagedRow, "s.jsonl"))
+}
+
+// FuzzParseFileMatchesReference is the file-level differential test on
+// arbitrary bytes, in either framing.
+func FuzzParseFileMatchesReference(f *testing.F) {
+	files, zstd := diffFiles(f)
+	for i, data := range files {
+		if len(data) > 8<<10 {
+			data = data[:4<<10]
+		}
+		f.Add(data, zstd[i])
+	}
+	f.Fuzz(func(t *testing.T, data []byte, zstdName bool) {
+		name := "s.jsonl"
+		if zstdName {
+			name += ".zstd"
+		}
+		if why := parseMismatch(data, name); why != "" {
+			t.Fatalf("%s\nfile %q", why, data)
 		}
 	})
 }

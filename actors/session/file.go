@@ -125,17 +125,24 @@ func ReadFile(path string) (*File, error) {
 // the result does not alias it.
 func ParseFile(data []byte, name string) (*File, error) {
 	f := &File{Path: name}
-	var err error
-	if bytes.HasPrefix(data, zstdMagic) || strings.HasSuffix(name, ".zstd") {
-		f.Compressed = true
-		err = f.parseZstd(data)
-	} else {
-		err = f.parsePlain(data)
+	lines, t, err := f.split(data)
+	if err == nil {
+		err = f.scan(lines, t)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// split reads the header and cuts the rest of the file into its complete
+// lines and torn tail, for scan: the physical layer of either framing.
+func (f *File) split(data []byte) ([]line, tail, error) {
+	if bytes.HasPrefix(data, zstdMagic) || strings.HasSuffix(f.Path, ".zstd") {
+		f.Compressed = true
+		return f.parseZstd(data)
+	}
+	return f.parsePlain(data)
 }
 
 // line is one complete logical line after the header.
@@ -160,13 +167,13 @@ var (
 	errTornFrame  = errors.New("torn final zstd frame")
 )
 
-func (f *File) parsePlain(data []byte) error {
+func (f *File) parsePlain(data []byte) ([]line, tail, error) {
 	nl := bytes.IndexByte(data, '\n')
 	if nl < 0 {
-		return fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
+		return nil, tail{}, fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
 	}
 	if err := f.parseHeader(data[:nl]); err != nil {
-		return err
+		return nil, tail{}, err
 	}
 	var lines []line
 	var t tail
@@ -181,7 +188,7 @@ func (f *File) parsePlain(data []byte) error {
 		lines = append(lines, line{text: data[off : off+end], no: no, cut: int64(off)})
 		off += end + 1
 	}
-	return f.scan(lines, t)
+	return lines, t, nil
 }
 
 func (f *File) parseHeader(text []byte) error {
@@ -201,7 +208,10 @@ func (f *File) scan(lines []line, t tail) error {
 	for _, ln := range lines {
 		size += recordEvents(ln.text)
 	}
-	f.Events = make([]Event, 0, size)
+	// f.Events stays nil until a record decodes, as it did when it was
+	// built by append: a file without events has nil Events (and a torn
+	// tail's Recovered is nil, not empty).
+	buf := make([]Event, 0, size)
 	frame, frameFirst := -1, 0 // zstd: index into Events of the first event of the current frame
 	for i, ln := range lines {
 		if ln.frame != frame {
@@ -210,7 +220,11 @@ func (f *File) scan(lines []line, t tail) error {
 		// The record's events go straight into f.Events; a record that
 		// fails is cut off again below.
 		n := len(f.Events)
-		evs, err := appendRecord(f.Events, ln.text)
+		dst := f.Events
+		if dst == nil {
+			dst = buf
+		}
+		evs, err := appendRecord(dst, ln.text)
 		var rule error
 		switch {
 		case err != nil:
@@ -506,16 +520,16 @@ func salvageFrame(raw []byte) []byte {
 	return nil
 }
 
-func (f *File) parseZstd(data []byte) error {
+func (f *File) parseZstd(data []byte) ([]line, tail, error) {
 	frames, errAt, walkErr := walkFrames(data)
 	corrupt := func(at int64, no int, seq int64, err error) error {
 		return &CorruptError{Path: f.Path, Offset: at, Line: no, Seq: seq, Err: err}
 	}
 	if len(frames) == 0 || !frames[0].complete {
 		if walkErr != nil {
-			return corrupt(errAt, 1, -1, walkErr)
+			return nil, tail{}, corrupt(errAt, 1, -1, walkErr)
 		}
-		return fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
+		return nil, tail{}, fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
 	}
 
 	// Frame 0 holds exactly the header line. Being strict here keeps every
@@ -524,13 +538,13 @@ func (f *File) parseZstd(data []byte) error {
 	h0 := frames[0]
 	content, err := decodeFrame(data[h0.start:h0.end])
 	if err != nil {
-		return corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame: %w", err))
+		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame: %w", err))
 	}
 	if nl := bytes.IndexByte(content, '\n'); nl != len(content)-1 {
-		return corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame does not hold exactly one line"))
+		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame does not hold exactly one line"))
 	}
 	if err := f.parseHeader(content[:len(content)-1]); err != nil {
-		return err
+		return nil, tail{}, err
 	}
 
 	var lines []line
@@ -544,9 +558,9 @@ func (f *File) parseZstd(data []byte) error {
 			content = content[:bytes.LastIndexByte(content, '\n')+1] // the cut line goes with the frame
 			t = tail{at: fr.start, err: errTornFrame, frame: idx, exists: true}
 		} else if content, err = decodeFrame(raw); err != nil {
-			return corrupt(fr.start, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", fr.start, err))
+			return nil, tail{}, corrupt(fr.start, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", fr.start, err))
 		} else if len(content) > 0 && content[len(content)-1] != '\n' {
-			return corrupt(fr.start, no+1, -1, fmt.Errorf("complete zstd frame at offset %d holds a torn JSONL record", fr.start))
+			return nil, tail{}, corrupt(fr.start, no+1, -1, fmt.Errorf("complete zstd frame at offset %d holds a torn JSONL record", fr.start))
 		}
 		for len(content) > 0 {
 			nl := bytes.IndexByte(content, '\n')
@@ -559,9 +573,9 @@ func (f *File) parseZstd(data []byte) error {
 	if walkErr != nil {
 		// A structural error is corruption wherever it is: a crash cuts a
 		// frame short but does not write a bad header after good frames.
-		return corrupt(errAt, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", errAt, walkErr))
+		return nil, tail{}, corrupt(errAt, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", errAt, walkErr))
 	}
-	return f.scan(lines, t)
+	return lines, t, nil
 }
 
 // WriteOptions says how WriteFile lays out a file. The zero value writes

@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"iter"
+	"slices"
 
 	"github.com/dshgo/dsh/messages"
 )
@@ -11,7 +12,8 @@ import (
 // optimised (a generic walk of the parsed line, each packed-row member
 // built with fresh builders and decoded again by decodePayload): the
 // reference the differential tests hold DecodeRecord to, event for event
-// and error for error.
+// and error for error; and the file scan as it was (a slice per record,
+// appended to File.Events), which ParseFile is held to.
 
 // referenceDecodeRecord is the reference DecodeRecord.
 func referenceDecodeRecord(line []byte) ([]Event, error) {
@@ -276,4 +278,57 @@ func referenceDecodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, erro
 		return fail("dt is longer than %s less one", piecesKey)
 	}
 	return events, nil
+}
+
+// referenceParseFile is ParseFile with the reference scan.
+func referenceParseFile(data []byte, name string) (*File, error) {
+	f := &File{Path: name}
+	lines, t, err := f.split(data)
+	if err == nil {
+		err = f.referenceScan(lines, t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// referenceScan is the reference scan: a slice per record, appended to
+// File.Events.
+func (f *File) referenceScan(lines []line, t tail) error {
+	expected := int64(0)
+	frame, frameFirst := -1, 0 // zstd: index into Events of the first event of the current frame
+	for i, ln := range lines {
+		if ln.frame != frame {
+			frame, frameFirst = ln.frame, len(f.Events)
+		}
+		evs, err := referenceDecodeRecord(ln.text)
+		var rule error
+		switch {
+		case err != nil:
+			rule = fmt.Errorf("unparsable committed event: %w", err)
+		case evs[0].seq != expected:
+			err = fmt.Errorf("record starts at seq %d, want %d", evs[0].seq, expected)
+			rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[0].seq, expected)
+		}
+		if err != nil {
+			if laterTurnEnd(lines[i+1:]) {
+				return &CorruptError{Path: f.Path, Offset: ln.cut, Line: ln.no, Seq: expected, Err: rule}
+			}
+			f.Torn = &TornTail{Offset: ln.cut, Line: ln.no, NextSeq: expected, Err: err}
+			if f.Compressed {
+				f.Torn.Recovered = slices.Clone(f.Events[frameFirst:])
+			}
+			return nil
+		}
+		f.Events = append(f.Events, evs...)
+		expected += int64(len(evs))
+	}
+	if t.exists {
+		f.Torn = &TornTail{Offset: t.at, Line: t.no, NextSeq: expected, Err: t.err}
+		if f.Compressed && frame == t.frame {
+			f.Torn.Recovered = slices.Clone(f.Events[frameFirst:])
+		}
+	}
+	return nil
 }
