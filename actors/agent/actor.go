@@ -130,11 +130,21 @@ func (c Config) Validate() error {
 	case c.Model == "":
 		return errors.New("agent: config needs a model")
 	}
-	return c.driverConfig().Validate()
+	dc, err := c.driverConfig()
+	if err != nil {
+		return err
+	}
+	return dc.Validate()
 }
 
-func (c Config) driverConfig() DriverConfig {
-	dc := DriverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
+// driverConfig derives the core's configuration. It asks the tools for
+// their schemas and the provider for its name, which is the embedder's
+// code: a panic is an error here (Props refuses the config), and Props
+// derives it once, so that the actor never calls them inside Receive (a
+// panic there would restart the agent, and again at every restart).
+func (c Config) driverConfig() (dc DriverConfig, err error) {
+	defer recoverCallback("configuration", &err)
+	dc = DriverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
 		Tools: c.Tools.Schemas(), Modes: c.Tools.modeOf, MaxParallelTools: c.MaxParallelTools, Retry: c.Retry,
 		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil,
 		StepEnd: c.Hooks.StepEnd != nil,
@@ -151,7 +161,7 @@ func (c Config) driverConfig() DriverConfig {
 			return h.RequestError(in)
 		}
 	}
-	return dc
+	return dc, nil
 }
 
 // recoverHook turns a hook's panic into its error (deferred by the
@@ -169,8 +179,12 @@ func Props(cfg Config) (*actor.Props, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	dc, err := cfg.driverConfig()
+	if err != nil {
+		return nil, err
+	}
 	lin := &lineage{carried: map[string]carried{}}
-	return actor.PropsFromProducer(func() actor.Actor { return &agentActor{cfg: cfg, lin: lin} }), nil
+	return actor.PropsFromProducer(func() actor.Actor { return &agentActor{cfg: cfg, dcfg: dc, lin: lin} }), nil
 }
 
 // refShift splits a ref into its incarnation (the high bits) and a
@@ -268,6 +282,7 @@ type caller struct {
 // root context, and wg, which is safe for concurrent use).
 type agentActor struct {
 	cfg   Config
+	dcfg  DriverConfig // cfg's core configuration, derived once by Props
 	lin   *lineage
 	epoch uint64
 	d     *Driver
@@ -550,7 +565,7 @@ func (a *agentActor) build(ctx actor.Context) {
 		}
 		a.repairing = false
 	}
-	d, err := NewDriver(a.cfg.driverConfig(), a.header, a.past)
+	d, err := NewDriver(a.dcfg, a.header, a.past)
 	if err != nil {
 		panic(err)
 	}

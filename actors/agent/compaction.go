@@ -77,9 +77,12 @@ type CompactionConfig struct {
 	// recorded in compaction/summary).
 	MaxTokens messages.OptInt
 	// EstimateTokens estimates a message's tokens. Default
-	// EstimateMessageTokens.
+	// EstimateMessageTokens. Called inside Receive; must not block. A
+	// panic is recovered and is the compaction's failure: the turn ends
+	// in error (a manual Compact is answered CompactFailed).
 	EstimateTokens func(messages.Message) int
-	// NewID mints compaction ids. Default: a random UUID.
+	// NewID mints compaction ids. Default: a random UUID. Called inside
+	// Receive; a panic is recovered as EstimateTokens's is.
 	NewID func() string
 	// PruneToolResultBytes, when positive, turns the tool-result pruner
 	// on: before the summariser call of a compaction inside a turn
@@ -209,7 +212,11 @@ type compaction struct {
 	cancelled bool
 	outcome   CompactOutcome
 	err       string
-	then      func(CompactOutcome)
+	// fault is the panic of an embedder's callback (EstimateTokens,
+	// NewID) that failed the compaction: the trigger fails its turn with
+	// it, where a failed summary only takes the ordinary path.
+	fault error
+	then  func(CompactOutcome)
 }
 
 // CompactDoneEffect answers a manual compaction (Driver.Compact).
@@ -243,22 +250,49 @@ func (d *Driver) surfaceMessage(seq int64) messages.Message {
 	return messages.Message{}
 }
 
-// estimate returns the estimated tokens of the messages.
-func (d *Driver) estimate(msgs []messages.Message) int {
-	n := 0
+// recoverCallback turns the panic of an embedder's callback run inside
+// Receive (EstimateTokens, NewID, Routes) into its error, as recoverHook
+// does for hooks: the caller fails the turn (or the manual compaction),
+// and the agent lives on. Letting it crash the actor would restart it and
+// interrupt the turn for a fault a restart cannot mend. Deferred by the
+// caller (recover works only in the deferred function itself).
+func recoverCallback(name string, err *error) {
+	if v := recover(); v != nil {
+		*err = fmt.Errorf("agent: %s callback panicked: %v", name, v)
+	}
+}
+
+// estimate returns the estimated tokens of the messages; the error is
+// EstimateTokens's panic.
+func (d *Driver) estimate(msgs []messages.Message) (n int, err error) {
+	defer recoverCallback("estimate-tokens", &err)
 	for _, m := range msgs {
 		if !m.IsZero() {
 			n += d.comp.EstimateTokens(m)
 		}
 	}
-	return n
+	return n, nil
+}
+
+// tokensOf estimates one message; the error is EstimateTokens's panic.
+func (d *Driver) tokensOf(m messages.Message) (n int, err error) {
+	defer recoverCallback("estimate-tokens", &err)
+	return d.comp.EstimateTokens(m), nil
+}
+
+// newID mints a compaction id; the error is NewID's panic.
+func (d *Driver) newID() (id string, err error) {
+	defer recoverCallback("new-id", &err)
+	return d.comp.NewID(), nil
 }
 
 // compactionRange picks the shadowed prefix of the surface: everything
 // before the most recent tail holding RetainRatio of the estimated tokens,
 // with the edge moved back (retaining more) until no tool call is cut
-// from its results. It returns the nodes, their messages and tokens.
-func (d *Driver) compactionRange() (nodes []int64, msgs []messages.Message, tokens int) {
+// from its results. It returns the nodes, their messages and tokens; the
+// error is EstimateTokens's panic.
+func (d *Driver) compactionRange() (nodes []int64, msgs []messages.Message, tokens int, err error) {
+	defer recoverCallback("estimate-tokens", &err)
 	all := d.mirror.SurfaceNodes()
 	ms := make([]messages.Message, len(all))
 	toks := make([]int, len(all))
@@ -285,7 +319,7 @@ func (d *Driver) compactionRange() (nodes []int64, msgs []messages.Message, toke
 			msgs = append(msgs, ms[i])
 		}
 	}
-	return all[:cut], msgs, tokens
+	return all[:cut], msgs, tokens, nil
 }
 
 // balancedCut reports whether the prefix ms[:cut] answers every tool call
@@ -385,7 +419,7 @@ func (d *Driver) Compact(ref uint64) Effects {
 // pressure reports whether the next request (the surface plus the
 // entering messages, the system prompt and the tools) would exceed
 // floor(contextWindow × ThresholdRatio) of the route in force. The error
-// is the Routes callback's panic.
+// is the Routes or EstimateTokens callback's panic.
 func (d *Driver) pressure(entering []messages.Message) (bool, error) {
 	if d.cfg.Compaction.Disabled || d.cfg.Compaction.NoPressure {
 		return false, nil
@@ -399,8 +433,15 @@ func (d *Driver) pressure(entering []messages.Message) (bool, error) {
 		return false, nil
 	}
 	limit := int64(float64(win) * d.comp.ThresholdRatio)
-	n := d.estimate(d.mirror.DeriveMessages().Slice()) + d.estimate(entering)
-	n += (len(d.system) + 3) / 4
+	n, err := d.estimate(d.mirror.DeriveMessages().Slice())
+	if err != nil {
+		return false, err
+	}
+	m, err := d.estimate(entering)
+	if err != nil {
+		return false, err
+	}
+	n += m + (len(d.system)+3)/4
 	for _, s := range d.cfg.Tools {
 		if j, err := messages.MarshalValue(s); err == nil {
 			n += (j.Len() + 3) / 4
@@ -419,16 +460,26 @@ func (d *Driver) startCompaction(trig compactTrigger, turn int64, hasTurn bool, 
 		then(CompactBusy)
 		return
 	}
-	nodes, msgs, tokens := d.compactionRange()
-	if len(nodes) == 0 || len(msgs) == 0 {
+	nodes, msgs, tokens, err := d.compactionRange()
+	if err == nil && (len(nodes) == 0 || len(msgs) == 0) {
 		d.lastCompaction = &compaction{outcome: CompactNothing}
 		then(CompactNothing)
+		return
+	}
+	var id string
+	if err == nil {
+		id, err = d.newID()
+	}
+	if err != nil {
+		// Nothing is logged: the bracket never opened.
+		d.lastCompaction = &compaction{outcome: CompactFailed, err: err.Error(), fault: err}
+		then(CompactFailed)
 		return
 	}
 	if mt, ok := d.cfg.Compaction.MaxTokens.Get(); ok {
 		cfg.MaxTokens = messages.Some(mt)
 	}
-	c := &compaction{id: d.comp.NewID(), trigger: trig, turn: turn, hasTurn: hasTurn, nodes: nodes, msgs: msgs,
+	c := &compaction{id: id, trigger: trig, turn: turn, hasTurn: hasTurn, nodes: nodes, msgs: msgs,
 		tokens: tokens, startSeq: -1, sumSeq: -1, cfg: cfg, genBefore: d.replaceGen, then: then}
 	d.cmp = c
 	var o messages.ObjectBuilder
@@ -478,7 +529,13 @@ func (d *Driver) pruneToolResults(c *compaction, next func()) {
 	idx := slices.Index(d.mirror.SurfaceNodes(), c.nodes[0])
 	pruned := false
 	for _, seq := range c.nodes {
-		drafts, ok := d.pruneDrafts(seq, bound)
+		drafts, ok, err := d.pruneDrafts(seq, bound)
+		if err != nil {
+			// The prunes already issued stay (they are durable anyway).
+			c.fault = err
+			d.endCompaction(CompactFailed, err.Error())
+			return
+		}
 		if ok {
 			d.appendDrafts(appendTag{}, drafts...)
 			pruned = true
@@ -499,9 +556,15 @@ func (d *Driver) pruneToolResults(c *compaction, next func()) {
 		for _, s := range c.nodes {
 			if m := d.surfaceMessage(s); !m.IsZero() {
 				c.msgs = append(c.msgs, m)
-				c.tokens += d.comp.EstimateTokens(m)
 			}
 		}
+		n, err := d.estimate(c.msgs)
+		if err != nil {
+			c.fault = err
+			d.endCompaction(CompactFailed, err.Error())
+			return
+		}
+		c.tokens = n
 		next()
 	})
 }
@@ -509,38 +572,42 @@ func (d *Driver) pruneToolResults(c *compaction, next func()) {
 // pruneDrafts returns compaction/prune and the content-only tool/result
 // replace of surface node seq, when it is a tool result over bound bytes
 // whose event dsh can rewrite without changing anything but the content.
-func (d *Driver) pruneDrafts(seq int64, bound int) ([]session.Draft, bool) {
+// The error is EstimateTokens's panic.
+func (d *Driver) pruneDrafts(seq int64, bound int) ([]session.Draft, bool, error) {
 	e, ok := d.mirror.Event(seq)
 	if !ok {
-		return nil, false
+		return nil, false, nil
 	}
 	p, ok := e.Payload().(session.ToolResult)
 	if !ok || p.Message.NumBlocks() != 1 {
-		return nil, false
+		return nil, false, nil
 	}
 	b := p.Message.Block(0)
 	n := blockBytes(b)
 	if b.Type() != messages.BlockToolResult || n <= bound || !p.Draft().Data().Equal(e.Data()) {
-		return nil, false
+		return nil, false, nil
 	}
 	nb, err := b.WithNestedContent([]messages.ContentBlock{messages.TextBlock(fmt.Sprintf(PrunedToolResultText, n))})
 	if err != nil {
-		return nil, false
+		return nil, false, nil
 	}
 	np := p
 	np.Message = p.Message.WithContent([]messages.ContentBlock{nb})
 	seqs, err := messages.MarshalValue([]int64{seq})
 	if err != nil {
-		return nil, false
+		return nil, false, nil
+	}
+	tokens, err := d.tokensOf(p.Message)
+	if err != nil {
+		return nil, false, err
 	}
 	var rng, o messages.ObjectBuilder
 	rng.Int("start", seq).Int("end", seq)
-	o.Raw("shadowedRange", rng.Build()).Raw("shadowedSeqs", seqs).
-		Int("shadowedTokenCount", int64(d.comp.EstimateTokens(p.Message)))
+	o.Raw("shadowedRange", rng.Build()).Raw("shadowedSeqs", seqs).Int("shadowedTokenCount", int64(tokens))
 	return []session.Draft{
 		session.NewDraft(session.TypeCompactionPrune, o.Build()),
 		np.Draft().WithSurface(session.ReplaceOp(seq, seq)).WithSources([]int64{seq}),
-	}, true
+	}, true, nil
 }
 
 func compactionInstruction() messages.Message {
@@ -719,6 +786,8 @@ func (d *Driver) overflowCompaction(f messages.LlmFailure) bool {
 		switch {
 		case t.aborted:
 			d.finishStep(outAborted, messages.LlmFailure{})
+		case d.lastCompaction.fault != nil:
+			d.finishStep(outError, messages.LlmFailure{Message: d.lastCompaction.fault.Error(), Code: llm.CodeUnknown})
 		case d.replaceGen > d.lastCompaction.genBefore && d.lastCompaction.outcome == CompactDone:
 			d.beginAttempt()
 		default:
@@ -744,5 +813,11 @@ func (d *Driver) pressureCompaction(entering []messages.Message, next func()) {
 		return
 	}
 	d.phase = phCompact
-	d.startCompaction(trigPressure, t.turn, true, d.system, d.seedConfig(), func(CompactOutcome) { next() })
+	d.startCompaction(trigPressure, t.turn, true, d.system, d.seedConfig(), func(CompactOutcome) {
+		if f := d.lastCompaction.fault; f != nil && !t.aborted {
+			d.failTurn(t.step+1, f)
+			return
+		}
+		next()
+	})
 }

@@ -86,14 +86,23 @@
 // Send failures (a full inbox, a duplicate id) are answered SendFailed.
 // A hook's panic (PreStep, TurnStopping, StepEnd, Request, RequestError) is
 // recovered and treated as its error: the turn ends {error} and the
-// observer gets TurnFailed. So is a panic of the Routes callback (asked
-// for a request's adapter defaults and context window, and for the
-// pressure check at pre-step): the failure is "agent: routes callback
-// panicked: <value>". A maintenance task's panic is recovered too, and
-// answered as the task's error (see Maintenance). The actor panics, so
-// that its supervisor restarts it from the log, when its view of the log
-// is wrong: the session refuses one of its appends or the inbox a claim,
-// the mirror sees a gap.
+// observer gets TurnFailed. So is a panic of the other embedder callbacks
+// run inside Receive: Routes (asked for a request's adapter defaults and
+// context window, and for the pressure check at pre-step), and
+// CompactionConfig.EstimateTokens and NewID (at the pressure check, when
+// a compaction picks its span or mints its id, in the pruner); the
+// failure is "agent: <routes | estimate-tokens | new-id> callback
+// panicked: <value>". A compaction bracket already open is closed
+// compaction/end {error}; a manual Compact is answered CompactFailed
+// (nothing logged when the bracket never opened). A tool's Mode panic is
+// that call's error result, as a panicking body's is (TOOL_PANIC, "tool
+// <name> mode panicked: <value>"): the body does not run, the turn goes
+// on. A tool's Schema (and the provider's Name) are asked once, by Props,
+// which refuses a panicking one with an error. A maintenance task's
+// panic is recovered too, and answered as the task's error (see
+// Maintenance). The actor panics, so that its supervisor restarts it
+// from the log, when its view of the log is wrong: the session refuses
+// one of its appends or the inbox a claim, the mirror sees a gap.
 //
 // # Restart
 //

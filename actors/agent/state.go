@@ -280,7 +280,9 @@ type DriverConfig struct {
 	// Tools are the schemas offered to the model, in the order given
 	// (canonical: lexicographic, as Registry.Schemas returns them).
 	Tools []messages.ToolSchema
-	// Modes classifies a tool call (default: every call Exclusive).
+	// Modes classifies a tool call (default: every call Exclusive). It
+	// runs inside the core and must not block; a panic is recovered and
+	// is the call's error result (TOOL_PANIC).
 	Modes func(name string, input messages.JSON) Mode
 	// MaxParallelTools bounds the parallel pool. Default 10.
 	MaxParallelTools int
@@ -1166,11 +1168,7 @@ func (d *Driver) route(cfg messages.CallConfig) (r Route, err error) {
 	if d.cfg.Routes == nil {
 		return Route{}, nil
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("agent: routes callback panicked: %v", v)
-		}
-	}()
+	defer recoverCallback("routes", &err)
 	return d.cfg.Routes(cfg.Provider, cfg.Model), nil
 }
 
@@ -1321,20 +1319,42 @@ func (d *Driver) requestError(f messages.LlmFailure) {
 
 // ---- tool calls (spec §4.8) --------------------------------------------
 
-func (d *Driver) modeOf(c *toolCall) Mode {
+// modeOf classifies a call with the Modes callback (a tool's Mode). The
+// callback is the embedder's code, run inside Receive: its panic is
+// recovered and is the error of that call alone, answered as a panicking
+// tool body's is (TOOL_PANIC, see runTool), so that the log stays
+// balanced, the model sees why, and the other calls run. The rejected
+// alternative, the reference's "internal scheduler failure" (the turn
+// ends in error with the call unanswered until crash repair), punishes
+// the whole turn for one tool's fault.
+func (d *Driver) modeOf(c *toolCall) (m Mode, err error) {
 	if d.cfg.Modes == nil {
-		return Exclusive
+		return Exclusive, nil
 	}
-	return d.cfg.Modes(c.block.Name(), c.input)
+	defer func() {
+		if v := recover(); v != nil {
+			m, err = Exclusive, fmt.Errorf("tool %q mode panicked: %v", c.block.Name(), v)
+		}
+	}()
+	return d.cfg.Modes(c.block.Name(), c.input), nil
 }
 
 // scheduleTools starts calls in model order: an exclusive call alone, a
-// run of parallel calls in a rolling pool of MaxParallelTools.
+// run of parallel calls in a rolling pool of MaxParallelTools. A call
+// whose mode cannot be told is answered at once with its error result
+// (its body never runs, so it needs no slot in the pool).
 func (d *Driver) scheduleTools() {
 	t := d.t
 	for !t.aborted && t.next < len(t.calls) && !t.exclusive {
 		c := &t.calls[t.next]
-		if d.modeOf(c) == Exclusive {
+		mode, err := d.modeOf(c)
+		if err != nil {
+			d.recordCall(t.next)
+			c.done, c.result = true, errorResult("ToolPanicError", "TOOL_PANIC", err)
+			t.next++
+			continue
+		}
+		if mode == Exclusive {
 			if t.running > 0 {
 				return
 			}
@@ -1347,17 +1367,27 @@ func (d *Driver) scheduleTools() {
 	}
 }
 
+// startCall records call i's tool/call and runs it.
 func (d *Driver) startCall(i int) {
+	t := d.t
+	c := &t.calls[i]
+	d.recordCall(i)
+	t.running++
+	b := c.block
+	d.emit(RunToolEffect{Ref: c.ref, Call: Call{Turn: t.turn, Step: t.step, ID: b.ID(), Name: b.Name(),
+		Arguments: b.Arguments(), Input: c.input}})
+}
+
+// recordCall marks call i started and appends its tool/call (whose seq
+// its result cites).
+func (d *Driver) recordCall(i int) {
 	t := d.t
 	c := &t.calls[i]
 	c.started = true
 	c.ref = d.ref()
-	t.running++
 	b := c.block
 	d.appendDrafts(appendTag{toolCall: i + 1}, session.ToolCall{Turn: t.turn, Step: t.step, CallID: b.ID(),
 		Name: b.Name(), Arguments: b.Arguments()}.Draft())
-	d.emit(RunToolEffect{Ref: c.ref, Call: Call{Turn: t.turn, Step: t.step, ID: b.ID(), Name: b.Name(),
-		Arguments: b.Arguments(), Input: c.input}})
 }
 
 // commitTools commits settled results strictly in model order; after an

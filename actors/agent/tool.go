@@ -65,7 +65,9 @@ type Result struct {
 // for concurrent use: parallel calls run at once, each in its own
 // goroutine. Execute must return promptly once ctx is cancelled (the
 // turn was aborted, or the agent is stopping); a non-nil error becomes an
-// error result (ABORTED when ctx was cancelled).
+// error result (ABORTED when ctx was cancelled). A panic in Execute or in
+// Mode (which is called inside the agent's Receive and must not block) is
+// the call's TOOL_PANIC error result; Schema is called once, by Props.
 type Tool interface {
 	Name() string
 	Schema() messages.ToolSchema
