@@ -20,6 +20,14 @@ type PreStepInput struct {
 	Turn, Step int64
 	// Messages is the claimed batch; the hook owns the slice.
 	Messages []messages.Message
+	// Snapshot, when not zero, is the runtime-context snapshot (spec
+	// §4.12; Config.RuntimeContext) the default decision enters after
+	// Messages. The agent appends it to an entering decision's batch
+	// unless the decision already carries it (same id): a hook that wants
+	// it elsewhere in the batch puts it there. A rejecting decision drops
+	// it, and a decision that enters nothing at the first step does not
+	// open a step for it alone; the next pre-step offers it again.
+	Snapshot messages.Message
 }
 
 // PreStepHook decides what enters a step (spec §4.5 step 2.1). It runs in
@@ -114,6 +122,14 @@ type Config struct {
 	// pressure (needs a route with a ContextWindow) and manual (Compact).
 	// The zero value enables it with the defaults.
 	Compaction CompactionConfig
+	// RuntimeContext holds the dynamic prompt sections (sandbox and
+	// approval policy, and so on) that travel as a runtime-context
+	// snapshot rather than in the system prompt (spec §4.12): a
+	// plugin-sourced user/message entered with a step's input when its
+	// text differs from the last snapshot still on the surface. SetRuntimeContext
+	// replaces it while the agent lives. Empty (the default): no snapshot
+	// is ever sent, until a SetRuntimeContext.
+	RuntimeContext RuntimeContext
 	// Hooks are the embedder's hooks.
 	Hooks Hooks
 	// Observer, when set, receives StatusChanged and TurnFailed.
@@ -148,7 +164,7 @@ func (c Config) driverConfig() (dc DriverConfig, err error) {
 		Tools: c.Tools.Schemas(), Modes: c.Tools.modeOf, MaxParallelTools: c.MaxParallelTools, Retry: c.Retry,
 		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil,
 		StepEnd: c.Hooks.StepEnd != nil,
-		Routes:  c.Routes, Compaction: c.Compaction}
+		Routes:  c.Routes, Compaction: c.Compaction, RuntimeContext: c.RuntimeContext}
 	if h := c.Hooks.Request; h != nil {
 		dc.Request = func(in RequestInput) (cfg messages.CallConfig, err error) {
 			defer recoverHook("request", &err)
@@ -712,6 +728,8 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		eff = d.Cancel(m.Cause, m.KeepInbox)
 	case SetSystem:
 		eff = d.SetSystem(m.Prompt)
+	case SetRuntimeContext:
+		eff = d.SetRuntimeContext(m.Context)
 	case Dispose:
 		eff = d.Dispose()
 	case compactReq:
@@ -864,7 +882,7 @@ func (a *agentActor) runPreStep(e RunPreStepEffect) {
 	a.wg.Go(func() {
 		dec, err := func() (dec PreStepDecision, err error) {
 			defer recoverHook("pre-step", &err)
-			return h.PreStep(sig, PreStepInput{Turn: e.Turn, Step: e.Step, Messages: e.Messages})
+			return h.PreStep(sig, PreStepInput{Turn: e.Turn, Step: e.Step, Messages: e.Messages, Snapshot: e.Snapshot})
 		}()
 		root.Send(self, preStepDone{ref: e.Ref, dec: dec, err: err})
 	})

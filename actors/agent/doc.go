@@ -10,7 +10,8 @@
 // [Driver] (state.go) is the pure core: a state machine with no
 // goroutines, clock or I/O. Each input (Wake, Appended, Claimed,
 // StreamChunk, StreamEnded, ToolDone, PreStepDone, TurnStoppingDone,
-// StepEndDone, StepEndOpDone, RetryTimerFired, Cancel, SetSystem, Dispose,
+// StepEndDone, StepEndOpDone, RetryTimerFired, Cancel, SetSystem,
+// SetRuntimeContext, Dispose,
 // Compact, inbox counts, and Committed for the log mirror) returns
 // [Effects]. state_test.go drives
 // it alone (inputs in, effects out). The core keeps a mirror of the session log
@@ -38,6 +39,8 @@
 //	                                               next-turn and is latched, spec §4.3)
 //	Cancel                    caller → agent       none; aborts the turn, clears the inbox
 //	SetSystem                 caller → agent       none; the system prompt from the next step
+//	SetRuntimeContext         caller → agent       none; the runtime context from the next
+//	                                               pre-step (snapshot on, see below)
 //	Dispose                   caller → agent       Disposed once idle; turn/end {aborted,
 //	                                               disposed}, inbox kept, sends then refused
 //	                                               (ErrDisposed); the caller stops the actor
@@ -154,6 +157,34 @@
 // {error}. The log replay delivers the recorded step-boundary
 // contributions through it, so that they no longer race the next claim.
 //
+// # Runtime-context snapshot
+//
+// runtimecontext.go (spec §4.12): the dynamic prompt sections
+// (Config.RuntimeContext, a RuntimeContext of named sections such as
+// sandbox:policy and approval:policy) are not in the system prompt. They
+// travel as a user/message with source {kind:plugin,
+// plugin:@deepseek-ai/dsh-system-prompt, form:snapshot, sections:[{name,
+// text}...]} and one text block: RuntimeContextPreamble, then each
+// section's text after a blank line (the reference's rendering, checked
+// byte for byte against every snapshot of the corpus). At pre-step, after
+// the pressure compaction, the candidate is appended to the default enter
+// batch (claimed + [snapshot]) only when its text differs from the last
+// snapshot still on the surface; with a pre-step hook it is offered as
+// PreStepInput.Snapshot and appended to an entering decision that does
+// not carry it already. It never opens a step alone (an empty first claim
+// still completes the turn empty). The projection of the retained
+// snapshot is rebuilt from the log the first time it is needed (after a
+// resume: the last snapshot recorded, if still a surface node) and then
+// follows the committed events: a snapshot is the retained one, a replace
+// that shadows it forgets it (so it is sent again; the reference does not
+// fall back on an earlier one). When every section is gone,
+// RuntimeContextNone is sent once, if a snapshot other than it is
+// retained. Off by default: an empty Config.RuntimeContext sends nothing
+// and builds no projection until a SetRuntimeContext (which turns it on
+// even when empty, so that a cleared context sends the none text). Like
+// SetSystem's prompt, a context set by message is not carried over a
+// restart: the new incarnation starts from Config.RuntimeContext.
+//
 // # Compaction
 //
 // compaction.go (spec §4.13) compacts the surface on three triggers:
@@ -232,8 +263,9 @@
 //
 // # Not done yet
 //
-// The runtime-context snapshot (§4.12; a PreStep hook can supply it as an
-// Entry) and per-listener tools/execute wrapping. Post-execute runs in the call's
+// Per-listener tools/execute wrapping. Post-execute runs in the call's
 // goroutine right after the body rather than at commit time in model
-// order (see ToolPostExecuteHook).
+// order (see ToolPostExecuteHook). The pressure estimate leaves the
+// runtime-context snapshot candidate out (it is built after the pressure
+// compaction, which may shadow the retained one).
 package agent

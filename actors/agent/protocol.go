@@ -79,6 +79,14 @@ type TurnFailed struct {
 // it runs under the new prompt.
 type SetSystem struct{ Prompt string }
 
+// SetRuntimeContext replaces the runtime context (Config.RuntimeContext)
+// from the next pre-step on, and turns the snapshot on even when Context
+// is empty: the first step after it enters a snapshot of the new context
+// if its text differs from the last snapshot on the surface, or, when
+// every section is gone, RuntimeContextNone once. No reply; handled in
+// order with the sender's other messages, as SetSystem is.
+type SetRuntimeContext struct{ Context RuntimeContext }
+
 // Dispose ends the agent's activity for good (spec §4.9 "disposal"): the
 // running turn, if any, is aborted with cause disposed (turn/end
 // {aborted, disposed}, balanced), a latched wake is dropped, the inbox is

@@ -99,12 +99,14 @@ type RunToolEffect struct {
 }
 
 // RunPreStepEffect runs the pre-step hook; the decision comes back as
-// PreStepDone(Ref).
+// PreStepDone(Ref). Snapshot, when not zero, is the runtime-context
+// snapshot the default decision enters (see PreStepInput).
 type RunPreStepEffect struct {
 	Ref      uint64
 	Turn     int64
 	Step     int64
 	Messages []messages.Message
+	Snapshot messages.Message
 }
 
 // RunTurnStoppingEffect runs the turn-stopping hook; it comes back as
@@ -306,6 +308,10 @@ type DriverConfig struct {
 	Routes func(provider, model string) Route
 	// Compaction configures compaction (spec §4.13; see CompactionConfig).
 	Compaction CompactionConfig
+	// RuntimeContext is the runtime context snapshotted into the steps
+	// (spec §4.12; see Config.RuntimeContext). Empty: off until
+	// SetRuntimeContext.
+	RuntimeContext RuntimeContext
 }
 
 // Route is what the agent knows of a provider/model route (the reference's
@@ -423,6 +429,10 @@ type turnState struct {
 	held  []messages.Message
 	ops   []StepEndOp
 	opRef uint64
+
+	// snapshot is the runtime-context snapshot offered to the pre-step
+	// hook in flight (zero for none).
+	snapshot messages.Message
 }
 
 // Driver is the agent's pure core. Not safe for concurrent use: it
@@ -463,6 +473,12 @@ type Driver struct {
 	lastCompaction  *compaction      // the last one that ended
 	openCompactions map[string]bool  // live compaction/starts in the log (the lock)
 	replaceGen      int              // surface replaces in the log
+
+	// The runtime-context snapshot (runtimecontext.go): the context, whether
+	// the feature is on, and the projection of the retained snapshot.
+	rc   RuntimeContext
+	rcOn bool
+	snap snapshotState
 }
 
 // NewDriver returns a driver over a session whose log so far is past
@@ -483,7 +499,8 @@ func NewDriver(cfg DriverConfig, h session.Header, past []session.Event) (*Drive
 		return nil, fmt.Errorf("agent: the log has turn %d open; repair it first", turn)
 	}
 	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true, system: cfg.System,
-		comp: cfg.Compaction.withDefaults(), openCompactions: map[string]bool{}}
+		comp: cfg.Compaction.withDefaults(), openCompactions: map[string]bool{},
+		rc: cfg.RuntimeContext, rcOn: cfg.RuntimeContext.Len() > 0}
 	for _, e := range past {
 		d.observeCompaction(e)
 		if p, ok := e.Payload().(session.TurnStart); ok {
@@ -582,6 +599,7 @@ func (d *Driver) Committed(events []session.Event) error {
 			return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
 		}
 		d.observeCompaction(e)
+		d.followSnapshot(e)
 	}
 	return nil
 }
@@ -759,17 +777,32 @@ func (d *Driver) claimed(msgs []messages.Message) {
 		// The pressure trigger runs before the pre-step hook (spec §4.11:
 		// the reference's compaction listener precedes the hook bridges).
 		d.pressureCompaction(msgs, func() {
-			switch {
-			case t.aborted:
+			if t.aborted {
 				d.endTurn(abortedReason(t.cause))
-			case d.cfg.PreStep:
+				return
+			}
+			// The snapshot candidate is built after the pressure
+			// compaction, which may have shadowed the retained one. It
+			// never opens a step alone: a first claim that brought
+			// nothing still completes the turn empty.
+			var snap messages.Message
+			if len(msgs) > 0 || t.step > 0 {
+				snap, _ = d.snapshotCandidate()
+			}
+			if d.cfg.PreStep {
 				d.phase = phPreStep
 				d.hookRef = d.ref()
-				d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs)})
-			default:
-				_, batch, n, _ := enterBatch(PreStepDecision{Messages: msgs})
-				d.enter(nil, batch, n)
+				t.snapshot = snap
+				d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs),
+					Snapshot: snap})
+				return
 			}
+			dec := PreStepDecision{Messages: msgs}
+			if !snap.IsZero() {
+				dec.Entries = []Entry{MessageEntry(snap)}
+			}
+			_, batch, n, _ := enterBatch(dec)
+			d.enter(nil, batch, n)
 		})
 	}
 }
@@ -780,13 +813,15 @@ func (d *Driver) PreStepDone(ref uint64, dec PreStepDecision, err error) Effects
 		return d.flush()
 	}
 	t := d.t
+	snap := t.snapshot
+	t.snapshot = messages.Message{}
 	switch {
 	case t.aborted:
 		d.endTurn(abortedReason(t.cause))
 	case err != nil:
 		d.failTurn(t.step+1, err)
 	default:
-		preface, batch, n, verr := enterBatch(dec)
+		preface, batch, n, verr := enterBatch(withSnapshot(dec, snap, t.step > 0))
 		switch {
 		case verr != nil:
 			d.failTurn(t.step+1, verr)
