@@ -51,7 +51,18 @@
 // (clusterproviders/k8s, members discover pods with the kind label
 // through the API server) or zookeeper (clusterproviders/zk). dsh does
 // not import them (each brings its client library); the rest of the
-// member is the same.
+// member is the same:
+//
+//	import "github.com/asynkron/protoactor-go/cluster/clusterproviders/consul"
+//
+//	p, err := consul.New() // the Consul agent of this host
+//	m, err := cluster.Start(cluster.Config{Dir: "/shared/dsh", Bind: "10.0.0.5", Port: 7000, Provider: p})
+//
+// etcd.New() (an etcd cluster, 127.0.0.1:2379 by default, or
+// etcd.NewWithConfig) and k8s.New() (inside a pod: the API server of
+// rest.InClusterConfig; the pods need RBAC to list and patch pods) are
+// used the same way. With a provider of its own a member binds no health
+// endpoint; Bind and Port must be reachable by the other members.
 //
 // # Shared storage and fencing
 //
