@@ -60,7 +60,7 @@
 //
 // etcd.New() (an etcd cluster, 127.0.0.1:2379 by default, or
 // etcd.NewWithConfig) and k8s.New() (inside a pod: the API server of
-// rest.InClusterConfig; the pods need RBAC to list and patch pods) are
+// rest.InClusterConfig; the pods need RBAC to watch and patch pods) are
 // used the same way. With a provider of its own a member binds no health
 // endpoint; Bind and Port must be reachable by the other members.
 //
