@@ -69,9 +69,9 @@ type Config struct {
 	// ProviderPort is the port of the automanaged health endpoint. Default
 	// DefaultProviderPort.
 	ProviderPort int
-	// Peers are the health endpoints ("host:port") of every member,
-	// this one included, for the automanaged provider. Default: this
-	// member's own endpoint only.
+	// Peers are the health endpoints ("host:port") of the members, for
+	// the automanaged provider; this member's own (Bind:ProviderPort) is
+	// added when missing.
 	Peers []string
 	// Refresh is how often the automanaged provider polls Peers; a dead
 	// member leaves the cluster about this long after it stopped
@@ -105,6 +105,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Dir == "" {
 		errs = append(errs, errors.New("cluster: config: Dir is required (the shared store directory)"))
+	}
+	if ip := net.ParseIP(c.Bind); ip != nil && ip.IsUnspecified() {
+		errs = append(errs, fmt.Errorf("cluster: config: Bind %s: the other members reach a member at the address it binds; give one they can reach", c.Bind))
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		errs = append(errs, fmt.Errorf("cluster: config: Port %d out of range", c.Port))
@@ -272,9 +275,12 @@ func (m *Member) automanaged() (pcluster.ClusterProvider, error) {
 		}
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	peers := m.cfg.Peers
-	if len(peers) == 0 {
-		peers = []string{net.JoinHostPort(m.cfg.Bind, strconv.Itoa(port))}
+	// The provider makes the membership from the endpoints that answer:
+	// a member missing from its own list would not count itself.
+	self := net.JoinHostPort(m.cfg.Bind, strconv.Itoa(port))
+	peers := slices.Clone(m.cfg.Peers)
+	if !slices.Contains(peers, self) {
+		peers = append(peers, self)
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

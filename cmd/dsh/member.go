@@ -26,8 +26,9 @@ placed on the members by id; every member shares DIR (one directory on
 one machine, a network file system across machines: each session's log
 is fenced by a writer lock beside it). Members find each other through
 protoactor's automanaged provider: each serves a health endpoint on
---bind:--provider-port and polls every --peers entry (list every
-member's endpoint, this one included). A member that dies leaves the
+--bind:--provider-port and polls every --peers entry (every member's
+endpoint; its own may be left out). --bind must be an address the other
+members can reach (not 0.0.0.0). A member that dies leaves the
 cluster within about --refresh; its sessions move to the others, which
 repair and resume them from DIR.
 
