@@ -370,7 +370,7 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		if a.d == nil {
 			a.mirror(m.Events.Slice())
 			a.build(ctx) // may boot: the waiters are answered below
-		} else if err := a.d.Committed(m.Events.Slice()); err != nil {
+		} else if err := a.d.CommittedEvents(m.Events); err != nil {
 			panic(err)
 		}
 	case session.Subscribed:

@@ -586,21 +586,40 @@ func (d *Driver) setStatus(s Status) {
 // and without gaps.
 func (d *Driver) Committed(events []session.Event) error {
 	for _, e := range events {
-		if e.Seq() != d.mirror.Len() {
-			if e.Seq() < d.mirror.Len() {
-				continue // already mirrored
-			}
-			return fmt.Errorf("agent: mirror at %d got event %d", d.mirror.Len(), e.Seq())
+		if err := d.committed(e); err != nil {
+			return err
 		}
-		// The event is the session's committed value: mirror it as is
-		// (its typed payload included) rather than re-encoding it as a
-		// draft, which would decode every event a second time.
-		if err := d.mirror.Mirror(e); err != nil {
-			return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
-		}
-		d.observeCompaction(e)
-		d.followSnapshot(e)
 	}
+	return nil
+}
+
+// CommittedEvents is Committed for a view, as the session's
+// EventsCommitted carries it: the shell need not copy the events out of
+// it first (a copy per chunk on the streaming path).
+func (d *Driver) CommittedEvents(events session.Events) error {
+	for i := range events.Len() {
+		if err := d.committed(events.At(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) committed(e session.Event) error {
+	if e.Seq() != d.mirror.Len() {
+		if e.Seq() < d.mirror.Len() {
+			return nil // already mirrored
+		}
+		return fmt.Errorf("agent: mirror at %d got event %d", d.mirror.Len(), e.Seq())
+	}
+	// The event is the session's committed value: mirror it as is
+	// (its typed payload included) rather than re-encoding it as a
+	// draft, which would decode every event a second time.
+	if err := d.mirror.Mirror(e); err != nil {
+		return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
+	}
+	d.observeCompaction(e)
+	d.followSnapshot(e)
 	return nil
 }
 

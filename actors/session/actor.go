@@ -43,6 +43,9 @@ type shell struct {
 	clock   func() int64
 	subs    []subscription
 	pending *pendingAppend
+	// slot is where pending points while an Append is handled: one per
+	// shell rather than one allocation per Append (the chunk hot path).
+	slot pendingAppend
 }
 
 // pendingAppend is an Append whose reply has not been sent yet.
@@ -101,15 +104,20 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		// A panic from here on (the observer failure hook runs inside
 		// AppendBatch, after the commit) restarts the actor; pending
 		// lets the next instance answer this Append.
-		st.pending = &pendingAppend{sender: ctx.Sender(), ref: m.Ref, from: st.log.Len()}
-		events, err := st.log.AppendBatch(m.drafts, st.clock())
-		st.pending = nil
+		from := st.log.Len()
+		st.slot = pendingAppend{sender: ctx.Sender(), ref: m.Ref, from: from}
+		st.pending = &st.slot
+		err := st.log.appendBatch(m.drafts, st.clock())
+		st.pending, st.slot = nil, pendingAppend{}
 		if err != nil {
 			respond(ctx, AppendFailed{Ref: m.Ref, Err: err})
 			return
 		}
 		st.fanOut(ctx)
-		respond(ctx, AppendReply{Ref: m.Ref, Events: EventsOf(events)})
+		// The reply is a view of the log (immutable, clipped), like the
+		// subscribers' EventsCommitted: copying the batch cost an
+		// allocation per chunk for nothing.
+		respond(ctx, AppendReply{Ref: m.Ref, Events: st.log.EventsFrom(from)})
 	case Subscribe:
 		if m.Subscriber == nil {
 			return

@@ -84,11 +84,21 @@ func callObserver(fn Observer, e Event) (err error) {
 // is unchanged. Observers see the batch after the whole batch committed.
 // The returned slice is owned by the caller.
 func (l *Log) AppendBatch(drafts []Draft, now int64) ([]Event, error) {
+	n := len(l.events)
+	if err := l.appendBatch(drafts, now); err != nil {
+		return nil, err
+	}
+	return slices.Clone(l.events[n:]), nil
+}
+
+// appendBatch is AppendBatch without the caller's copy: the committed
+// events are l.events[Len() before the call:], which the session actor
+// hands out as a view.
+func (l *Log) appendBatch(drafts []Draft, now int64) error {
 	if l.obs.publishing {
-		return nil, ErrReentrantAppend
+		return ErrReentrantAppend
 	}
 	m := l.mark()
-	out := make([]Event, 0, len(drafts))
 	for _, d := range drafts {
 		e, err := l.build(d, now)
 		if err == nil {
@@ -96,12 +106,14 @@ func (l *Log) AppendBatch(drafts []Draft, now int64) ([]Event, error) {
 		}
 		if err != nil {
 			l.rollback(m)
-			return nil, err
+			return err
 		}
-		out = append(out, e)
 	}
-	l.publish(out)
-	return out, nil
+	// Observers only read the batch, and cannot append to the log while
+	// they do (ErrReentrantAppend), so they are given the log's own
+	// events, clipped.
+	l.publish(l.events[m.n:len(l.events):len(l.events)])
+	return nil
 }
 
 // logMark is what rollback needs to undo commits of a failed batch.

@@ -241,6 +241,9 @@ func (p UserMessage) Draft() Draft {
 // Draft returns the event draft.
 func (p AssistantChunk) Draft() Draft {
 	var o messages.ObjectBuilder
+	// {"turn":T,"step":S,"chunk":C}: 26 bytes of keys and punctuation,
+	// two integers (20 bytes each at most) and the chunk, so one buffer.
+	o.Grow(26 + 2*20 + p.Chunk.JSON().Len())
 	turnStep(&o, p.Turn, p.Step)
 	return Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build(), payload: p}
 }
