@@ -10,9 +10,6 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/dshgo/dsh/actors/agent"
-	"github.com/dshgo/dsh/actors/inbox"
-	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/cluster/clusterpb"
 	"github.com/dshgo/dsh/messages"
@@ -34,31 +31,12 @@ func (e *RemoteError) Error() string {
 	return fmt.Sprintf("cluster: member %s: %s", e.Member, e.Msg)
 }
 
-// Unwrap returns the error value of the code.
+// Unwrap returns the error value of the code (nil for INTERNAL).
 func (e *RemoteError) Unwrap() error {
-	switch e.Code {
-	case clusterpb.Code_CODE_NO_SESSION:
-		return supervisor.ErrNoSession
-	case clusterpb.Code_CODE_EXISTS:
-		return supervisor.ErrExists
-	case clusterpb.Code_CODE_LOCKED:
-		return persister.ErrLocked
-	case clusterpb.Code_CODE_NOT_DURABLE:
-		return supervisor.ErrNotDurable
-	case clusterpb.Code_CODE_INBOX_FULL:
-		return inbox.ErrInboxFull
-	case clusterpb.Code_CODE_DISPOSED:
-		return agent.ErrDisposed
-	case clusterpb.Code_CODE_CLOSED:
-		return supervisor.ErrClosed
-	case clusterpb.Code_CODE_FORK:
-		return session.ErrFork
-	case clusterpb.Code_CODE_INVALID:
-		return errInvalid
-	case clusterpb.Code_CODE_DEADLINE:
-		return context.DeadlineExceeded
-	case clusterpb.Code_CODE_DIVERGED:
-		return ErrDiverged
+	for _, c := range codes {
+		if c.code == e.Code {
+			return c.err
+		}
 	}
 	return nil
 }
