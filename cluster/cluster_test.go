@@ -207,3 +207,71 @@ func turnEnds(es []session.Event) []session.TurnEndKind {
 func indexOf(ms []*Member, addr string) int {
 	return slices.IndexFunc(ms, func(m *Member) bool { return m.Address() == addr })
 }
+
+// sessionsOf flattens a spread.
+func sessionsOf(by map[string][]session.SessionID) []session.SessionID {
+	var all []session.SessionID
+	for _, ids := range by {
+		all = append(all, ids...)
+	}
+	return all
+}
+
+// turn sends a followup to each session through send, then waits through
+// wait until each is idle and durable.
+func turn(t *testing.T, ctx context.Context, send, wait *Member, ids []session.SessionID, text string) {
+	t.Helper()
+	for _, id := range ids {
+		require.NoError(t, send.Followup(ctx, id, userMsg(t, text)))
+	}
+	for _, id := range ids {
+		require.NoError(t, wait.WaitIdle(ctx, id))
+	}
+}
+
+// ackMidTurn waits until each session (in its second turn) has streamed
+// some chunks, then takes its durable watermark through m and returns the
+// events up to it: what was acknowledged durable mid-turn.
+func ackMidTurn(t *testing.T, ctx context.Context, m *Member, ids []session.SessionID) map[session.SessionID][]session.Event {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			es, err := m.Events(ctx, id, 0)
+			if err != nil || len(turnEnds(es)) != 1 || int64(len(es)) < 20+firstTurnLen(es) {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 10*time.Millisecond, "sessions mid-turn")
+	acked := map[session.SessionID][]session.Event{}
+	for _, id := range ids {
+		d, err := m.Flush(ctx, id)
+		require.NoError(t, err)
+		es, err := m.Events(ctx, id, 0)
+		require.NoError(t, err)
+		require.Greater(t, int64(len(es)), d)
+		acked[id] = es[:d+1]
+		require.Len(t, turnEnds(es), 1, "still mid-turn 2 when acknowledged")
+	}
+	return acked
+}
+
+// requireRecovered checks that each session, after its member died
+// mid-turn 2, settled on one of the members of survivors, holds every
+// acknowledged event byte for byte, and has turn 2 closed by the repair.
+func requireRecovered(t *testing.T, ctx context.Context, m *Member, acked map[session.SessionID][]session.Event, survivors []string) {
+	t.Helper()
+	for id, ack := range acked {
+		require.NoError(t, m.WaitIdle(ctx, id), "session %s reactivates and settles", id)
+		owner, err := m.Owner(ctx, id)
+		require.NoError(t, err)
+		require.Contains(t, survivors, owner)
+		es, err := m.Events(ctx, id, 0)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(es), len(ack))
+		for i, ev := range ack {
+			require.Equal(t, string(session.AppendEvent(nil, ev)), string(session.AppendEvent(nil, es[i])), "acknowledged event %d of %s", i, id)
+		}
+		require.Equal(t, []session.TurnEndKind{session.EndCompleted, session.EndInterrupted}, turnEnds(es), "turn 2 of %s closed by the repair", id)
+	}
+}

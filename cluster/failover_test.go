@@ -31,46 +31,15 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 	by := tc.spread(ctx, m0, 3)
 	victim := 2
 	vaddr := tc.members[victim].Address()
-	var all []session.SessionID
-	for _, ids := range by {
-		all = append(all, ids...)
-	}
+	all := sessionsOf(by)
 
-	// Turn 1 everywhere, acknowledged durable.
-	for _, id := range all {
-		require.NoError(t, m0.Followup(ctx, id, userMsg(t, "first")))
-	}
-	for _, id := range all {
-		require.NoError(t, m0.WaitIdle(ctx, id))
-	}
-
-	// Turn 2 everywhere, sent through another member.
+	// Turn 1 everywhere, acknowledged durable; turn 2 sent through
+	// another member, and acknowledged durable mid-turn on the victim.
+	turn(t, ctx, m0, m0, all, "first")
 	for _, id := range all {
 		require.NoError(t, tc.members[1].Followup(ctx, id, userMsg(t, "second")))
 	}
-	// Wait until every victim session is mid-turn: its turn 2 has started
-	// and streamed some chunks. Then take a durable watermark through the
-	// cluster: everything up to it is acknowledged durable.
-	vh := tc.members[victim].Host()
-	require.Eventually(t, func() bool {
-		for _, id := range by[vaddr] {
-			es, err := vh.Events(ctx, id, 0)
-			if err != nil || len(turnEnds(es.Slice())) != 1 || es.Len() < 20+int(firstTurnLen(es.Slice())) {
-				return false
-			}
-		}
-		return true
-	}, time.Minute, 10*time.Millisecond, "victim sessions mid-turn")
-	acked := map[session.SessionID][]session.Event{}
-	for _, id := range by[vaddr] {
-		d, err := m0.Flush(ctx, id)
-		require.NoError(t, err)
-		es, err := m0.Events(ctx, id, 0)
-		require.NoError(t, err)
-		require.Greater(t, int64(len(es)), d)
-		acked[id] = es[:d+1]
-		require.Len(t, turnEnds(es), 1, "still mid-turn 2 when acknowledged")
-	}
+	acked := ackMidTurn(t, ctx, m0, by[vaddr])
 
 	// A subscriber on another member watches each victim session live.
 	watches := map[session.SessionID]*watch{}
@@ -92,20 +61,7 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 	tc.kill(victim)
 
 	// The survivors take the victim's sessions over.
-	for _, id := range by[vaddr] {
-		require.NoError(t, m0.WaitIdle(ctx, id), "session %s reactivates and settles", id)
-		owner, err := m0.Owner(ctx, id)
-		require.NoError(t, err)
-		require.NotEqual(t, vaddr, owner)
-		require.GreaterOrEqual(t, indexOf(tc.members, owner), 0)
-		es, err := m0.Events(ctx, id, 0)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, len(es), len(acked[id]))
-		for i, ev := range acked[id] {
-			require.Equal(t, string(session.AppendEvent(nil, ev)), string(session.AppendEvent(nil, es[i])), "acknowledged event %d of %s", i, id)
-		}
-		require.Equal(t, []session.TurnEndKind{session.EndCompleted, session.EndInterrupted}, turnEnds(es), "turn 2 of %s closed by the repair", id)
-	}
+	requireRecovered(t, ctx, m0, acked, []string{m0.Address(), tc.members[1].Address()})
 	// The other sessions finished turn 2 normally.
 	for addr, ids := range by {
 		if addr == vaddr {

@@ -24,16 +24,8 @@ func TestClusterMembershipChangesHandSessionsOver(t *testing.T) {
 	tc.waitMembers(2)
 	m0, m1 := tc.members[0], tc.members[1]
 	by := tc.spread(ctx, m0, 12)
-	var all []session.SessionID
-	for _, ids := range by {
-		all = append(all, ids...)
-	}
-	for _, id := range all {
-		require.NoError(t, m0.Followup(ctx, id, userMsg(t, "first")))
-	}
-	for _, id := range all {
-		require.NoError(t, m1.WaitIdle(ctx, id))
-	}
+	all := sessionsOf(by)
+	turn(t, ctx, m0, m1, all, "first")
 
 	// Turn 2 runs while a third member joins.
 	for _, id := range all {

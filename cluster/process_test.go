@@ -129,55 +129,17 @@ func TestClusterFailoverWhenAMemberProcessIsKilled(t *testing.T) {
 	tc := &testCluster{t: t, dir: dir, members: []*Member{m0, nil, nil}, gone: []bool{false, false, false}}
 	by := spreadOver(t, ctx, m0, append([]string{m0.Address()}, addrs...), 2)
 	victim := addrs[1]
-	var all []session.SessionID
-	for _, ids := range by {
-		all = append(all, ids...)
-	}
-	for _, id := range all {
-		require.NoError(t, m0.Followup(ctx, id, userMsg(t, "first")))
-	}
-	for _, id := range all {
-		require.NoError(t, m0.WaitIdle(ctx, id))
-	}
+	all := sessionsOf(by)
+	turn(t, ctx, m0, m0, all, "first")
 	for _, id := range all {
 		require.NoError(t, m0.Followup(ctx, id, userMsg(t, "second")))
 	}
-	// Mid-turn on the victim: turn 2 streamed some chunks.
-	require.Eventually(t, func() bool {
-		for _, id := range by[victim] {
-			es, err := m0.Events(ctx, id, 0)
-			if err != nil || len(turnEnds(es)) != 1 || int64(len(es)) < 20+firstTurnLen(es) {
-				return false
-			}
-		}
-		return true
-	}, time.Minute, 20*time.Millisecond)
-	acked := map[session.SessionID][]session.Event{}
-	for _, id := range by[victim] {
-		d, err := m0.Flush(ctx, id)
-		require.NoError(t, err)
-		es, err := m0.Events(ctx, id, 0)
-		require.NoError(t, err)
-		acked[id] = es[:d+1]
-		require.Len(t, turnEnds(es), 1, "still mid-turn 2 when acknowledged")
-	}
+	acked := ackMidTurn(t, ctx, m0, by[victim])
 
 	require.NoError(t, children[1].Process.Kill())
 	_ = children[1].Wait()
 
-	for _, id := range by[victim] {
-		require.NoError(t, m0.WaitIdle(ctx, id))
-		owner, err := m0.Owner(ctx, id)
-		require.NoError(t, err)
-		require.Contains(t, []string{m0.Address(), addrs[0]}, owner)
-		es, err := m0.Events(ctx, id, 0)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, len(es), len(acked[id]))
-		for i, ev := range acked[id] {
-			require.Equal(t, string(session.AppendEvent(nil, ev)), string(session.AppendEvent(nil, es[i])), "acknowledged event %d of %s", i, id)
-		}
-		require.Equal(t, []session.TurnEndKind{session.EndCompleted, session.EndInterrupted}, turnEnds(es))
-	}
+	requireRecovered(t, ctx, m0, acked, []string{m0.Address(), addrs[0]})
 	for _, id := range all {
 		require.NoError(t, m0.Followup(ctx, id, userMsg(t, "third")))
 	}
