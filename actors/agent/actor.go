@@ -335,6 +335,40 @@ type agentActor struct {
 	signalCancel context.CancelFunc
 	timer        *time.Timer
 	wg           sync.WaitGroup // tool and hook goroutines
+
+	chunks chunkAppends
+}
+
+// chunkAppends coalesces the driver's chunk appends (see perform). A
+// model streams faster than one append can make the round trip to the
+// session, so while a chunk Append is unanswered the chunks after it are
+// held, and the next answer sends them all as one Append: one commit, one
+// EventsCommitted per subscriber and one reply for the lot instead of one
+// each. The driver still sees one append and one acknowledgement per
+// chunk: its refs are kept, and the batch's answer is split back into
+// one-event views, in order.
+//
+// Order is kept: chunks are held only behind another chunk Append in
+// flight, and whatever else the driver asks for (an append, a claim, a
+// cancel, a status) and every send forwarded to the inbox first sends
+// what is held. Nothing held is left behind: something is held only while
+// a chunk Append is in flight, and its answer sends it.
+//
+// Rejected alternative: a Driver that batches its own chunk drafts. The
+// core's effects per input are its tested contract (one append per
+// chunk, acknowledged with the chunk's seq); coalescing is transport.
+type chunkAppends struct {
+	heldRefs   []uint64        // the driver's refs of the held chunks
+	heldDrafts []session.Draft // their drafts, one each
+	flight     []chunkFlight   // chunk Appends sent and unanswered, oldest first
+}
+
+// chunkFlight is a chunk Append sent to the session: ref is its ref; refs
+// are the driver's refs it stands for, nil when it is the driver's own
+// append of one chunk (sent under the driver's ref).
+type chunkFlight struct {
+	ref  uint64
+	refs []uint64
 }
 
 func (a *agentActor) nextRef() uint64 {
@@ -383,7 +417,9 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		if m.Ref == a.repairRef {
 			return // the closers are taken from the subscription
 		}
-		a.input(ctx, m)
+		if !a.chunkReply(ctx, m) {
+			a.input(ctx, m)
+		}
 	case session.AppendFailed:
 		if m.Ref == a.repairRef {
 			// Let the next incarnation try again.
@@ -666,6 +702,7 @@ func (a *agentActor) boot(ctx actor.Context) {
 // forward sends s to the inbox on behalf of the caller. Before boot the
 // driver's abort state is unknown, but then no turn is running either.
 func (a *agentActor) forward(ctx actor.Context, callerRef uint64, s inbox.Send) {
+	a.sendHeld(ctx) // the inbox appends too: what the agent received first goes first
 	if a.d != nil && a.d.Disposed() {
 		if p := ctx.Sender(); p != nil {
 			ctx.Send(p, SendFailed{Ref: callerRef, Err: ErrDisposed})
@@ -760,6 +797,11 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 
 func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 	for _, e := range eff {
+		if ae, ok := e.(AppendEffect); ok && isChunkAppend(ae) {
+			a.appendChunk(ctx, ae)
+			continue
+		}
+		a.sendHeld(ctx) // everything else goes after the chunks before it
 		switch e := e.(type) {
 		case AppendEffect:
 			ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...))
@@ -829,6 +871,70 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 			}
 		}
 	}
+}
+
+// isChunkAppend reports whether e appends a single assistant/chunk.
+func isChunkAppend(e AppendEffect) bool {
+	return len(e.Drafts) == 1 && e.Drafts[0].Type() == session.TypeAssistantChunk
+}
+
+// appendChunk sends the chunk append e, or holds it behind the chunk
+// Append in flight (see chunkAppends).
+func (a *agentActor) appendChunk(ctx actor.Context, e AppendEffect) {
+	c := &a.chunks
+	if len(c.flight) > 0 {
+		c.heldRefs = append(c.heldRefs, e.Ref)
+		c.heldDrafts = append(c.heldDrafts, e.Drafts[0])
+		return
+	}
+	ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...))
+	c.flight = append(c.flight, chunkFlight{ref: e.Ref})
+}
+
+// sendHeld sends the held chunks as one Append, under the first one's
+// ref (the driver's refs are unique and carry the epoch, as the shell's
+// own do).
+func (a *agentActor) sendHeld(ctx actor.Context) {
+	c := &a.chunks
+	if len(c.heldRefs) == 0 {
+		return
+	}
+	refs := c.heldRefs
+	ctx.Request(a.cfg.Session, session.NewAppend(refs[0], c.heldDrafts...)) // NewAppend copies
+	c.flight = append(c.flight, chunkFlight{ref: refs[0], refs: refs})
+	c.heldRefs = nil
+	clear(c.heldDrafts)
+	c.heldDrafts = c.heldDrafts[:0]
+}
+
+// chunkReply takes the answer m to the oldest chunk Append in flight,
+// if it is one: the driver gets one acknowledgement per chunk, in order,
+// and then what was held meanwhile is sent. The session answers Appends
+// in the order it got them, so any other answer is not a chunk
+// Append's.
+func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
+	c := &a.chunks
+	if len(c.flight) == 0 || c.flight[0].ref != m.Ref {
+		return false
+	}
+	f := c.flight[0]
+	c.flight[0] = chunkFlight{}
+	c.flight = c.flight[1:]
+	if len(c.flight) == 0 {
+		c.flight = c.flight[:0:0]
+	}
+	if f.refs == nil {
+		a.input(ctx, m)
+	} else {
+		if m.Events.Len() != len(f.refs) {
+			panic(fmt.Errorf("agent: chunk append %d committed %d events, want %d", m.Ref, m.Events.Len(), len(f.refs)))
+		}
+		for i, r := range f.refs {
+			a.input(ctx, session.AppendReply{Ref: r, Events: m.Events.View(i, i+1)})
+		}
+	}
+	a.sendHeld(ctx)
+	return true
 }
 
 func (a *agentActor) answerWaiters(ctx actor.Context) {

@@ -28,7 +28,11 @@
 // inbox actor (owner = the agent) and one llm stream actor per model
 // call as children, runs tool bodies and blocking hooks in goroutines it
 // owns (under the turn's abort signal), and arms retry timers with
-// time.AfterFunc.
+// time.AfterFunc. The shell also coalesces chunk appends: while one is
+// unanswered, the chunks after it are held and sent together as one
+// Append when its answer comes; the driver still sees one append and one
+// acknowledgement per chunk, and order is kept (chunkAppends in
+// actor.go).
 //
 // # Messages
 //

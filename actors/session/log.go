@@ -394,5 +394,9 @@ func (v Events) At(i int) Event { return v.s[i] }
 // All iterates the events in order.
 func (v Events) All() iter.Seq[Event] { return slices.Values(v.s) }
 
+// View returns the events i to j (exclusive) of the view, as a view:
+// nothing is copied.
+func (v Events) View(i, j int) Events { return Events{s: v.s[i:j:j]} }
+
 // Slice returns a copy of the events, owned by the caller.
 func (v Events) Slice() []Event { return slices.Clone(v.s) }
