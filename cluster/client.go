@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -48,6 +51,65 @@ func (e *RemoteError) Unwrap() error {
 // turn/end received, say — to read the log as it is now.
 var ErrDiverged = errors.New("cluster: events received are no longer in the log")
 
+// Client reaches sessions wherever they live in a cluster: the API of a
+// Member without hosting any session. A Member embeds one; Dial makes one
+// for a process that only calls. Safe for concurrent use.
+type Client struct {
+	sys      *actor.ActorSystem
+	c        *pcluster.Cluster
+	provider pcluster.ClusterProvider // a dialed client's (a Member has its own)
+	// attemptTimeout bounds one attempt; callTimeout bounds a call whose
+	// context has no deadline.
+	attemptTimeout, callTimeout time.Duration
+
+	// attempts counts the request goroutines running: Close waits for
+	// them (an abandoned attempt still ends when its grain answers, or at
+	// its timeout), so nothing outlives the client.
+	attempts sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	members []string // sorted addresses of the last topology
+}
+
+// newClient makes a client around a fresh actor system; its cluster is
+// set by the caller.
+func newClient(attempt, call time.Duration) *Client {
+	cl := &Client{attemptTimeout: attempt, callTimeout: max(call, supervisor.DefaultRequestTimeout)}
+	cl.sys = actor.NewActorSystem(actor.WithLoggerFactory(quietLogger), actor.WithDeadLetterThrottleInterval(time.Millisecond))
+	cl.sys.EventStream.Subscribe(cl.onTopology)
+	return cl
+}
+
+// Address is this process's address in the cluster (its remote's
+// host:port).
+func (m *Client) Address() string { return m.sys.Address() }
+
+// Members returns the addresses of the members currently seen, as of the
+// last topology the cluster published (a client is not one of them).
+func (m *Client) Members() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.members)
+}
+
+// onTopology records the members of each topology the cluster publishes
+// (protoactor's own MemberList is read without its lock).
+func (m *Client) onTopology(evt any) {
+	t, ok := evt.(*pcluster.ClusterTopology)
+	if !ok {
+		return
+	}
+	addrs := make([]string, 0, len(t.Members))
+	for _, mb := range t.Members {
+		addrs = append(addrs, mb.Address())
+	}
+	slices.Sort(addrs)
+	m.mu.Lock()
+	m.members = addrs
+	m.mu.Unlock()
+}
+
 // retryable says a request may go again: it did not take effect (the
 // session's writer lock is held by a member letting it go, or the member
 // was stopping), or the cluster could not reach the grain.
@@ -59,7 +121,7 @@ func retryable(code clusterpb.Code) bool {
 // (with backoff) while the grain is unreachable or answers a retryable
 // code, until ctx is done. A call without a deadline on ctx gives up
 // after Session.RequestTimeout of the host (10 minutes by default).
-func (m *Member) call(ctx context.Context, id session.SessionID, req proto.Message) (*clusterpb.Reply, error) {
+func (m *Client) call(ctx context.Context, id session.SessionID, req proto.Message) (*clusterpb.Reply, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty session id", errInvalid)
 	}
@@ -68,13 +130,13 @@ func (m *Member) call(ctx context.Context, id session.SessionID, req proto.Messa
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, max(m.cfg.Session.RequestTimeout, supervisor.DefaultRequestTimeout))
+		ctx, cancel = context.WithTimeout(ctx, m.callTimeout)
 		defer cancel()
 	}
 	backoff := firstRetryBackoff
 	var last error
 	for {
-		timeout := m.cfg.RequestTimeout
+		timeout := m.attemptTimeout
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = min(timeout, time.Until(dl))
 		}
@@ -123,7 +185,7 @@ func (m *Member) call(ctx context.Context, id session.SessionID, req proto.Messa
 // back on a package-global call config that holds the root context of
 // the first cluster made in the process, which with several members in
 // one process would send through another member's actor system.
-func (m *Member) attempt(ctx context.Context, id session.SessionID, req proto.Message, timeout time.Duration) (any, error) {
+func (m *Client) attempt(ctx context.Context, id session.SessionID, req proto.Message, timeout time.Duration) (any, error) {
 	type result struct {
 		res any
 		err error
@@ -132,7 +194,9 @@ func (m *Member) attempt(ctx context.Context, id session.SessionID, req proto.Me
 	// An abandoned attempt may still be marshalling its message when the
 	// next one starts: each gets its own copy.
 	req = proto.Clone(req)
+	m.attempts.Add(1)
 	go func() {
+		defer m.attempts.Done()
 		res, err := m.c.Request(string(id), Kind, req, pcluster.WithTimeout(timeout), pcluster.WithContext(m.sys.Root))
 		done <- result{res, err}
 	}()
@@ -145,7 +209,7 @@ func (m *Member) attempt(ctx context.Context, id session.SessionID, req proto.Me
 }
 
 // usable fails once the member is closed.
-func (m *Member) usable() error {
+func (m *Client) usable() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -156,7 +220,7 @@ func (m *Member) usable() error {
 
 // Create starts a new, empty session on the member that owns its id
 // (opts.ID, or a minted UUID).
-func (m *Member) Create(ctx context.Context, opts supervisor.CreateOptions) (session.SessionID, error) {
+func (m *Client) Create(ctx context.Context, opts supervisor.CreateOptions) (session.SessionID, error) {
 	id, minted := opts.ID, false
 	if id == "" {
 		id, minted = session.SessionID(uuid.NewString()), true
@@ -180,21 +244,21 @@ func (m *Member) Create(ctx context.Context, opts supervisor.CreateOptions) (ses
 // Followup queues a user message for the next turn (starting one when
 // idle), wherever the session lives. A followup retried across a
 // failover is delivered once (the grain knows the message's id).
-func (m *Member) Followup(ctx context.Context, id session.SessionID, msg messages.Message) error {
+func (m *Client) Followup(ctx context.Context, id session.SessionID, msg messages.Message) error {
 	return m.send(ctx, id, clusterpb.SendKind_SEND_KIND_FOLLOWUP, msg)
 }
 
 // Steer delivers a user message into the running turn (or starts one).
-func (m *Member) Steer(ctx context.Context, id session.SessionID, msg messages.Message) error {
+func (m *Client) Steer(ctx context.Context, id session.SessionID, msg messages.Message) error {
 	return m.send(ctx, id, clusterpb.SendKind_SEND_KIND_STEER, msg)
 }
 
 // Inject adds a message the next step sees without starting a turn.
-func (m *Member) Inject(ctx context.Context, id session.SessionID, msg messages.Message) error {
+func (m *Client) Inject(ctx context.Context, id session.SessionID, msg messages.Message) error {
 	return m.send(ctx, id, clusterpb.SendKind_SEND_KIND_INJECT, msg)
 }
 
-func (m *Member) send(ctx context.Context, id session.SessionID, kind clusterpb.SendKind, msg messages.Message) error {
+func (m *Client) send(ctx context.Context, id session.SessionID, kind clusterpb.SendKind, msg messages.Message) error {
 	b, err := msg.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("cluster: encode message: %w", err)
@@ -204,13 +268,13 @@ func (m *Member) send(ctx context.Context, id session.SessionID, kind clusterpb.
 }
 
 // Cancel cancels the session's running turn.
-func (m *Member) Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error {
+func (m *Client) Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error {
 	_, err := m.call(ctx, id, &clusterpb.Cancel{Cause: string(cause.Kind)})
 	return err
 }
 
 // SetSystem replaces the session's system prompt.
-func (m *Member) SetSystem(ctx context.Context, id session.SessionID, prompt string) error {
+func (m *Client) SetSystem(ctx context.Context, id session.SessionID, prompt string) error {
 	_, err := m.call(ctx, id, &clusterpb.SetSystem{Prompt: prompt})
 	return err
 }
@@ -218,7 +282,7 @@ func (m *Member) SetSystem(ctx context.Context, id session.SessionID, prompt str
 // WaitIdle returns once the session is idle and everything it logged is
 // durable, wherever it lives. Should its member die meanwhile, it waits
 // on the member the session moves to.
-func (m *Member) WaitIdle(ctx context.Context, id session.SessionID) error {
+func (m *Client) WaitIdle(ctx context.Context, id session.SessionID) error {
 	for {
 		r, err := m.call(ctx, id, &clusterpb.WaitIdle{WaitMs: defaultPollWait.Milliseconds()})
 		if err != nil {
@@ -232,7 +296,7 @@ func (m *Member) WaitIdle(ctx context.Context, id session.SessionID) error {
 
 // Flush makes everything the session logged durable and returns the
 // durable watermark.
-func (m *Member) Flush(ctx context.Context, id session.SessionID) (int64, error) {
+func (m *Client) Flush(ctx context.Context, id session.SessionID) (int64, error) {
 	r, err := m.call(ctx, id, &clusterpb.Flush{})
 	if err != nil {
 		return -1, err
@@ -241,7 +305,7 @@ func (m *Member) Flush(ctx context.Context, id session.SessionID) (int64, error)
 }
 
 // Messages returns the session's derived messages.
-func (m *Member) Messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
+func (m *Client) Messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
 	r, err := m.call(ctx, id, &clusterpb.GetMessages{})
 	if err != nil {
 		return nil, err
@@ -262,7 +326,7 @@ func (m *Member) Messages(ctx context.Context, id session.SessionID) ([]messages
 }
 
 // Events returns the session's events from seq from on.
-func (m *Member) Events(ctx context.Context, id session.SessionID, from int64) ([]session.Event, error) {
+func (m *Client) Events(ctx context.Context, id session.SessionID, from int64) ([]session.Event, error) {
 	var out []session.Event
 	for {
 		r, err := m.call(ctx, id, &clusterpb.GetEvents{From: from})
@@ -298,7 +362,7 @@ func decodeEvents(r *clusterpb.Reply) ([]session.Event, error) {
 // member its id places it on. A fork whose reply was lost (its member
 // died, or the attempt timed out) is retried, and the first attempt's fork
 // may then stay in the store, unreferenced.
-func (m *Member) Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error) {
+func (m *Client) Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error) {
 	r, err := m.call(ctx, id, &clusterpb.Fork{Boundary: boundary})
 	if err != nil {
 		return "", err
@@ -308,7 +372,7 @@ func (m *Member) Fork(ctx context.Context, id session.SessionID, boundary int64)
 
 // Stats returns the session's counters (Resident and ResidentBytes are
 // not reported across members).
-func (m *Member) Stats(ctx context.Context, id session.SessionID) (supervisor.Stats, error) {
+func (m *Client) Stats(ctx context.Context, id session.SessionID) (supervisor.Stats, error) {
 	r, err := m.call(ctx, id, &clusterpb.GetStats{})
 	if err != nil {
 		return supervisor.Stats{}, err
@@ -322,7 +386,7 @@ func (m *Member) Stats(ctx context.Context, id session.SessionID) (supervisor.St
 
 // Owner returns the address of the member the session lives on now (it
 // activates the session there if it is not).
-func (m *Member) Owner(ctx context.Context, id session.SessionID) (string, error) {
+func (m *Client) Owner(ctx context.Context, id session.SessionID) (string, error) {
 	r, err := m.call(ctx, id, &clusterpb.GetStats{})
 	if err != nil {
 		return "", err

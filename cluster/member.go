@@ -133,18 +133,14 @@ func (c Config) Validate() error {
 // that reaches any session wherever it lives. It is safe for concurrent
 // use.
 type Member struct {
+	*Client // reaches any session, wherever it lives
+
 	cfg      Config
-	sys      *actor.ActorSystem
-	c        *pcluster.Cluster
 	host     *supervisor.Host
 	store    *persister.JSONLStore
 	provider pcluster.ClusterProvider
 	health   *echo.Echo // the automanaged endpoint, when the member made it
 	holder   string     // the text of its writer locks
-
-	mu      sync.Mutex
-	closed  bool
-	members []string // sorted addresses of the last topology
 }
 
 // startMu serialises protoactor's StartMember across the members of one
@@ -181,8 +177,7 @@ func Start(cfg Config) (m *Member, err error) {
 	if cfg.fs == nil {
 		cfg.fs = vfs.OS()
 	}
-	m = &Member{cfg: cfg}
-	m.sys = actor.NewActorSystem(actor.WithLoggerFactory(quietLogger), actor.WithDeadLetterThrottleInterval(time.Millisecond))
+	m = &Member{cfg: cfg, Client: newClient(cfg.RequestTimeout, cfg.Session.RequestTimeout)}
 
 	provider := cfg.Provider
 	if provider == nil {
@@ -196,7 +191,6 @@ func Start(cfg Config) (m *Member, err error) {
 	ccfg := pcluster.Configure(cfg.Name, provider, disthash.New(),
 		remoteConfig(cfg), pcluster.WithKinds(kind), pcluster.WithRequestTimeout(cfg.RequestTimeout))
 	m.c = pcluster.New(m.sys, ccfg)
-	m.sys.EventStream.Subscribe(m.onTopology)
 
 	holder := cfg.Holder
 	if holder == "" {
@@ -303,38 +297,9 @@ func (m *Member) closeHealth() {
 	}
 }
 
-// Address is the member's address in the cluster (its remote's
-// host:port).
-func (m *Member) Address() string { return m.sys.Address() }
-
 // Host is the member's local host: the sessions resident on this member.
 // Use the Member's methods to reach a session wherever it lives.
 func (m *Member) Host() *supervisor.Host { return m.host }
-
-// Members returns the addresses of the members this member currently
-// sees, itself included, as of the last topology the cluster published.
-func (m *Member) Members() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.members)
-}
-
-// onTopology records the members of each topology the cluster publishes
-// (protoactor's own MemberList is read without its lock).
-func (m *Member) onTopology(evt any) {
-	t, ok := evt.(*pcluster.ClusterTopology)
-	if !ok {
-		return
-	}
-	addrs := make([]string, 0, len(t.Members))
-	for _, mb := range t.Members {
-		addrs = append(addrs, mb.Address())
-	}
-	slices.Sort(addrs)
-	m.mu.Lock()
-	m.members = addrs
-	m.mu.Unlock()
-}
 
 // Close leaves the cluster gracefully: the member stops taking new
 // sessions, hands every session it runs over (a running turn may finish
@@ -350,6 +315,7 @@ func (m *Member) Close(ctx context.Context) error {
 	}
 	m.closed = true
 	m.mu.Unlock()
+	m.attempts.Wait() // this member's own requests in flight (see Client.Close)
 	// Leaving first moves the placement away from this member; the
 	// placement actor stops every grain here, each of which hands its
 	// session over (grain.stopping), before the cluster is down.

@@ -47,7 +47,7 @@ func (s *Subscription) Close() {
 
 // Subscribe subscribes to the session's events from seq from on (0 for
 // the whole log). It fails at once if the session does not exist.
-func (m *Member) Subscribe(ctx context.Context, id session.SessionID, from int64) (*Subscription, error) {
+func (m *Client) Subscribe(ctx context.Context, id session.SessionID, from int64) (*Subscription, error) {
 	r, err := m.call(ctx, id, &clusterpb.GetEvents{From: from})
 	if err != nil {
 		return nil, err

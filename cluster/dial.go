@@ -1,0 +1,139 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/labstack/echo"
+
+	"github.com/dshgo/dsh/supervisor"
+)
+
+// ClientConfig configures Dial. Peers (or Provider) is required.
+type ClientConfig struct {
+	// Name is the cluster's name. Default DefaultName.
+	Name string
+	// Bind is the address this process listens on for replies; the
+	// members must reach it. Default DefaultBind.
+	Bind string
+	// Port is the remote's port; 0 takes a free one.
+	Port int
+	// Peers are the members' automanaged health endpoints ("host:port").
+	Peers []string
+	// Provider replaces the automanaged provider (consul, etcd, k8s...).
+	Provider pcluster.ClusterProvider
+	// Refresh is how often the members are polled. Default DefaultRefresh.
+	Refresh time.Duration
+	// RequestTimeout bounds one attempt of a request. Default
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// Dial joins a cluster as a client — it reaches every session through the
+// members and hosts none — and returns once it sees a member, or fails
+// when ctx is done first. Close it when done.
+func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if len(cfg.Peers) == 0 && cfg.Provider == nil {
+		return nil, errors.New("cluster: dial: no Peers and no Provider: nothing to find the members with")
+	}
+	for _, p := range cfg.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			return nil, fmt.Errorf("cluster: dial: peer %q: %w", p, err)
+		}
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.Bind == "" {
+		cfg.Bind = DefaultBind
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	cl := newClient(cfg.RequestTimeout, 0)
+	provider := cfg.Provider
+	if provider == nil {
+		// A client serves no health endpoint; the provider wants one to
+		// close on shutdown all the same.
+		e := echo.New()
+		e.HideBanner, e.HidePort = true, true
+		e.Logger.SetOutput(io.Discard)
+		provider = automanaged.NewWithTesting(cfg.Refresh, 0, e, cfg.Peers...)
+	}
+	ccfg := pcluster.Configure(cfg.Name, provider, disthash.New(),
+		remoteConfig(Config{Bind: cfg.Bind, Port: cfg.Port, RequestTimeout: cfg.RequestTimeout}),
+		pcluster.WithRequestTimeout(cfg.RequestTimeout))
+	cl.c = pcluster.New(cl.sys, ccfg)
+	cl.provider = provider
+	if err := cl.startClient(); err != nil {
+		cl.shutdown()
+		return nil, err
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for len(cl.Members()) == 0 {
+		select {
+		case <-ctx.Done():
+			cl.shutdown()
+			return nil, fmt.Errorf("cluster: dial: no member answered: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+	return cl, nil
+}
+
+// startClient runs protoactor's StartClient, which panics on failure.
+func (m *Client) startClient() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cluster: start client: %v", r)
+		}
+	}()
+	startMu.Lock()
+	defer startMu.Unlock()
+	m.c.StartClient()
+	return nil
+}
+
+// Close closes a client made by Dial: later calls fail with
+// supervisor.ErrClosed. It waits for the requests in flight (a long poll
+// of a closed Subscription is answered within two seconds; a request to
+// a member that died ends at its attempt timeout). A Member's Close
+// leaves the cluster.
+func (m *Client) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return supervisor.ErrClosed
+	}
+	m.closed = true
+	m.mu.Unlock()
+	m.attempts.Wait()
+	m.shutdown()
+	return nil
+}
+
+// shutdown stops what StartClient started. protoactor's Cluster.Shutdown
+// is for members (it sets gossip state a client never started).
+func (m *Client) shutdown() {
+	m.sys.Shutdown()
+	if m.provider != nil {
+		_ = m.provider.Shutdown(true)
+	}
+	if m.c.IdentityLookup != nil {
+		m.c.IdentityLookup.Shutdown()
+	}
+	if m.c.Remote != nil {
+		m.c.Remote.Shutdown(true)
+	}
+}
