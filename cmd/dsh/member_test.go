@@ -37,9 +37,10 @@ func freePort(t *testing.T) int {
 // Two `dsh member` processes on 127.0.0.1 sharing a directory find each
 // other through the automanaged endpoints (served on 127.0.0.1 only), say
 // so as JSON lines on stdout — and nothing else goes to stdout, no banner
-// — then one is killed with SIGKILL and the other sees it leave, and
-// SIGTERM makes the survivor leave and exit 0.
-func TestMemberProcessesFormAClusterAndSeeADeadMemberLeave(t *testing.T) {
+// —; `dsh run --peers` runs two turns of one session on them; then one
+// member is killed with SIGKILL and the other sees it leave, and SIGTERM
+// makes the survivor leave and exit 0.
+func TestMemberProcessesFormAClusterRunTurnsAndSeeADeadMemberLeave(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "dsh")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
@@ -110,6 +111,33 @@ func TestMemberProcessesFormAClusterAndSeeADeadMemberLeave(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.NoError(t, res.Body.Close())
+
+	// dsh run --peers runs turns on the cluster, wherever the session
+	// lives, and prints the usual JSON result.
+	var first runResult
+	for i, prompt := range []string{"hello", "again"} {
+		args := []string{"run", "--peers", peers, "--json"}
+		if i > 0 {
+			args = append(args, "--session", first.Session)
+		}
+		out, err := exec.Command(bin, append(args, prompt)...).Output()
+		require.NoError(t, err, "dsh run --peers: %s", out)
+		var res runResult
+		require.NoError(t, json.Unmarshal(out, &res), "%s", out)
+		require.Equal(t, "completed", res.End)
+		require.NotEmpty(t, res.Text)
+		if i == 0 {
+			first = res
+		} else {
+			require.Equal(t, first.Session, res.Session)
+		}
+	}
+	logs, err := filepath.Glob(filepath.Join(dir, "*", first.Session, "session.jsonl.zstd"))
+	require.NoError(t, err)
+	require.Len(t, logs, 1)
+	out, err = exec.Command(bin, "log", "verify", logs[0]).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "2 turns")
 
 	// kill -9 the second; the first sees it leave.
 	require.NoError(t, procs[1].cmd.Process.Kill())

@@ -21,6 +21,7 @@ import (
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/cluster"
 	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
 )
@@ -32,6 +33,11 @@ the session is idle; the session id goes to stderr at the end. Without
 --session a new session is created under --dir; --session ID resumes one.
 The model may use the built-in tools: todo_write, and the read-only file
 tools read_file, list_dir, glob and grep, confined to --workdir.
+
+With --peers the session lives on a cluster of "dsh member" processes:
+dsh run joins it as a client (hosting nothing), creates the session there
+(or names one with --session) and streams the turn from whichever member
+runs it.
 
 Exit status: 0 when the turn completed, 1 when it ended in error (the
 failure is printed as one line on stderr) or was interrupted, 2 on bad
@@ -76,12 +82,63 @@ type talkEnv struct {
 	provider llm.Provider
 }
 
-// talk is an open host with one current session.
+// talk is an open host (or a cluster client) with one current session.
 type talk struct {
-	h     *supervisor.Host
-	tools *fstools.Set
+	h     *supervisor.Host // nil on a cluster (dsh run --peers)
+	be    backend
+	tools *fstools.Set // nil on a cluster
 	id    session.SessionID
 	dir   string
+}
+
+// backend is what dsh run drives: the local host, or a cluster's members.
+type backend interface {
+	Followup(ctx context.Context, id session.SessionID, msg messages.Message) error
+	WaitIdle(ctx context.Context, id session.SessionID) error
+	Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error
+	// events is the number of events the session has logged.
+	events(ctx context.Context, id session.SessionID) (int64, error)
+	// subscribe delivers the session's events from seq from on.
+	subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error)
+}
+
+// subscription is what the streamer needs of a subscription besides its
+// channel.
+type subscription interface {
+	Err() error
+	Close()
+}
+
+// hostBackend is a local host.
+type hostBackend struct{ *supervisor.Host }
+
+func (b hostBackend) events(_ context.Context, id session.SessionID) (int64, error) {
+	st, err := b.Stats(id)
+	return st.Events, err
+}
+
+func (b hostBackend) subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error) {
+	sub, err := b.Subscribe(ctx, id, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sub.C, sub, nil
+}
+
+// clusterBackend is a cluster reached as a client.
+type clusterBackend struct{ *cluster.Client }
+
+func (b clusterBackend) events(ctx context.Context, id session.SessionID) (int64, error) {
+	st, err := b.Stats(ctx, id)
+	return st.Events, err
+}
+
+func (b clusterBackend) subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error) {
+	sub, err := b.Subscribe(ctx, id, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sub.C, sub, nil
 }
 
 // openTalk opens the host and creates or resumes the session.
@@ -155,7 +212,7 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		_ = fst.Close()
 		return nil, err
 	}
-	t := &talk{h: h, tools: fst, dir: dir}
+	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: dir}
 	if f.sessionID != "" {
 		t.id = session.SessionID(f.sessionID)
 		if err := h.Resume(ctx, t.id); err != nil {
@@ -176,9 +233,45 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 	return t, nil
 }
 
+// dialTalk joins a cluster as a client and creates or names the
+// session there.
+func dialTalk(ctx context.Context, f talkFlags, peers string) (*talk, error) {
+	var list []string
+	for p := range strings.SplitSeq(peers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			list = append(list, p)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: list})
+	if err != nil {
+		return nil, err
+	}
+	t := &talk{be: clusterBackend{cl}, dir: peers}
+	if f.sessionID != "" {
+		t.id = session.SessionID(f.sessionID)
+		if _, err := t.be.events(ctx, t.id); err != nil {
+			_ = cl.Close()
+			return nil, err
+		}
+		return t, nil
+	}
+	id, err := cl.Create(ctx, supervisor.CreateOptions{})
+	if err != nil {
+		_ = cl.Close()
+		return nil, err
+	}
+	t.id = id
+	return t, nil
+}
+
 // close flushes and stops everything (bounded, whatever the caller's
 // context).
 func (t *talk) close() error {
+	if cb, ok := t.be.(clusterBackend); ok {
+		return cb.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := t.h.Close(ctx)
@@ -189,14 +282,14 @@ func (t *talk) close() error {
 // waitIdle waits for the session to be idle and durable, then for the
 // streamer to have seen everything it logged.
 func (t *talk) waitIdle(ctx context.Context, s *streamer) error {
-	if err := t.h.WaitIdle(ctx, t.id); err != nil {
+	if err := t.be.WaitIdle(ctx, t.id); err != nil {
 		return err
 	}
-	st, err := t.h.Stats(t.id)
+	n, err := t.be.events(ctx, t.id)
 	if err != nil {
 		return err
 	}
-	return s.waitSeen(ctx, st.Events-1)
+	return s.waitSeen(ctx, n-1)
 }
 
 // cancelAndWait cancels the running turn (cause user) and waits, bounded,
@@ -204,7 +297,7 @@ func (t *talk) waitIdle(ctx context.Context, s *streamer) error {
 func (t *talk) cancelAndWait(s *streamer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := t.h.Cancel(ctx, t.id, session.CancelCause{Kind: session.CauseUser}); err != nil {
+	if err := t.be.Cancel(ctx, t.id, session.CancelCause{Kind: session.CauseUser}); err != nil {
 		return err
 	}
 	return t.waitIdle(ctx, s)
@@ -218,7 +311,8 @@ func userMessage(text string) (messages.Message, error) {
 // streamer prints a session's events as they commit: text deltas to out,
 // reasoning (when asked) and notices to diag.
 type streamer struct {
-	sub           *supervisor.Subscription
+	c             <-chan session.Event
+	sub           subscription
 	out, diag     io.Writer
 	showReasoning bool
 	verbose       bool // tool calls and turn ends on diag
@@ -238,8 +332,8 @@ type streamer struct {
 	ends     []session.TurnEnd
 }
 
-func newStreamer(sub *supervisor.Subscription, from int64, out, diag io.Writer) *streamer {
-	s := &streamer{sub: sub, out: out, diag: diag, seen: from - 1, changed: make(chan struct{}), done: make(chan struct{}),
+func newStreamer(c <-chan session.Event, sub subscription, from int64, out, diag io.Writer) *streamer {
+	s := &streamer{c: c, sub: sub, out: out, diag: diag, seen: from - 1, changed: make(chan struct{}), done: make(chan struct{}),
 		ended: make(chan struct{}, 1)}
 	return s
 }
@@ -248,11 +342,11 @@ func (s *streamer) start() { go s.loop() }
 
 func (s *streamer) loop() {
 	defer close(s.done)
-	for ev := range s.sub.C {
+	for ev := range s.c {
 		s.mu.Lock()
 		s.handle(ev)
 		s.seen = ev.Seq()
-		if len(s.sub.C) == 0 {
+		if len(s.c) == 0 {
 			close(s.changed)
 			s.changed = make(chan struct{})
 		}
@@ -432,15 +526,15 @@ func describeFailure(f messages.LlmFailure) string {
 
 // subscribe starts a streamer on the current session from its end.
 func (t *talk) subscribe(ctx context.Context, out, diag io.Writer, f talkFlags) (*streamer, error) {
-	st, err := t.h.Stats(t.id)
+	n, err := t.be.events(ctx, t.id)
 	if err != nil {
 		return nil, err
 	}
-	sub, err := t.h.Subscribe(ctx, t.id, st.Events)
+	c, sub, err := t.be.subscribe(ctx, t.id, n)
 	if err != nil {
 		return nil, err
 	}
-	s := newStreamer(sub, st.Events, out, diag)
+	s := newStreamer(c, sub, n, out, diag)
 	s.showReasoning, s.verbose, s.dim, s.quietText = f.showReasoning, f.verbose, isTerminal(diag), f.asJSON
 	s.start()
 	return s, nil
@@ -481,7 +575,9 @@ type runUsageStats struct {
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env talkEnv) (err error) {
 	fs := newFlagSet("run")
 	var f talkFlags
+	var peers string
 	f.register(fs, true)
+	fs.StringVar(&peers, "peers", "", "run on a cluster: the provider endpoints (host:port, comma-separated) of its members; the session lives there (--dir, --provider, --workdir and --system are the members')")
 	if err := parseFlags(fs, args, runUsage, stdout); err != nil {
 		return err
 	}
@@ -492,7 +588,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env ta
 	if err != nil {
 		return err
 	}
-	t, err := openTalk(ctx, f, env)
+	var t *talk
+	if peers != "" {
+		t, err = dialTalk(ctx, f, peers)
+	} else {
+		t, err = openTalk(ctx, f, env)
+	}
 	if err != nil {
 		return err
 	}
@@ -508,7 +609,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env ta
 	}
 	defer s.stop()
 	interrupted := false
-	if err := t.h.Followup(ctx, t.id, msg); err != nil {
+	if err := t.be.Followup(ctx, t.id, msg); err != nil {
 		if ctx.Err() == nil {
 			return err
 		}
