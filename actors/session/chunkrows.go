@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/dshgo/dsh/messages"
 )
@@ -155,6 +156,18 @@ func continues(a, b chunkMember) bool {
 // by the caller before and after; events are only read.
 func AppendRecords(dst []byte, events []Event, pack bool) []byte {
 	var run []chunkMember
+	if pack {
+		// A turn's batch is mostly one run of ~200 members (~130 B each):
+		// growing the run from nil on every call was half the cost of
+		// encoding a batch, so the buffer is reused.
+		rp := runs.Get().(*[]chunkMember)
+		run = (*rp)[:0]
+		defer func() {
+			clear(run[:cap(run)]) // keep no event's strings alive
+			*rp = run[:0]
+			runs.Put(rp)
+		}()
+	}
 	for i := 0; i < len(events); {
 		if pack {
 			run = run[:0]
@@ -181,6 +194,10 @@ func AppendRecords(dst []byte, events []Event, pack bool) []byte {
 	}
 	return dst
 }
+
+// runs holds AppendRecords' run buffers (safe for concurrent use: the
+// persister encodes on several workers).
+var runs = sync.Pool{New: func() any { return new([]chunkMember) }}
 
 // appendRow writes one packed row (without newline) for run (len ≥ 1).
 func appendRow(dst []byte, run []chunkMember) []byte {
