@@ -930,7 +930,17 @@ func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
 			panic(fmt.Errorf("agent: chunk append %d committed %d events, want %d", m.Ref, m.Events.Len(), len(f.refs)))
 		}
 		for i, r := range f.refs {
-			a.input(ctx, session.AppendReply{Ref: r, Events: m.Events.View(i, i+1)})
+			if !a.booted { // cannot be: only a booted driver appends
+				a.input(ctx, session.AppendReply{Ref: r, Events: m.Events.View(i, i+1)})
+				continue
+			}
+			// What handle does for an AppendReply, without boxing one
+			// per chunk.
+			eff, err := a.d.Appended(r, m.Events.View(i, i+1))
+			if err != nil {
+				panic(err)
+			}
+			a.perform(ctx, eff)
 		}
 	}
 	a.sendHeld(ctx)

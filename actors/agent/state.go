@@ -444,8 +444,12 @@ type Driver struct {
 
 	refs     uint64
 	inflight int                  // appends not acknowledged yet
-	tags     map[uint64]appendTag // by append ref
-	settled  func()               // run when inflight drops to 0
+	tags     map[uint64]appendTag // by append ref (chunks: chunkRefs)
+	// chunkRefs are the refs of the chunk appends in flight, in the order
+	// made: they are acknowledged in that order, so the oldest is found
+	// first, without the map insert and delete per chunk that tags cost.
+	chunkRefs []uint64
+	settled   func() // run when inflight drops to 0
 
 	phase    phase
 	status   Status
@@ -556,7 +560,10 @@ func (d *Driver) flush() Effects {
 func (d *Driver) appendDrafts(tag appendTag, drafts ...session.Draft) {
 	r := d.ref()
 	d.inflight++
-	if tag != (appendTag{}) {
+	switch {
+	case tag == appendTag{chunk: true}:
+		d.chunkRefs = append(d.chunkRefs, r)
+	case tag != appendTag{}:
 		d.tags[r] = tag
 	}
 	d.emit(AppendEffect{Ref: r, Drafts: drafts})
@@ -731,8 +738,7 @@ func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
 		return nil, fmt.Errorf("agent: unexpected append ack %d", ref)
 	}
 	d.inflight--
-	if tag, ok := d.tags[ref]; ok {
-		delete(d.tags, ref)
+	if tag, ok := d.takeTag(ref); ok {
 		if events.Len() != 1 {
 			return nil, fmt.Errorf("agent: append %d committed %d events, want 1", ref, events.Len())
 		}
@@ -755,6 +761,25 @@ func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
 		fn()
 	}
 	return d.flush(), nil
+}
+
+// takeTag removes and returns the tag of append ref, if it has one.
+func (d *Driver) takeTag(ref uint64) (appendTag, bool) {
+	if q := d.chunkRefs; len(q) > 0 {
+		if q[0] == ref {
+			d.chunkRefs = q[1:]
+			return appendTag{chunk: true}, true
+		}
+		if i := slices.Index(q, ref); i >= 0 {
+			d.chunkRefs = slices.Delete(q, i, i+1)
+			return appendTag{chunk: true}, true
+		}
+	}
+	tag, ok := d.tags[ref]
+	if ok {
+		delete(d.tags, ref)
+	}
+	return tag, ok
 }
 
 // AppendFailed reports a refused append: the agent's view of the log is

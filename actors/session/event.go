@@ -255,6 +255,11 @@ func NewDraft(t EventType, data messages.JSON) Draft { return Draft{typ: t, data
 
 // WithSurface returns d with a surface operation.
 func (d Draft) WithSurface(op SurfaceOp) Draft {
+	if _, ok := d.payload.(chunkMarker); ok {
+		// The op held the chunk's turn and step (AssistantChunk.Draft):
+		// the log decodes the data instead.
+		d.payload = nil
+	}
 	d.op = op
 	return d
 }

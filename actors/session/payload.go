@@ -245,7 +245,17 @@ func (p AssistantChunk) Draft() Draft {
 	// two integers (20 bytes each at most) and the chunk, so one buffer.
 	o.Grow(26 + 2*20 + p.Chunk.JSON().Len())
 	turnStep(&o, p.Turn, p.Step)
-	return Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build(), payload: p}
+	d := Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build()}
+	if p.Chunk.Type() == "" {
+		d.payload = p // refused at append, by checkPayload
+		return d
+	}
+	// What the log keeps of a chunk's typed view anyway (see chunkMarker):
+	// turn and step in the op's unused range, and the marker, which boxes
+	// without allocating. Boxing p cost an allocation per chunk for a
+	// value the log dropped at once.
+	d.op, d.payload = SurfaceOp{start: p.Turn, end: p.Step}, chunkMarker{}
+	return d
 }
 
 // Draft returns the event draft, with an append surface operation.
