@@ -56,7 +56,10 @@
 // naming it resumes it from the store. The idle timer is a time.AfterFunc
 // per resident session whose callback goroutine the host joins on Close.
 // [Host.Resident], [Host.Passivated], [Host.ResidentBytes] and
-// Stats.ResidentBytes (a documented estimate) account for it.
+// Stats.ResidentBytes (a documented estimate) account for it. The
+// mailboxes of the persister and of every session and agent actor run on
+// worker goroutines the host keeps (workers.go) rather than on a new
+// goroutine per wake-up; Close joins them once the actors are stopped.
 // Config.MaxConcurrentModelCalls bounds the model calls open at once:
 // the rest wait in a queue ([Host.ModelCalls]). [Host.Stats] and
 // [Host.Usage] cover the whole log (the loaded events are folded on

@@ -35,6 +35,7 @@ type Host struct {
 	// every session's observer (fault injection).
 	testObserve func(session.Event)
 	limit       *limitedProvider // nil when MaxConcurrentModelCalls is 0
+	workers     *workers         // runs the mailboxes of the actors spawned here
 	passWG      sync.WaitGroup   // passivation goroutines (timer callbacks)
 
 	mu         sync.Mutex
@@ -84,7 +85,8 @@ func Open(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*Subscription]struct{}{},
-		parked: map[session.SessionID]Stats{}, name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now()}
+		parked: map[session.SessionID]Stats{}, name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now(),
+		workers: &workers{}}
 	if h.cfg.RequestTimeout == 0 {
 		h.cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -135,7 +137,7 @@ func Open(cfg Config) (*Host, error) {
 		h.sys = NewQuietSystem()
 		h.ownSys = true
 	}
-	h.persister, err = h.sys.Root.SpawnNamed(pp, h.name+"/persister")
+	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(actor.WithDispatcher(h.workers)), h.name+"/persister")
 	if err != nil {
 		h.shutdown()
 		return nil, err
@@ -154,6 +156,7 @@ func (h *Host) shutdown() {
 	if h.ownSys {
 		h.sys.Shutdown()
 	}
+	_ = h.workers.close(context.Background()) // nothing runs: the persister is stopped or was never spawned
 }
 
 // System returns the actor system the host's actors live in.
@@ -398,7 +401,7 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		return err
 	}
 	prefix := h.name + "/" + persister.EncodeSegment(string(e.id))
-	spid, err := h.sys.Root.SpawnNamed(sp, prefix+"/session")
+	spid, err := h.sys.Root.SpawnNamed(sp.Configure(actor.WithDispatcher(h.workers)), prefix+"/session")
 	if err != nil {
 		h.release(e, err)
 		return err
@@ -410,7 +413,7 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		h.release(e, err)
 		return err
 	}
-	apid, err := h.sys.Root.SpawnNamed(ap, prefix+"/agent")
+	apid, err := h.sys.Root.SpawnNamed(ap.Configure(actor.WithDispatcher(h.workers)), prefix+"/agent")
 	if err != nil {
 		_ = h.sys.Root.PoisonFuture(spid).Wait()
 		h.release(e, err)
@@ -922,6 +925,9 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	if h.ownSys {
 		h.sys.Shutdown()
+	}
+	if err := h.workers.close(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
