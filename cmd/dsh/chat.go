@@ -91,7 +91,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var mu sync.Mutex
 	c := &chat{f: f, intr: intr, out: lockedWriter{&mu, stdout}, diag: lockedWriter{&mu, stderr},
 		tty: isTerminalFile(stdin), rawOut: stdout, rawD: stderr}
-	t, err := openTalk(ctx, f, env)
+	t, err := startTalk(ctx, f, env)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 				return nil
 			}
 			c.note("cancelling the turn (Ctrl-C)")
-			if err := c.t.h.Cancel(ctx, c.t.id, session.CancelCause{Kind: session.CauseUser}); err != nil {
+			if err := c.t.be.Cancel(ctx, c.t.id, session.CancelCause{Kind: session.CauseUser}); err != nil {
 				return err
 			}
 		case <-c.s.ended:
@@ -191,7 +191,7 @@ func (c *chat) wait(ctx context.Context) error {
 			return err
 		case <-c.intr:
 			c.note("cancelling the turn (Ctrl-C)")
-			if err := c.t.h.Cancel(ctx, c.t.id, session.CancelCause{Kind: session.CauseUser}); err != nil {
+			if err := c.t.be.Cancel(ctx, c.t.id, session.CancelCause{Kind: session.CauseUser}); err != nil {
 				return err
 			}
 		}
@@ -227,15 +227,15 @@ func (c *chat) handle(ctx context.Context, line string) error {
 		}
 		return c.report(c.send(ctx, cmd[1:], arg))
 	case "/cancel":
-		return c.report(c.t.h.Cancel(ctx, c.t.id, session.CancelCause{Kind: session.CauseUser}))
+		return c.report(c.t.be.Cancel(ctx, c.t.id, session.CancelCause{Kind: session.CauseUser}))
 	case "/wait":
 		return c.report(c.wait(ctx))
 	case "/messages":
-		ms, err := c.t.h.Messages(ctx, c.t.id)
+		ms, err := c.t.be.messages(ctx, c.t.id)
 		if err != nil {
 			return c.report(err)
 		}
-		for _, m := range ms.All() {
+		for _, m := range ms {
 			fmt.Fprintln(c.out, m.JSON().String())
 		}
 	case "/fork":
@@ -248,7 +248,7 @@ func (c *chat) handle(ctx context.Context, line string) error {
 			}
 			at = n
 		}
-		child, err := c.t.h.Fork(ctx, c.t.id, at)
+		child, err := c.t.be.Fork(ctx, c.t.id, at)
 		if err != nil {
 			return c.report(err)
 		}
@@ -276,11 +276,11 @@ func (c *chat) send(ctx context.Context, kind, text string) error {
 	}
 	switch kind {
 	case "steer":
-		return c.t.h.Steer(ctx, c.t.id, m)
+		return c.t.be.Steer(ctx, c.t.id, m)
 	case "inject":
-		return c.t.h.Inject(ctx, c.t.id, m)
+		return c.t.be.Inject(ctx, c.t.id, m)
 	}
-	return c.t.h.Followup(ctx, c.t.id, m)
+	return c.t.be.Followup(ctx, c.t.id, m)
 }
 
 // report prints a command's failure as one line and goes on, unless the

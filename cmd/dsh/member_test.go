@@ -139,6 +139,13 @@ func TestMemberProcessesFormAClusterRunTurnsAndSeeADeadMemberLeave(t *testing.T)
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "2 turns")
 
+	// dsh chat --peers too: a turn, /messages, /quit.
+	chat := exec.Command(bin, "chat", "--peers", peers, "--session", first.Session)
+	chat.Stdin = strings.NewReader("one more\n/wait\n/messages\n/quit\n")
+	out, err = chat.Output()
+	require.NoError(t, err, "dsh chat --peers: %s", out)
+	require.Equal(t, 6, strings.Count(string(out), `"role":`), "three turns' messages: %s", out)
+
 	// kill -9 the second; the first sees it leave.
 	require.NoError(t, procs[1].cmd.Process.Kill())
 	_ = procs[1].cmd.Wait()

@@ -55,6 +55,7 @@ type talkFlags struct {
 	showReasoning, verbose   bool
 	asJSON                   bool
 	speed                    float64
+	peers                    string // run on a cluster (dsh member processes)
 }
 
 func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
@@ -72,6 +73,7 @@ func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
 	fs.BoolVar(&f.showReasoning, "show-reasoning", false, "print the model's reasoning on stderr")
 	fs.Float64Var(&f.speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
 	fs.BoolVar(&f.verbose, "verbose", false, "print tool calls and turn ends on stderr")
+	fs.StringVar(&f.peers, "peers", "", "run on a cluster: the provider endpoints (host:port, comma-separated) of its members; the session lives there (--dir, --provider, --workdir and --system are the members')")
 	if withJSON {
 		fs.BoolVar(&f.asJSON, "json", false, "print one JSON value at the end instead of streaming the text")
 	}
@@ -94,8 +96,13 @@ type talk struct {
 // backend is what dsh run drives: the local host, or a cluster's members.
 type backend interface {
 	Followup(ctx context.Context, id session.SessionID, msg messages.Message) error
+	Steer(ctx context.Context, id session.SessionID, msg messages.Message) error
+	Inject(ctx context.Context, id session.SessionID, msg messages.Message) error
 	WaitIdle(ctx context.Context, id session.SessionID) error
 	Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error
+	Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error)
+	// messages returns the session's derived messages.
+	messages(ctx context.Context, id session.SessionID) ([]messages.Message, error)
 	// events is the number of events the session has logged.
 	events(ctx context.Context, id session.SessionID) (int64, error)
 	// subscribe delivers the session's events from seq from on.
@@ -117,6 +124,11 @@ func (b hostBackend) events(_ context.Context, id session.SessionID) (int64, err
 	return st.Events, err
 }
 
+func (b hostBackend) messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
+	ms, err := b.Messages(ctx, id)
+	return ms.Slice(), err
+}
+
 func (b hostBackend) subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error) {
 	sub, err := b.Subscribe(ctx, id, from)
 	if err != nil {
@@ -131,6 +143,10 @@ type clusterBackend struct{ *cluster.Client }
 func (b clusterBackend) events(ctx context.Context, id session.SessionID) (int64, error) {
 	st, err := b.Stats(ctx, id)
 	return st.Events, err
+}
+
+func (b clusterBackend) messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
+	return b.Messages(ctx, id)
 }
 
 func (b clusterBackend) subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error) {
@@ -231,6 +247,14 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		t.id = id
 	}
 	return t, nil
+}
+
+// startTalk opens the local host, or joins the cluster of --peers.
+func startTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
+	if f.peers != "" {
+		return dialTalk(ctx, f, f.peers)
+	}
+	return openTalk(ctx, f, env)
 }
 
 // dialTalk joins a cluster as a client and creates or names the
@@ -575,9 +599,7 @@ type runUsageStats struct {
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env talkEnv) (err error) {
 	fs := newFlagSet("run")
 	var f talkFlags
-	var peers string
 	f.register(fs, true)
-	fs.StringVar(&peers, "peers", "", "run on a cluster: the provider endpoints (host:port, comma-separated) of its members; the session lives there (--dir, --provider, --workdir and --system are the members')")
 	if err := parseFlags(fs, args, runUsage, stdout); err != nil {
 		return err
 	}
@@ -588,12 +610,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env ta
 	if err != nil {
 		return err
 	}
-	var t *talk
-	if peers != "" {
-		t, err = dialTalk(ctx, f, peers)
-	} else {
-		t, err = openTalk(ctx, f, env)
-	}
+	t, err := startTalk(ctx, f, env)
 	if err != nil {
 		return err
 	}
