@@ -92,18 +92,8 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	return cl, nil
 }
 
-// startClient runs protoactor's StartClient, which panics on failure.
-func (m *Client) startClient() (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("cluster: start client: %v", r)
-		}
-	}()
-	startMu.Lock()
-	defer startMu.Unlock()
-	m.c.StartClient()
-	return nil
-}
+// startClient runs protoactor's StartClient.
+func (m *Client) startClient() error { return start("client", m.c.StartClient) }
 
 // Close closes a client made by Dial: later calls fail with
 // supervisor.ErrClosed. It waits for the requests in flight (a long poll

@@ -243,16 +243,20 @@ func remoteConfig(cfg Config) *remote.Config {
 	return rc
 }
 
-// startMember runs protoactor's StartMember, which panics on failure.
-func (m *Member) startMember() (err error) {
+// startMember runs protoactor's StartMember.
+func (m *Member) startMember() error { return start("member", m.c.StartMember) }
+
+// start runs protoactor's StartMember or StartClient, which panic on
+// failure, one at a time in the process (see startMu).
+func start(what string, f func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("cluster: start member: %v", r)
+			err = fmt.Errorf("cluster: start %s: %v", what, r)
 		}
 	}()
 	startMu.Lock()
 	defer startMu.Unlock()
-	m.c.StartMember()
+	f()
 	return nil
 }
 
