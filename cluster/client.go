@@ -57,7 +57,7 @@ var ErrDiverged = errors.New("cluster: events received are no longer in the log"
 type Client struct {
 	sys      *actor.ActorSystem
 	c        *pcluster.Cluster
-	provider pcluster.ClusterProvider // a dialed client's (a Member has its own)
+	provider pcluster.ClusterProvider // discovers the members (a dialed client shuts it down itself)
 	// attemptTimeout bounds one attempt; callTimeout bounds a call whose
 	// context has no deadline.
 	attemptTimeout, callTimeout time.Duration

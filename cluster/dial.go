@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"time"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
-	"github.com/labstack/echo"
 
 	"github.com/dshgo/dsh/supervisor"
 )
@@ -43,10 +40,8 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if len(cfg.Peers) == 0 && cfg.Provider == nil {
 		return nil, errors.New("cluster: dial: no Peers and no Provider: nothing to find the members with")
 	}
-	for _, p := range cfg.Peers {
-		if _, _, err := net.SplitHostPort(p); err != nil {
-			return nil, fmt.Errorf("cluster: dial: peer %q: %w", p, err)
-		}
+	if err := checkPeers(cfg.Peers); err != nil {
+		return nil, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = DefaultName
@@ -65,10 +60,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if provider == nil {
 		// A client serves no health endpoint; the provider wants one to
 		// close on shutdown all the same.
-		e := echo.New()
-		e.HideBanner, e.HidePort = true, true
-		e.Logger.SetOutput(io.Discard)
-		provider = automanaged.NewWithTesting(cfg.Refresh, 0, e, cfg.Peers...)
+		provider = automanaged.NewWithTesting(cfg.Refresh, 0, quietEcho(), cfg.Peers...)
 	}
 	ccfg := pcluster.Configure(cfg.Name, provider, disthash.New(),
 		remoteConfig(Config{Bind: cfg.Bind, Port: cfg.Port, RequestTimeout: cfg.RequestTimeout}),

@@ -120,11 +120,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("cluster: config: negative duration %v", d))
 		}
 	}
-	for _, p := range c.Peers {
-		if _, _, err := net.SplitHostPort(p); err != nil {
-			errs = append(errs, fmt.Errorf("cluster: config: peer %q: %w", p, err))
-		}
-	}
+	errs = append(errs, checkPeers(c.Peers))
 	return errors.Join(errs...)
 }
 
@@ -135,12 +131,11 @@ func (c Config) Validate() error {
 type Member struct {
 	*Client // reaches any session, wherever it lives
 
-	cfg      Config
-	host     *supervisor.Host
-	store    *persister.JSONLStore
-	provider pcluster.ClusterProvider
-	health   *echo.Echo // the automanaged endpoint, when the member made it
-	holder   string     // the text of its writer locks
+	cfg    Config
+	host   *supervisor.Host
+	store  *persister.JSONLStore
+	health *echo.Echo // the automanaged endpoint, when the member made it
+	holder string     // the text of its writer locks
 }
 
 // startMu serialises protoactor's StartMember across the members of one
@@ -280,9 +275,7 @@ func (m *Member) automanaged() (pcluster.ClusterProvider, error) {
 	if !slices.Contains(peers, self) {
 		peers = append(peers, self)
 	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.Logger.SetOutput(io.Discard)
+	e := quietEcho()
 	e.Listener = ln
 	e.GET("/_health", func(c echo.Context) error {
 		host, rport, err := m.sys.GetHostPort()
@@ -293,6 +286,26 @@ func (m *Member) automanaged() (pcluster.ClusterProvider, error) {
 	})
 	m.health = e
 	return automanaged.NewWithTesting(m.cfg.Refresh, port, e, peers...), nil
+}
+
+// quietEcho is the web server of an automanaged provider, with nothing
+// printed: no banner, no port line (they would go to stdout), no log.
+func quietEcho() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Logger.SetOutput(io.Discard)
+	return e
+}
+
+// checkPeers reports a peer that is not host:port.
+func checkPeers(peers []string) error {
+	var errs []error
+	for _, p := range peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: config: peer %q: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (m *Member) closeHealth() {
