@@ -41,6 +41,17 @@ member hands its sessions over (a running turn may finish within
 Flags:
 `
 
+// splitPeers splits a --peers list (comma-separated host:port).
+func splitPeers(peers string) []string {
+	var out []string
+	for p := range strings.SplitSeq(peers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // sortedMembers returns the addresses m sees, sorted.
 func sortedMembers(m *cluster.Member) []string {
 	ms := m.Members()
@@ -84,13 +95,7 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.Dir == "" {
 		return usagef("member: --dir is required")
 	}
-	if peers != "" {
-		for p := range strings.SplitSeq(peers, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				cfg.Peers = append(cfg.Peers, p)
-			}
-		}
-	}
+	cfg.Peers = splitPeers(peers)
 	if err := cfg.Validate(); err != nil {
 		return usagef("member: %v", err)
 	}

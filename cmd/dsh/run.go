@@ -260,15 +260,9 @@ func startTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 // dialTalk joins a cluster as a client and creates or names the
 // session there.
 func dialTalk(ctx context.Context, f talkFlags, peers string) (*talk, error) {
-	var list []string
-	for p := range strings.SplitSeq(peers, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			list = append(list, p)
-		}
-	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: list})
+	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: splitPeers(peers)})
 	if err != nil {
 		return nil, err
 	}
