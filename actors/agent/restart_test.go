@@ -190,12 +190,7 @@ func TestRoutesPanicIsContained(t *testing.T) {
 			end := lastEnd(t, es)
 			require.Equal(t, session.EndError, end.Kind)
 			require.Equal(t, "agent: routes callback panicked: hook exploded", end.Error.Message)
-			select {
-			case f := <-failed:
-				require.Equal(t, TurnFailed{Turn: 1, Step: 1, Error: end.Error}, f)
-			case <-time.After(waitFor):
-				t.Fatal("no TurnFailed")
-			}
+			requireFailed(t, failed, TurnFailed{Turn: 1, Step: 1, Error: end.Error})
 			h.followup("two")
 			h.waitIdle()
 			es = h.events()

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -215,12 +214,7 @@ func TestStepEndHookFailures(t *testing.T) {
 			require.Equal(t, session.EndError, end.Kind)
 			require.Equal(t, tc.want, end.Error.Message)
 			require.Empty(t, ofType(es, "x/ok"), "nothing of a refused decision is recorded")
-			select {
-			case f := <-failed:
-				require.Equal(t, TurnFailed{Turn: 1, Step: 1, Error: end.Error}, f)
-			case <-time.After(waitFor):
-				t.Fatal("no TurnFailed")
-			}
+			requireFailed(t, failed, TurnFailed{Turn: 1, Step: 1, Error: end.Error})
 			h.followup("two")
 			h.waitIdle()
 			require.Equal(t, session.EndCompleted, lastEnd(t, h.events()).Kind)
