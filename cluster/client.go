@@ -208,6 +208,17 @@ func (m *Client) attempt(ctx context.Context, id session.SessionID, req proto.Me
 	}
 }
 
+// markClosed closes the client to new calls; ErrClosed if it was.
+func (m *Client) markClosed() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return supervisor.ErrClosed
+	}
+	m.closed = true
+	return nil
+}
+
 // usable fails once the member is closed.
 func (m *Client) usable() error {
 	m.mu.Lock()

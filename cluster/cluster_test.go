@@ -137,9 +137,7 @@ func (tc *testCluster) leave(i int) error {
 func (tc *testCluster) kill(i int) {
 	m := tc.members[i]
 	tc.gone[i] = true
-	m.mu.Lock()
-	m.closed = true
-	m.mu.Unlock()
+	require.NoError(tc.t, m.markClosed())
 	tc.fss[i].Kill()
 	_ = m.provider.Shutdown(false)
 	m.c.Shutdown(false) // stops the gRPC server, says no goodbye

@@ -9,8 +9,6 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
-
-	"github.com/dshgo/dsh/supervisor"
 )
 
 // ClientConfig configures Dial. Peers (or Provider) is required.
@@ -93,13 +91,9 @@ func (m *Client) startClient() error { return start("client", m.c.StartClient) }
 // a member that died ends at its attempt timeout). A Member's Close
 // leaves the cluster.
 func (m *Client) Close() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return supervisor.ErrClosed
+	if err := m.markClosed(); err != nil {
+		return err
 	}
-	m.closed = true
-	m.mu.Unlock()
 	m.attempts.Wait()
 	m.shutdown()
 	return nil

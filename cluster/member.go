@@ -325,13 +325,9 @@ func (m *Member) Host() *supervisor.Host { return m.host }
 // seconds (protoactor's graceful shutdown waits two). A second Close
 // returns supervisor.ErrClosed.
 func (m *Member) Close(ctx context.Context) error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return supervisor.ErrClosed
+	if err := m.markClosed(); err != nil {
+		return err
 	}
-	m.closed = true
-	m.mu.Unlock()
 	m.attempts.Wait() // this member's own requests in flight (see Client.Close)
 	// Leaving first moves the placement away from this member; the
 	// placement actor stops every grain here, each of which hands its
