@@ -515,23 +515,13 @@ func (h *Host) onNotice(ctx actor.Context) {
 	}
 }
 
-// ask makes a blocking request bounded by ctx and RequestTimeout.
+// ask makes a blocking request bounded by ctx and RequestTimeout. A
+// request cut by ctx's deadline fails as ctx would (DeadlineExceeded),
+// even when the future's timer, set from that deadline, fires first.
 func (h *Host) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
-	v, err := h.askFuture(ctx, pid, msg)
-	if errors.Is(err, actor.ErrTimeout) {
-		// The future's timeout came from ctx's deadline: say so as ctx
-		// would (its own timer may fire a moment later).
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < h.cfg.RequestTimeout/2 {
-			return nil, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
-		}
-	}
-	return v, err
-}
-
-func (h *Host) askFuture(ctx context.Context, pid *actor.PID, msg any) (any, error) {
-	timeout := h.cfg.RequestTimeout
-	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(d))
+	timeout, fromCtx := h.cfg.RequestTimeout, false
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout, fromCtx = time.Until(d), true
 	}
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
@@ -540,21 +530,27 @@ func (h *Host) askFuture(ctx context.Context, pid *actor.PID, msg any) (any, err
 		return nil, context.DeadlineExceeded
 	}
 	f := h.sys.Root.RequestFuture(pid, msg, timeout)
-	if ctx.Done() == nil {
-		return f.Result()
+	result := func(v any, err error) (any, error) {
+		if fromCtx && errors.Is(err, actor.ErrTimeout) {
+			return nil, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
+		}
+		return v, err
 	}
-	type result struct {
+	if ctx.Done() == nil {
+		return result(f.Result())
+	}
+	type reply struct {
 		v   any
 		err error
 	}
-	ch := make(chan result, 1)
+	ch := make(chan reply, 1)
 	go func() {
 		v, err := f.Result()
-		ch <- result{v, err}
+		ch <- reply{v, err}
 	}()
 	select {
 	case r := <-ch:
-		return r.v, r.err
+		return result(r.v, r.err)
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
