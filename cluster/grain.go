@@ -159,10 +159,16 @@ func (g *grain) ensure(ctx actor.Context, c context.Context) error {
 	return err
 }
 
+// request begins a request: the grain was used now, and the request's
+// context ends with the grain or after RequestTimeout.
+func (g *grain) request() (context.Context, context.CancelFunc) {
+	g.lastUsed = time.Now()
+	return context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+}
+
 // sync runs fn in Receive once the session is resident.
 func (g *grain) sync(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
-	g.lastUsed = time.Now()
-	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+	c, cancel := g.request()
 	defer cancel()
 	if err := g.ensure(ctx, c); err != nil {
 		ctx.Respond(g.reply(err))
@@ -178,8 +184,7 @@ func (g *grain) sync(ctx actor.Context, fn func(context.Context) *clusterpb.Repl
 // async runs fn in a goroutine once the session is resident, and sends
 // its reply to the requester.
 func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
-	g.lastUsed = time.Now()
-	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+	c, cancel := g.request()
 	if err := g.ensure(ctx, c); err != nil {
 		cancel()
 		ctx.Respond(g.reply(err))
@@ -201,8 +206,7 @@ func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Rep
 }
 
 func (g *grain) create(msg *clusterpb.Create) *clusterpb.Reply {
-	g.lastUsed = time.Now()
-	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+	c, cancel := g.request()
 	defer cancel()
 	_, err := g.m.host.Create(c, supervisor.CreateOptions{ID: g.id, Cwd: msg.Cwd})
 	if err == nil {
