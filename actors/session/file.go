@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -626,6 +628,47 @@ func WriteFile(path string, h Header, events []Event, opts WriteOptions) error {
 	}
 	if err := fh.Close(); err != nil {
 		return fmt.Errorf("session: write log: %w", err)
+	}
+	return nil
+}
+
+// ErrFileExists is returned by CreateFile when something, a file or a
+// symbolic link (dangling or not), is already at the path.
+var ErrFileExists = errors.New("session: file exists")
+
+// CreateFile writes a whole new log file at path like WriteFile, but as a
+// tool that hands the file to someone else must: it never replaces or
+// follows anything already at path (a file, or a symbolic link whose
+// target would otherwise be created: the open is O_EXCL|O_NOFOLLOW, so the
+// check and the creation are one step and no race can slip a link in
+// between), it syncs the data before returning, and on any failure it
+// removes the file it created, so a caller sees either a complete durable
+// file or none. An entry already at path is reported as ErrFileExists.
+func CreateFile(path string, h Header, events []Event, opts WriteOptions) error {
+	data, err := encodeFile(h, events, opts)
+	if err != nil {
+		return err
+	}
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ELOOP) {
+		return fmt.Errorf("%w: %s", ErrFileExists, path)
+	}
+	if err != nil {
+		return fmt.Errorf("session: create log: %w", err)
+	}
+	// Write, sync and close in turn; the first error wins and undoes the
+	// creation. Only this process made the entry (O_EXCL), so removing it
+	// takes nothing away from anyone.
+	_, err = fh.Write(data)
+	if err == nil {
+		err = fh.Sync()
+	}
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("session: create log: %w", err)
 	}
 	return nil
 }

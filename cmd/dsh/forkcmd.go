@@ -30,7 +30,10 @@ func logFork(args []string, stdout, _ io.Writer) error {
 		return usagef("log fork: --out is required")
 	}
 	path := fs.Arg(0)
-	if _, err := os.Stat(*out); err == nil {
+	// A first look, so a taken --out fails before the input is read; Lstat,
+	// since a dangling symbolic link is taken too. CreateFile checks again
+	// in the same step as it creates.
+	if _, err := os.Lstat(*out); err == nil {
 		return fmt.Errorf("%s: already exists (refusing to overwrite)", *out)
 	}
 	_, l, err := loadFile(path, *fixture)
@@ -51,7 +54,10 @@ func logFork(args []string, stdout, _ io.Writer) error {
 		return describe(path, err)
 	}
 	opts := session.WriteOptions{Pack: true, Zstd: strings.HasSuffix(*out, ".zstd")}
-	if err := session.WriteFile(*out, forked.Header(), forked.Events().Slice(), opts); err != nil {
+	if err := session.CreateFile(*out, forked.Header(), forked.Events().Slice(), opts); err != nil {
+		if errors.Is(err, session.ErrFileExists) {
+			return fmt.Errorf("%s: already exists (refusing to overwrite)", *out)
+		}
 		return fmt.Errorf("%s: %v", *out, strings.TrimPrefix(err.Error(), "session: "))
 	}
 	fmt.Fprintf(stdout, "%s: session %s forked from %s at seq %d (%d inherited events + session/end-seed)\n",
