@@ -203,14 +203,18 @@ func (TodoWrite) Schema() messages.ToolSchema {
 func (TodoWrite) Mode(messages.JSON) Mode { return Exclusive }
 
 // Execute validates the list, emits todo/write, and answers with a short
-// confirmation.
-func (TodoWrite) Execute(_ context.Context, call Call) (Result, error) {
+// confirmation. Once ctx is cancelled it returns ctx's error and emits
+// nothing (a list of any length is checked item by item).
+func (TodoWrite) Execute(ctx context.Context, call Call) (Result, error) {
 	list, ok := call.Input.Field("todos")
 	if !ok || list.Kind() != messages.KindArray {
 		return Result{}, errors.New("todo_write: todos must be an array")
 	}
 	var todos []session.Todo
 	for item := range list.Elements() {
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
 		c, _ := item.Field("content")
 		s, _ := item.Field("status")
 		content, ok1 := c.AsString()
@@ -219,6 +223,9 @@ func (TodoWrite) Execute(_ context.Context, call Call) (Result, error) {
 			return Result{}, errors.New("todo_write: each todo needs a string content and status")
 		}
 		todos = append(todos, session.Todo{Content: content, Status: status})
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
 	}
 	call.Emit(session.NewTodoWrite(todos).Draft())
 	return Result{Content: []messages.ContentBlock{messages.TextBlock("Todos updated.")}}, nil

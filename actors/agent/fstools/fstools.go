@@ -9,6 +9,19 @@
 // ToolError code) that the model sees; nothing panics. Directory walks
 // (glob, grep) do not follow symlinked directories.
 //
+// Only regular files are read and only directories listed. A FIFO, a
+// socket or a device is refused (NOT_A_FILE) without ever blocking: every
+// open is non-blocking (O_NONBLOCK, and O_NOFOLLOW on each path component,
+// which the root applies as it resolves symlinks itself), and the type is
+// checked with fstat on the opened descriptor before any read, so a file
+// swapped for a FIFO between a look and the open is refused all the same.
+//
+// Cancellation: every tool body checks its context between files,
+// directory entries, lines and read chunks, and returns the context's
+// error (which the agent records as ABORTED) soon after it is cancelled;
+// memory per call is bounded (a line is kept up to MaxLineBytes, a listing
+// up to MaxListEntries names, whatever the file or directory holds).
+//
 // The tools only read, so every call runs in agent.Parallel mode. A [Set]
 // holds an open directory handle: Close it when done.
 package fstools
@@ -25,7 +38,9 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/session"
@@ -61,8 +76,13 @@ type Set struct {
 	dir   string // absolute, as given
 	real  string // dir with symlinks resolved
 	root  *os.Root
-	fsys  fs.FS
 	tools []agent.Tool
+
+	// Test seams, nil outside tests: visit is called with each entry a
+	// walk visits, before the entry is handled; beforeOpen between
+	// openFile's look and its open.
+	visit      func(rel string)
+	beforeOpen func(rel string)
 }
 
 // New opens the tools over workdir (which must be an existing directory).
@@ -79,7 +99,7 @@ func New(workdir string) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fstools: workdir: %w", err)
 	}
-	s := &Set{dir: abs, real: real, root: root, fsys: root.FS()}
+	s := &Set{dir: abs, real: real, root: root}
 	s.tools = []agent.Tool{readFile{s}, listDir{s}, globTool{s}, grepTool{s}}
 	return s, nil
 }
@@ -111,6 +131,10 @@ func errorf(code, format string, args ...any) *toolError {
 func result(text string, err error) (agent.Result, error) {
 	if err == nil {
 		return agent.Result{Content: []messages.ContentBlock{messages.TextBlock(text)}}, nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The call was cancelled: the agent answers it as aborted.
+		return agent.Result{}, err
 	}
 	var te *toolError
 	if !errors.As(err, &te) {
@@ -160,6 +184,11 @@ func within(dir, p string) (string, bool) {
 // fsErr describes a filesystem error without the host's absolute paths.
 func fsErr(orig string, err error) error {
 	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, syscall.ENXIO):
+		// What open says of a socket (and of a device without a driver).
+		return errorf(CodeNotAFile, "%q is not a regular file", orig)
 	case errors.Is(err, fs.ErrNotExist):
 		return errorf(CodeNotFound, "%q does not exist", orig)
 	case strings.Contains(err.Error(), "escapes"):
@@ -172,6 +201,129 @@ func fsErr(orig string, err error) error {
 		return errorf(CodeIO, "%q: %v", orig, pe.Err)
 	}
 	return errorf(CodeIO, "%q: %v", orig, err)
+}
+
+// openFile opens the regular file rel for reading, or refuses it. A look
+// first (Stat, which follows symlinks inside the root as the open does)
+// refuses a FIFO, socket or device without opening it at all, since
+// opening some devices has effects; but the look can be stale by the time
+// of the open, so the open is non-blocking (a FIFO with no writer would
+// otherwise block it, beyond the reach of any context) and the descriptor
+// is checked again with fstat, which cannot be raced, before any read.
+// orig is the path as the model gave it, for messages. The caller closes
+// the file.
+func (s *Set) openFile(rel, orig string) (*os.File, fs.FileInfo, error) {
+	if fi, err := s.root.Stat(rel); err == nil && !fi.Mode().IsRegular() {
+		return nil, nil, notRegular(orig, fi)
+	}
+	if s.beforeOpen != nil {
+		s.beforeOpen(rel)
+	}
+	f, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, fsErr(orig, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, fsErr(orig, err)
+	}
+	if !fi.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, nil, notRegular(orig, fi)
+	}
+	return f, fi, nil
+}
+
+// openDir opens the directory rel for listing, or refuses it, without
+// blocking (O_DIRECTORY fails on anything else before a FIFO's open could
+// wait for a writer). The caller closes the directory.
+func (s *Set) openDir(rel, orig string) (*os.File, error) {
+	f, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
+	if errors.Is(err, syscall.ENOTDIR) {
+		return nil, errorf(CodeNotADir, "%q is not a directory", orig)
+	}
+	if err != nil {
+		return nil, fsErr(orig, err)
+	}
+	return f, nil
+}
+
+func notRegular(orig string, fi fs.FileInfo) error {
+	if fi.IsDir() {
+		return errorf(CodeNotAFile, "%q is not a regular file", orig)
+	}
+	kind := "special file"
+	switch m := fi.Mode(); {
+	case m&fs.ModeNamedPipe != 0:
+		kind = "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		kind = "socket"
+	case m&fs.ModeDevice != 0:
+		kind = "device"
+	}
+	return errorf(CodeNotAFile, "%q is a %s, not a regular file", orig, kind)
+}
+
+// readDir returns the entries of the open directory d in name order,
+// reading it in batches and checking ctx between them. With keep > 0 it
+// keeps only the first keep names (in order) and reports how many more
+// there were, so a huge directory costs bounded memory.
+func readDir(ctx context.Context, d *os.File, keep int) (ents []fs.DirEntry, more int, err error) {
+	const batch = 256
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		got, err := d.ReadDir(batch)
+		ents = append(ents, got...)
+		if keep > 0 && len(ents) > 2*keep {
+			ents, more = trimDir(ents, keep, more)
+		}
+		if err == io.EOF || (err == nil && len(got) == 0) {
+			break
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	if keep > 0 && len(ents) > keep {
+		ents, more = trimDir(ents, keep, more)
+	}
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, more, nil
+}
+
+// trimDir keeps the keep first entries by name, adding the rest to more.
+func trimDir(ents []fs.DirEntry, keep, more int) ([]fs.DirEntry, int) {
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return slices.Clip(ents[:keep]), more + len(ents) - keep
+}
+
+// nextLine reads one line from br (with its newline, if any), keeping at
+// most keep bytes of it: the rest is read and dropped, a chunk at a time
+// with ctx checked between chunks, so a file without newlines costs
+// bounded memory and can be cancelled. nul reports a NUL byte anywhere in
+// the line. At the end of the input it returns io.EOF with an empty line.
+func nextLine(ctx context.Context, br *bufio.Reader, keep int) (line []byte, nul bool, err error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		chunk, err := br.ReadSlice('\n')
+		nul = nul || bytes.IndexByte(chunk, 0) >= 0
+		if room := keep - len(line); room > 0 {
+			line = append(line, chunk[:min(room, len(chunk))]...)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && len(line) > 0:
+			return line, nul, nil
+		default:
+			return line, nul, err
+		}
+	}
 }
 
 // Input helpers.
@@ -263,35 +415,26 @@ func (t readFile) run(ctx context.Context, in messages.JSON) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := t.s.fsys.Open(rel)
+	f, _, err := t.s.openFile(rel, p)
 	if err != nil {
-		return "", fsErr(p, err)
+		return "", err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fsErr(p, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", errorf(CodeNotAFile, "%q is not a regular file", p)
-	}
 	br := bufio.NewReader(f)
 	var b strings.Builder
 	var n, shown, bytesOut int64
 	more := false
 	for {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		line, err := br.ReadString('\n')
-		if line == "" && err != nil {
-			if err != io.EOF {
-				return "", fsErr(p, err)
-			}
+		// Keep room for a cut line's "\r\n", so cut still sees it is long.
+		line, nul, err := nextLine(ctx, br, MaxLineBytes+2)
+		if err == io.EOF {
 			break
 		}
+		if err != nil {
+			return "", fsErr(p, err)
+		}
 		n++
-		if strings.IndexByte(line, 0) >= 0 {
+		if nul {
 			return "", errorf(CodeBinaryFile, "%q looks like a binary file", p)
 		}
 		if n < offset {
@@ -301,7 +444,7 @@ func (t readFile) run(ctx context.Context, in messages.JSON) (string, error) {
 			more = true
 			break
 		}
-		out := fmt.Sprintf("%6d\t%s\n", n, cut(strings.TrimRight(line, "\r\n")))
+		out := fmt.Sprintf("%6d\t%s\n", n, cut(strings.TrimRight(string(line), "\r\n")))
 		b.WriteString(out)
 		shown++
 		bytesOut += int64(len(out))
@@ -331,11 +474,11 @@ func (listDir) Schema() messages.ToolSchema {
 
 func (listDir) Mode(messages.JSON) agent.Mode { return agent.Parallel }
 
-func (t listDir) Execute(_ context.Context, call agent.Call) (agent.Result, error) {
-	return result(t.run(call.Input))
+func (t listDir) Execute(ctx context.Context, call agent.Call) (agent.Result, error) {
+	return result(t.run(ctx, call.Input))
 }
 
-func (t listDir) run(in messages.JSON) (string, error) {
+func (t listDir) run(ctx context.Context, in messages.JSON) (string, error) {
 	if err := checkInput(in); err != nil {
 		return "", err
 	}
@@ -347,14 +490,12 @@ func (t listDir) run(in messages.JSON) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fi, err := fs.Stat(t.s.fsys, rel)
+	d, err := t.s.openDir(rel, p)
 	if err != nil {
-		return "", fsErr(p, err)
+		return "", err
 	}
-	if !fi.IsDir() {
-		return "", errorf(CodeNotADir, "%q is not a directory", p)
-	}
-	ents, err := fs.ReadDir(t.s.fsys, rel)
+	defer d.Close()
+	ents, more, err := readDir(ctx, d, MaxListEntries)
 	if err != nil {
 		return "", fsErr(p, err)
 	}
@@ -362,11 +503,7 @@ func (t listDir) run(in messages.JSON) (string, error) {
 		return "(empty directory)", nil
 	}
 	var b strings.Builder
-	for i, e := range ents {
-		if i == MaxListEntries {
-			fmt.Fprintf(&b, "(%d more entries)\n", len(ents)-i)
-			break
-		}
+	for _, e := range ents {
 		name := e.Name()
 		switch {
 		case e.IsDir():
@@ -375,6 +512,9 @@ func (t listDir) run(in messages.JSON) (string, error) {
 			name += "@"
 		}
 		b.WriteString(name + "\n")
+	}
+	if more > 0 {
+		fmt.Fprintf(&b, "(%d more entries)\n", more)
 	}
 	return b.String(), nil
 }
@@ -447,35 +587,71 @@ func (t globTool) run(ctx context.Context, in messages.JSON) (string, error) {
 	return s, nil
 }
 
-// walk visits the entries under base (not following symlinked
-// directories), passing each one's path relative to the workdir and to
-// base.
+// walk visits the entries under base in name order (not following
+// symlinked directories), passing each one's path relative to the workdir
+// and to base; base itself is visited only when it is not a directory. fn
+// may return fs.SkipAll to end the walk early. Directories are opened like
+// list_dir's (non-blocking, checked) one at a time, and ctx is checked
+// before each entry; unreadable directories below base are skipped.
 func (s *Set) walk(ctx context.Context, base string, fn func(full, rel string, d fs.DirEntry) error) error {
-	if _, err := fs.Stat(s.fsys, base); err != nil {
+	fi, err := s.root.Stat(base)
+	if err != nil {
 		return err
 	}
-	return fs.WalkDir(s.fsys, base, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == base {
+	if fi.IsDir() {
+		err = s.walkDir(ctx, base, "", fn)
+	} else {
+		err = s.visitEntry(ctx, base, path.Base(base), fs.FileInfoToDirEntry(fi), fn)
+	}
+	if errors.Is(err, fs.SkipAll) {
+		return nil
+	}
+	return err
+}
+
+// walkDir walks the directory dir (relDir relative to the walk's base).
+func (s *Set) walkDir(ctx context.Context, dir, relDir string, fn func(full, rel string, d fs.DirEntry) error) error {
+	d, err := s.root.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		if relDir == "" {
+			return err
+		}
+		return nil // an unreadable (or swapped) directory is skipped
+	}
+	ents, _, err := readDir(ctx, d, 0)
+	_ = d.Close()
+	if err != nil {
+		if relDir == "" || ctx.Err() != nil {
+			return err
+		}
+		return nil
+	}
+	for _, e := range ents {
+		full := path.Join(dir, e.Name())
+		rel := e.Name()
+		if relDir != "" {
+			rel = relDir + "/" + rel
+		}
+		if err := s.visitEntry(ctx, full, rel, e, fn); err != nil {
+			return err
+		}
+		if e.IsDir() {
+			if err := s.walkDir(ctx, full, rel, fn); err != nil {
 				return err
 			}
-			return nil // unreadable entries are skipped
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		rel := p
-		if base != "." {
-			rel = strings.TrimPrefix(strings.TrimPrefix(p, base), "/")
-		}
-		if rel == "" {
-			if d.IsDir() {
-				return nil
-			}
-			rel = path.Base(p)
-		}
-		return fn(p, rel, d)
-	})
+	}
+	return nil
+}
+
+func (s *Set) visitEntry(ctx context.Context, full, rel string, e fs.DirEntry, fn func(full, rel string, d fs.DirEntry) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.visit != nil {
+		s.visit(full)
+	}
+	return fn(full, rel, e)
 }
 
 // matchSegs matches path segments against pattern segments, where "**"
@@ -564,9 +740,14 @@ func (t grepTool) run(ctx context.Context, in messages.JSON) (string, error) {
 		}
 		data, err := t.readSmall(full)
 		if err != nil || bytes.IndexByte(data, 0) >= 0 {
-			return nil // unreadable, too large or binary: skipped
+			return nil // unreadable, too large, binary or not a regular file: skipped
 		}
 		for i, line := range strings.Split(string(data), "\n") {
+			if i%256 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			if re.MatchString(line) {
 				if count == MaxGrepMatches {
 					more = true
@@ -590,17 +771,16 @@ func (t grepTool) run(ctx context.Context, in messages.JSON) (string, error) {
 	return b.String(), nil
 }
 
+// readSmall reads the regular file rel whole, or fails (a special file
+// is never opened in a way that can block; a file over MaxGrepFileBytes
+// is not read).
 func (t grepTool) readSmall(rel string) ([]byte, error) {
-	f, err := t.s.fsys.Open(rel)
+	f, fi, err := t.s.openFile(rel, rel)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() || fi.Size() > MaxGrepFileBytes {
+	if fi.Size() > MaxGrepFileBytes {
 		return nil, errors.New("skipped")
 	}
 	return io.ReadAll(io.LimitReader(f, MaxGrepFileBytes))
