@@ -42,6 +42,44 @@ import (
 // store listing sessions skips such files.
 var ErrNoHeader = errors.New("session: log has no complete header line")
 
+// FileError is an error about the log file at Path that is not damage in
+// its records: the file has no complete header line (Err is ErrNoHeader),
+// or its header line is refused (Err wraps ErrNotHeader, a
+// *FormatVersionError or a header rule). Its text names the package and
+// the path once: "session: PATH: cause".
+type FileError struct {
+	Path string
+	Err  error
+}
+
+func (e *FileError) Error() string { return "session: " + e.Path + ": " + causeText(e.Err) }
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// causeText is err's text without what an enclosing session error already
+// says: the "session: " prefix, and the seq of a *DecodeError or an
+// *EventError (the enclosing error names the line and the seq).
+func causeText(err error) string {
+	switch e := err.(type) {
+	case *DecodeError:
+		return e.Err.Error()
+	case *EventError:
+		return fmt.Sprintf("%s: %v", e.Type, e.Err)
+	}
+	return strings.TrimPrefix(err.Error(), "session: ")
+}
+
+// causeError is fmt.Errorf("%s: %w", msg, err) with err's text given by
+// causeText: a rule wrapping a decode error inside a *CorruptError.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e *causeError) Error() string { return e.msg + ": " + causeText(e.err) }
+
+func (e *causeError) Unwrap() error { return e.err }
+
 // CorruptError reports damage in the committed region of a log file: a
 // record that does not parse, a seq gap, a complete zstd frame that does not
 // decode or holds a partial line, followed by a turn/end (or a frame that is
@@ -60,11 +98,13 @@ type CorruptError struct {
 func (e *CorruptError) Error() string {
 	switch {
 	case e.Line > 0 && e.Seq >= 0:
-		return fmt.Sprintf("session: %s: line %d (seq %d): %v", e.Path, e.Line, e.Seq, e.Err)
+		return fmt.Sprintf("session: %s: line %d (seq %d): %s", e.Path, e.Line, e.Seq, causeText(e.Err))
 	case e.Line > 0:
-		return fmt.Sprintf("session: %s: line %d: %v", e.Path, e.Line, e.Err)
+		return fmt.Sprintf("session: %s: line %d: %s", e.Path, e.Line, causeText(e.Err))
+	case e.Offset < 0 && e.Seq >= 0:
+		return fmt.Sprintf("session: %s: seq %d: %s", e.Path, e.Seq, causeText(e.Err))
 	}
-	return fmt.Sprintf("session: %s: offset %d: %v", e.Path, e.Offset, e.Err)
+	return fmt.Sprintf("session: %s: offset %d: %s", e.Path, e.Offset, causeText(e.Err))
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }
@@ -111,9 +151,9 @@ func (f *File) Log() (*Log, error) { return Restore(f.Header, f.Events) }
 
 // ReadFile reads and scans the log file at path. The framing is detected
 // from the content (zstd magic 28 B5 2F FD), not trusted from the suffix;
-// a ".zstd" name without the magic is corruption. Errors: ErrNoHeader
-// (wrapped), a header error from ParseHeader (wrapped, so errors.As finds a
-// *FormatVersionError), or a *CorruptError.
+// a ".zstd" name without the magic is corruption. Errors: a *FileError
+// wrapping ErrNoHeader or a header error from ParseHeader (so errors.As
+// finds a *FormatVersionError), or a *CorruptError.
 func ReadFile(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -172,7 +212,7 @@ var (
 func (f *File) parsePlain(data []byte) ([]line, tail, error) {
 	nl := bytes.IndexByte(data, '\n')
 	if nl < 0 {
-		return nil, tail{}, fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
+		return nil, tail{}, &FileError{Path: f.Path, Err: ErrNoHeader}
 	}
 	if err := f.parseHeader(data[:nl]); err != nil {
 		return nil, tail{}, err
@@ -196,7 +236,7 @@ func (f *File) parsePlain(data []byte) ([]line, tail, error) {
 func (f *File) parseHeader(text []byte) error {
 	h, err := ParseHeader(text)
 	if err != nil {
-		return fmt.Errorf("session: %s: header: %w", f.Path, err)
+		return &FileError{Path: f.Path, Err: err}
 	}
 	f.Header = h
 	return nil
@@ -230,7 +270,7 @@ func (f *File) scan(lines []line, t tail) error {
 		var rule error
 		switch {
 		case err != nil:
-			rule = fmt.Errorf("unparsable committed event: %w", err)
+			rule = &causeError{msg: "unparsable committed event", err: err}
 		case evs[n].seq != expected:
 			err = fmt.Errorf("record starts at seq %d, want %d", evs[n].seq, expected)
 			rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[n].seq, expected)
@@ -531,7 +571,7 @@ func (f *File) parseZstd(data []byte) ([]line, tail, error) {
 		if walkErr != nil {
 			return nil, tail{}, corrupt(errAt, 1, -1, walkErr)
 		}
-		return nil, tail{}, fmt.Errorf("%w: %s", ErrNoHeader, f.Path)
+		return nil, tail{}, &FileError{Path: f.Path, Err: ErrNoHeader}
 	}
 
 	// Frame 0 holds exactly the header line. Being strict here keeps every

@@ -50,7 +50,7 @@ func ParseFileHeader(data []byte, name string) (Header, error) {
 	if !bytes.HasPrefix(data, zstdMagic) && !strings.HasSuffix(name, ".zstd") {
 		nl := bytes.IndexByte(data, '\n')
 		if nl < 0 {
-			return Header{}, fmt.Errorf("%w: %s", ErrNoHeader, name)
+			return Header{}, &FileError{Path: name, Err: ErrNoHeader}
 		}
 		err := f.parseHeader(data[:nl])
 		return f.Header, err
@@ -73,7 +73,7 @@ func ParseFileHeader(data []byte, name string) (Header, error) {
 	}
 	switch {
 	case err == errShort:
-		return Header{}, fmt.Errorf("%w: %s", ErrNoHeader, name)
+		return Header{}, &FileError{Path: name, Err: ErrNoHeader}
 	case err != nil:
 		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: err}
 	}

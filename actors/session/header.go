@@ -105,7 +105,10 @@ var headerKeys = []string{"agentPreset", "createdAt", "cwd", "delegationDepth", 
 // delegationDepth required.
 func ParseHeader(line []byte) (Header, error) {
 	j, err := messages.ParseJSON(line)
-	if err != nil || j.Kind() != messages.KindObject {
+	if err != nil {
+		return Header{}, fmt.Errorf("%w: %w", ErrNotHeader, err)
+	}
+	if j.Kind() != messages.KindObject {
 		return Header{}, fmt.Errorf("%w: not a JSON object", ErrNotHeader)
 	}
 	if t, _ := j.Field("type"); t.String() != `"session"` {

@@ -306,7 +306,7 @@ func (f *File) referenceScan(lines []line, t tail) error {
 		var rule error
 		switch {
 		case err != nil:
-			rule = fmt.Errorf("unparsable committed event: %w", err)
+			rule = &causeError{msg: "unparsable committed event", err: err}
 		case evs[0].seq != expected:
 			err = fmt.Errorf("record starts at seq %d, want %d", evs[0].seq, expected)
 			rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[0].seq, expected)
