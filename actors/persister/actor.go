@@ -536,10 +536,9 @@ func appendSafely(ctx context.Context, store Writer, id session.SessionID, batch
 			err = fmt.Errorf("persister: append %s: store panicked: %v", id, r)
 		}
 	}()
-	if err := store.Append(ctx, id, batch); err != nil {
-		return fmt.Errorf("persister: append %s: %w", id, err)
-	}
-	return nil
+	// The store's error names the append and the session already (see
+	// Writer.Append): wrapping it again would say so twice.
+	return store.Append(ctx, id, batch)
 }
 
 // forget drops session t (drained by Untrack and released, its Track

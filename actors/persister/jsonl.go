@@ -579,10 +579,15 @@ func (s *JSONLStore) writeBatch(st *jsonlSession, f vfs.File, events []session.E
 
 // truncateBackError marks an appendSynced failure whose truncation back
 // failed too: the file may hold part of the batch.
-type truncateBackError struct{ err error }
+type truncateBackError struct{ write, truncate error }
 
-func (e *truncateBackError) Error() string { return e.err.Error() }
-func (e *truncateBackError) Unwrap() error { return e.err }
+// Error is one line (errors.Join would put each error on a line of its
+// own).
+func (e *truncateBackError) Error() string {
+	return fmt.Sprintf("%v; then %v", e.write, e.truncate)
+}
+
+func (e *truncateBackError) Unwrap() []error { return []error{e.write, e.truncate} }
 
 // appendSynced writes buf at the end of f, whose size is size, and fsyncs.
 // On failure it truncates f back to size (and fsyncs), so nothing of buf
@@ -596,7 +601,7 @@ func appendSynced(f vfs.File, size int64, buf []byte) error {
 		return nil
 	}
 	if terr := truncateBack(f, size); terr != nil {
-		return &truncateBackError{err: errors.Join(err, terr)}
+		return &truncateBackError{write: err, truncate: terr}
 	}
 	return err
 }

@@ -83,15 +83,17 @@ func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
 		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 	}
 	defer f.Close()
+	// The file's own errors name its path: this layer says only what it
+	// was doing.
 	if err := truncateBack(f, size); err != nil {
-		return RepairReport{}, fmt.Errorf("persister: repair %s: %w", path, err)
+		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 	}
 	if len(batch) > 0 {
 		buf := encodeBatch(nil, batch, file.Compressed, true)
 		// No partial batch stays on failure; the torn tail is already gone,
 		// so a second repair finds a clean file with the turn open.
 		if err := appendSynced(f, size, buf); err != nil {
-			return RepairReport{}, fmt.Errorf("persister: repair %s: write: %w", path, err)
+			return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 		}
 		size += int64(len(buf))
 	}

@@ -29,7 +29,9 @@ type Writer interface {
 	// (this is what keeps two writers from interleaving). On the first
 	// append the header and the batch are made durable together. When
 	// Append returns nil the events are durable (written and fsynced);
-	// on any error nothing of the batch is stored.
+	// on any error nothing of the batch is stored. The error names the
+	// operation and the session ("persister: append ID: ..."): the
+	// persister passes it on as it is.
 	Append(ctx context.Context, id session.SessionID, events []session.Event) error
 	// Release ends this writer's hold on id: the writer lock, if the
 	// store takes one, is released and what the store cached about the

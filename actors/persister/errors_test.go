@@ -1,0 +1,52 @@
+package persister
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/internal/vfs"
+)
+
+// TestActorPassesTheStoreErrorOnOnce: the store's append error names the
+// append and the session; the persister reports it as it is, not wrapped
+// in the same words again.
+func TestActorPassesTheStoreErrorOnOnce(t *testing.T) {
+	store := NewMemStore()
+	r := newRig(t, Config{Store: store, Window: hourWindow})
+	id := r.track("s-fail")
+	r.append(id, wbUserDrafts(1)...)
+	store.FailNext(errWriteDisk)
+	ff, ok := r.flush(id).(FlushFailed)
+	require.Truef(t, ok, "want FlushFailed")
+	require.ErrorIs(t, ff.Err, errWriteDisk)
+	require.Equal(t, "persister: append s-fail: disk on fire", ff.Err.Error())
+}
+
+// TestJSONLFailedWriteAndTruncateBackIsOneLine: when the write and then
+// the truncation back both fail, the error says both on one line.
+func TestJSONLFailedWriteAndTruncateBackIsOneLine(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{})
+	b := newJL(t, "dirty")
+	b.textTurn("one", 5)
+	k := b.len()
+	b.textTurn("two", 5)
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k]))
+	path := s.Locate(b.header())
+	size := len(readRaw(t, m, path))
+	m.InjectError(func(op vfs.Op, p string) error {
+		if p == path && (op == vfs.OpSync || op == vfs.OpTruncate) {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	err := s.Append(ctx, b.id(), b.from(k))
+	m.InjectError(nil)
+	require.ErrorIs(t, err, vfs.ErrInjected)
+	require.NotContains(t, err.Error(), "\n")
+	require.Equal(t, fmt.Sprintf("persister: append dirty: sync %s: vfs: injected error; then truncate back to %d: truncate %s: vfs: injected error",
+		path, size, path), err.Error())
+}
