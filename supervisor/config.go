@@ -139,7 +139,7 @@ func (c Config) Validate() error {
 	if err := c.Inbox.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return joinErrors(errs)
 }
 
 // Errors of the host. Match them with errors.Is.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -860,8 +861,9 @@ func (h *Host) Usage(id session.SessionID) (messages.TokenUsage, error) {
 // (agent.Dispose), everything is flushed (the persister untracks each
 // session after a flush), and the agents, sessions, subscriptions and the
 // persister are stopped in that order; then the store is closed and, when
-// the host owns it, the actor system shut down. Close returns the first
-// error met but always stops everything. A second Close returns ErrClosed.
+// the host owns it, the actor system shut down. Close returns the errors
+// met, on one line, but always stops everything. A second Close returns
+// ErrClosed.
 func (h *Host) Close(ctx context.Context) error {
 	h.mu.Lock()
 	if h.closed {
@@ -925,7 +927,34 @@ func (h *Host) Close(ctx context.Context) error {
 	if err := h.workers.close(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return joinErrors(errs)
+}
+
+// joinedError is errors.Join on one line: a caller printing it (dsh prints
+// one line per failure) gets "a; b", not a line per error.
+type joinedError struct{ errs []error }
+
+func (e *joinedError) Error() string {
+	msgs := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e *joinedError) Unwrap() []error { return e.errs }
+
+// joinErrors is errors.Join with the text of joinedError: nil for no
+// error, the error itself for one.
+func joinErrors(errs []error) error {
+	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return &joinedError{errs: errs}
 }
 
 // stopSession disposes the agent, flushes and untracks the session, and
@@ -939,10 +968,13 @@ func (h *Host) stopSession(ctx context.Context, e *entry) error {
 	if _, err := h.ask(ctx, e.agent, agent.Dispose{Ref: h.refs.Add(1)}); err != nil {
 		errs = append(errs, fmt.Errorf("dispose: %w", err))
 	}
-	if _, err := h.flush(ctx, e); err != nil {
-		errs = append(errs, fmt.Errorf("flush: %w", err))
+	_, ferr := h.flush(ctx, e)
+	if ferr != nil {
+		errs = append(errs, fmt.Errorf("flush: %w", ferr))
 	}
-	if _, err := h.barrier(ctx, persister.Untrack{Ref: h.refs.Add(1), ID: e.id}); err != nil {
+	// Untrack drains what the failed flush left queued: the same write,
+	// failing for the same cause, which the flush error already reports.
+	if _, err := h.barrier(ctx, persister.Untrack{Ref: h.refs.Add(1), ID: e.id}); err != nil && ferr == nil {
 		errs = append(errs, fmt.Errorf("untrack: %w", err))
 	}
 	if err := h.sys.Root.PoisonFuture(e.agent).Wait(); err != nil {
@@ -951,5 +983,5 @@ func (h *Host) stopSession(ctx context.Context, e *entry) error {
 	if err := h.sys.Root.PoisonFuture(e.session).Wait(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return joinErrors(errs)
 }
