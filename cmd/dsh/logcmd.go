@@ -59,11 +59,7 @@ func logFlags(name, synopsis string, args []string, stdout io.Writer) (fixture b
 func loadFile(path string, fixture bool) (*session.File, *session.Log, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return nil, nil, fmt.Errorf("%s: %v", path, pe.Err)
-		}
-		return nil, nil, err
+		return nil, nil, describe(path, err)
 	}
 	if fixture {
 		data = fixtures.Substitute(data)
@@ -79,8 +75,13 @@ func loadFile(path string, fixture bool) (*session.File, *session.Log, error) {
 		return nil, nil, describe(path, err)
 	}
 	if f.Torn != nil {
+		cause := f.Torn.Err
+		var de *session.DecodeError
+		if errors.As(cause, &de) {
+			cause = de.Err // the line names the seq already
+		}
 		return f, nil, fmt.Errorf("%s: torn tail at byte %d (seq %d): %v; run 'dsh log repair %s'",
-			path, f.Torn.Offset, f.Torn.NextSeq, f.Torn.Err, path)
+			path, f.Torn.Offset, f.Torn.NextSeq, cause, path)
 	}
 	l, err := f.Log()
 	if err != nil {
@@ -92,20 +93,24 @@ func loadFile(path string, fixture bool) (*session.File, *session.Log, error) {
 	return f, l, nil
 }
 
-// describe turns a read or validation error into one line naming the file,
-// the seq and the rule.
+// describe turns a read or validation error into one line naming the file
+// once (the path first), the seq and the rule, without the package
+// prefixes of the layers below.
 func describe(path string, err error) error {
 	var (
+		pe *os.PathError
 		ce *session.CorruptError
+		fe *session.FileError
 		ee *session.EventError
 		ue *session.UnsupportedTypeError
-		ve *session.FormatVersionError
 	)
 	switch {
-	case errors.As(err, &ve):
-		return fmt.Errorf("%s: %v", path, strings.TrimPrefix(ve.Error(), "session: "))
 	case errors.As(err, &ce):
-		return fmt.Errorf("%s", strings.TrimPrefix(ce.Error(), "session: "))
+		return errors.New(strings.TrimPrefix(ce.Error(), "session: "))
+	case errors.As(err, &fe):
+		return errors.New(strings.TrimPrefix(fe.Error(), "session: "))
+	case errors.As(err, &pe):
+		return fmt.Errorf("%s: %v", pe.Path, pe.Err)
 	case errors.As(err, &ee):
 		return fmt.Errorf("%s: seq %d (%s): %v", path, ee.Seq, ee.Type, ee.Err)
 	case errors.As(err, &ue):
@@ -130,7 +135,7 @@ func logVerify(args []string, stdout, stderr io.Writer) error {
 	for _, path := range files {
 		_, l, err := loadFile(path, fixture)
 		if err != nil {
-			fmt.Fprintf(stderr, "dsh: invalid: %v\n", err)
+			fmt.Fprintf(stderr, "dsh: %v\n", err)
 			failed = true
 			continue
 		}

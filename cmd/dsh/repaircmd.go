@@ -28,10 +28,6 @@ func logRepair(args []string, stdout, _ io.Writer) error {
 	path := fs.Arg(0)
 	r, err := persister.RepairFile(vfs.OS(), path)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return fmt.Errorf("%s: %v", path, pe.Err)
-		}
 		return describe(path, err)
 	}
 	if !r.Changed() {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,10 +20,6 @@ func logReplay(args []string, stdout, _ io.Writer) error {
 	}
 	rec, override, err := logreplay.Load(path, fixture)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return fmt.Errorf("%s: %v", path, pe.Err)
-		}
 		if !fixture {
 			if data, rerr := os.ReadFile(path); rerr == nil && fixtures.HasPlaceholders(data) {
 				return fmt.Errorf("%v (the file has reference snapshot placeholders: try --fixture)", describe(path, err))
