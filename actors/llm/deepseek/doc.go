@@ -43,9 +43,12 @@
 // message has reasoning text, and never elsewhere.
 //
 // The API key goes into the Authorization header and nowhere else. It is
-// not in the body, not in any failure message (a server echoing it is
-// redacted to "[redacted]"), and Config and Provider print and log it
-// redacted.
+// not in the body, and a server echoing it back gets "[redacted]" in its
+// place in everything the provider passes on: failure messages, codes and
+// request ids (X-Request-Id, X-Ds-Trace-Id), streamed text, reasoning,
+// tool-call ids, names and arguments, and finish reasons (see
+// Provider.redact for the one gap, a key split across deltas). Config and
+// Provider print and log it redacted.
 //
 // # The stream
 //

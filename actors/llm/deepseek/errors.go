@@ -44,14 +44,33 @@ func (p *Provider) failure(code string, status int, format string, args ...any) 
 }
 
 // redact removes the API key from text that may quote it: a server that
-// echoes the Authorization header in an error, a proxy's diagnostics. The
-// key is only ever put into the request header, so this is the second
-// line of defence, not the first.
+// echoes the Authorization header in an error or a response header, a
+// proxy's diagnostics, a hostile endpoint. The key is only ever put into
+// the request header, so this is the second line of defence, not the
+// first. Every string the provider takes from a response and hands on
+// (failure messages and request ids, streamed text, reasoning, tool-call
+// ids, names and arguments, finish reasons) passes through it, since all
+// of it ends up in the session's log and on the user's terminal.
+//
+// What it cannot catch: a key split across two streamed deltas leaves a
+// piece in each delta chunk (the block-end, which carries the assembled
+// block the log's messages are built from, is redacted whole).
+// Rejected: holding back the tail of every delta until the next one, which
+// would delay every token for a threat that only a hostile endpoint poses.
 func (p *Provider) redact(s string) string {
 	if p.cfg.APIKey == "" {
 		return s
 	}
 	return strings.ReplaceAll(s, p.cfg.APIKey, "[redacted]")
+}
+
+// redactFailure redacts every provider-derived string of f: the one place
+// each failure passes before it leaves Stream, whichever path built it.
+func (p *Provider) redactFailure(f messages.LlmFailure) messages.LlmFailure {
+	f.Message = p.redact(f.Message)
+	f.RequestID = p.redact(f.RequestID)
+	f.Code = p.redact(f.Code)
+	return f
 }
 
 // httpFailure maps a non-2xx response (DESIGN §7).
@@ -69,7 +88,7 @@ func (p *Provider) httpFailure(resp *http.Response, body []byte) messages.LlmFai
 		f.Status = 0 // LlmFailure allows only 100..599
 	}
 	f.ProviderRetryAfterMs = retryAfterMs(resp.Header, p.now())
-	f.RequestID = requestID(resp.Header)
+	f.RequestID = p.redact(requestID(resp.Header))
 	return f
 }
 

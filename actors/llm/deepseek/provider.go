@@ -83,7 +83,7 @@ var errIdle = errors.New("deepseek: stream idle")
 func (p *Provider) Stream(ctx context.Context, req llm.Request) iter.Seq2[messages.StreamChunk, error] {
 	return func(yield func(messages.StreamChunk, error) bool) {
 		if f, ok := p.stream(ctx, req, yield); !ok {
-			yield(messages.StreamChunk{}, f)
+			yield(messages.StreamChunk{}, p.redactFailure(f))
 		}
 	}
 }

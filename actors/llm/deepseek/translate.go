@@ -79,7 +79,7 @@ func (d *decoder) event(data []byte) ([]messages.StreamChunk, *messages.LlmFailu
 		}
 		d.delta(&ch.Delta)
 		if ch.FinishReason != "" && d.finish == "" {
-			d.finish = ch.FinishReason
+			d.finish = d.p.redact(ch.FinishReason)
 		}
 	}
 	if c.Usage != nil {
@@ -91,19 +91,22 @@ func (d *decoder) event(data []byte) ([]messages.StreamChunk, *messages.LlmFailu
 }
 
 func (d *decoder) delta(w *wireDelta) {
+	// Every string the server sends is redacted before it is kept (see
+	// Provider.redact).
 	r := w.ReasoningContent
 	if r == "" {
 		r = w.Reasoning
 	}
+	r = d.p.redact(r)
 	if r != "" {
 		d.reasoning = d.open(d.reasoning, messages.BlockReasoning)
 		d.blocks[d.reasoning].text.WriteString(r)
 		d.out = append(d.out, messages.ReasoningDeltaChunk(d.reasoning, r))
 	}
-	if w.Content != "" {
+	if content := d.p.redact(w.Content); content != "" {
 		d.text = d.open(d.text, messages.BlockText)
-		d.blocks[d.text].text.WriteString(w.Content)
-		d.out = append(d.out, messages.TextDeltaChunk(d.text, w.Content))
+		d.blocks[d.text].text.WriteString(content)
+		d.out = append(d.out, messages.TextDeltaChunk(d.text, content))
 	}
 	for i := range w.ToolCalls {
 		d.toolCall(&w.ToolCalls[i])
@@ -123,6 +126,9 @@ func (d *decoder) open(idx int, t messages.BlockType) int {
 }
 
 func (d *decoder) toolCall(tc *wireToolCallDelta) {
+	tc.ID = d.p.redact(tc.ID)
+	tc.Function.Name = d.p.redact(tc.Function.Name)
+	tc.Function.Arguments = d.p.redact(tc.Function.Arguments)
 	idx := d.findTool(tc)
 	if idx < 0 {
 		idx = len(d.blocks)
@@ -189,13 +195,15 @@ func (d *decoder) done() ([]messages.StreamChunk, *messages.LlmFailure) {
 	}
 	for i, b := range d.blocks {
 		var blk messages.ContentBlock
+		// Redacted again whole: a key split across deltas is caught here.
+		text := d.p.redact(b.text.String())
 		switch b.typ {
 		case messages.BlockText:
-			blk = messages.TextBlock(b.text.String())
+			blk = messages.TextBlock(text)
 		case messages.BlockReasoning:
-			blk = messages.ReasoningBlock(b.text.String())
+			blk = messages.ReasoningBlock(text)
 		default:
-			blk = messages.ToolCallBlock(b.id, b.name, b.text.String())
+			blk = messages.ToolCallBlock(b.id, b.name, text)
 		}
 		d.out = append(d.out, messages.BlockEndChunk(i, blk))
 	}
