@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,10 @@ type testCluster struct {
 	fss     []*vfs.KillableFS
 	gone    []bool        // closed or killed
 	idle    time.Duration // Session.IdleTimeout of members started from now on
+	tls     []*tls.Config // Config.TLS of each member (nil: plaintext)
+
+	mu      sync.Mutex
+	refused [][]*RefusedError // what each member reported through OnRefused
 }
 
 // startCluster starts n members at once (protoactor's StartMember takes
@@ -48,7 +53,8 @@ func startCluster(t *testing.T, n int, model synthetic.Config) *testCluster {
 // newCluster allocates the endpoints of total members and starts none.
 func newCluster(t *testing.T, total int, model synthetic.Config) *testCluster {
 	tc := &testCluster{t: t, dir: t.TempDir(), model: model, lns: make([]net.Listener, total), peers: make([]string, total),
-		members: make([]*Member, total), fss: make([]*vfs.KillableFS, total), gone: make([]bool, total)}
+		members: make([]*Member, total), fss: make([]*vfs.KillableFS, total), gone: make([]bool, total),
+		tls: make([]*tls.Config, total), refused: make([][]*RefusedError, total)}
 	for i := range total {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
@@ -81,13 +87,25 @@ func (tc *testCluster) start(idx ...int) {
 			tc.fss[i] = vfs.Killable(vfs.OS())
 			tc.members[i], errs[i] = Start(Config{Dir: tc.dir, Refresh: 100 * time.Millisecond,
 				RequestTimeout: 3 * time.Second, HandoffTimeout: 5 * time.Second, Peers: tc.peers,
-				Session: supervisor.Config{Provider: p, IdleTimeout: tc.idle}, listener: tc.lns[i], fs: tc.fss[i]})
+				Session: supervisor.Config{Provider: p, IdleTimeout: tc.idle}, listener: tc.lns[i], fs: tc.fss[i],
+				TLS: tc.tls[i], OnRefused: func(e *RefusedError) {
+					tc.mu.Lock()
+					defer tc.mu.Unlock()
+					tc.refused[i] = append(tc.refused[i], e)
+				}})
 		})
 	}
 	wg.Wait()
 	for i, err := range errs {
 		require.NoError(tc.t, err, "member %d", i)
 	}
+}
+
+// refusals returns what member i reported through OnRefused so far.
+func (tc *testCluster) refusals(i int) []*RefusedError {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return slices.Clone(tc.refused[i])
 }
 
 // waitMembers polls until every live member sees n members.

@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -16,7 +17,7 @@ import (
 
 func TestClusterConfigValidate(t *testing.T) {
 	require.NoError(t, Config{Dir: "/d"}.Validate())
-	require.NoError(t, Config{Dir: "/d", Bind: "10.0.0.5", Port: 7000, ProviderPort: 6330, Peers: []string{"10.0.0.6:6330"}}.Validate())
+	require.NoError(t, Config{Dir: "/d", Bind: "10.0.0.5", Port: 7000, ProviderPort: 6330, Peers: []string{"10.0.0.6:6330"}, Insecure: true}.Validate())
 	for name, c := range map[string]Config{
 		"no dir":        {},
 		"any address":   {Dir: "/d", Bind: "0.0.0.0"},
@@ -30,6 +31,39 @@ func TestClusterConfigValidate(t *testing.T) {
 	}
 	_, err := Start(Config{Dir: "/d", Bind: "0.0.0.0"})
 	require.ErrorContains(t, err, "give one they can reach")
+}
+
+// Without TLS a member binds only a loopback address, unless Insecure;
+// with TLS the configuration must authenticate both ways.
+func TestClusterConfigPlaintextOnlyOnLoopback(t *testing.T) {
+	ca := newCA(t, "dsh test CA")
+	mtls := config(t, ca, ca, "member")
+	for _, bind := range []string{"", "127.0.0.1", "127.0.0.2", "::1", "localhost"} {
+		require.NoError(t, Config{Dir: "/d", Bind: bind}.Validate(), bind)
+	}
+	for _, bind := range []string{"10.0.0.5", "192.168.1.2", "fd00::1", "dsh.example"} {
+		err := Config{Dir: "/d", Bind: bind}.Validate()
+		require.ErrorIs(t, err, ErrInsecure, bind)
+		require.ErrorContains(t, err, "Bind "+bind+": ")
+		require.ErrorContains(t, err, "give TLS settings, or set Insecure")
+		require.NotContains(t, err.Error(), "\n")
+		require.NoError(t, Config{Dir: "/d", Bind: bind, Insecure: true}.Validate(), bind)
+		require.NoError(t, Config{Dir: "/d", Bind: bind, TLS: mtls}.Validate(), bind)
+	}
+	_, err := Start(Config{Dir: t.TempDir(), Bind: "10.0.0.5"})
+	require.ErrorIs(t, err, ErrInsecure)
+	_, err = Dial(context.Background(), ClientConfig{Bind: "10.0.0.5", Peers: []string{"10.0.0.6:6330"}})
+	require.ErrorIs(t, err, ErrInsecure)
+
+	noCA := mtls.Clone()
+	noCA.RootCAs, noCA.ClientCAs = nil, nil
+	require.ErrorContains(t, Config{Dir: "/d", TLS: noCA}.Validate(), "TLS has no CA")
+	noCert := mtls.Clone()
+	noCert.Certificates = nil
+	require.ErrorContains(t, Config{Dir: "/d", TLS: noCert}.Validate(), "TLS has no certificate")
+	skip := mtls.Clone()
+	skip.InsecureSkipVerify = true
+	require.ErrorContains(t, Config{Dir: "/d", TLS: skip}.Validate(), "skips verification")
 }
 
 // Every error a grain classifies comes back from a RemoteError as the

@@ -2,12 +2,12 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 )
 
@@ -16,19 +16,26 @@ type ClientConfig struct {
 	// Name is the cluster's name. Default DefaultName.
 	Name string
 	// Bind is the address this process listens on for replies; the
-	// members must reach it. Default DefaultBind.
+	// members must reach it. Default DefaultBind. A non-loopback Bind
+	// needs TLS, or Insecure.
 	Bind string
 	// Port is the remote's port; 0 takes a free one.
 	Port int
-	// Peers are the members' automanaged health endpoints ("host:port").
+	// Peers are the members' health endpoints ("host:port").
 	Peers []string
-	// Provider replaces the automanaged provider (consul, etcd, k8s...).
+	// Provider replaces polling Peers (consul, etcd, k8s...).
 	Provider pcluster.ClusterProvider
 	// Refresh is how often the members are polled. Default DefaultRefresh.
 	Refresh time.Duration
 	// RequestTimeout bounds one attempt of a request. Default
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// TLS is the client's mutual TLS configuration, as Config.TLS of the
+	// members (LoadTLS builds one from PEM files): the members accept
+	// only a client whose certificate their CA signed. nil: plaintext.
+	TLS *tls.Config
+	// Insecure lets a client without TLS bind a non-loopback address.
+	Insecure bool
 }
 
 // Dial joins a cluster as a client — it reaches every session through the
@@ -38,7 +45,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if len(cfg.Peers) == 0 && cfg.Provider == nil {
 		return nil, errors.New("cluster: dial: no Peers and no Provider: nothing to find the members with")
 	}
-	if err := checkPeers(cfg.Peers); err != nil {
+	if err := errors.Join(checkPeers(cfg.Peers), checkBind(cfg.Bind, cfg.TLS, cfg.Insecure), checkTLS(cfg.TLS)); err != nil {
 		return nil, err
 	}
 	if cfg.Name == "" {
@@ -55,13 +62,13 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	cl := newClient(cfg.RequestTimeout, 0)
 	provider := cfg.Provider
+	var peers *peersProvider
 	if provider == nil {
-		// A client serves no health endpoint; the provider wants one to
-		// close on shutdown all the same.
-		provider = automanaged.NewWithTesting(cfg.Refresh, 0, quietEcho(), cfg.Peers...)
+		peers = newPeersProvider(cfg.Peers, cfg.Refresh, nil, cfg.TLS, nil)
+		provider = peers
 	}
 	ccfg := pcluster.Configure(cfg.Name, provider, disthash.New(),
-		remoteConfig(Config{Bind: cfg.Bind, Port: cfg.Port, RequestTimeout: cfg.RequestTimeout}),
+		remoteConfig(cfg.Bind, cfg.Port, cfg.RequestTimeout, cfg.TLS, nil),
 		pcluster.WithRequestTimeout(cfg.RequestTimeout))
 	cl.c = pcluster.New(cl.sys, ccfg)
 	cl.provider = provider
@@ -74,7 +81,14 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	for len(cl.Members()) == 0 {
 		select {
 		case <-ctx.Done():
+			var last error
+			if peers != nil {
+				last = peers.lastErr()
+			}
 			cl.shutdown()
+			if last != nil {
+				return nil, fmt.Errorf("cluster: dial: no member answered: %w (last poll: %w)", context.Cause(ctx), last)
+			}
 			return nil, fmt.Errorf("cluster: dial: no member answered: %w", context.Cause(ctx))
 		case <-t.C:
 		}

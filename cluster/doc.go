@@ -34,19 +34,21 @@
 // generated code committed): protoactor's remote drops anything else
 // (silently, with only a timeout at the caller). A session's JSON —
 // messages and events — travels as bytes, exactly as the log stores it.
-// The remote is plaintext gRPC: between machines, put the members on a
-// private network or configure TLS through remote options.
+// The remote is gRPC: plaintext, or mutual TLS with Config.TLS (see
+// Security).
 //
 // # Discovery
 //
-// By default members find each other with protoactor's automanaged
-// provider: each member serves a health endpoint and polls the endpoints
-// of Config.Peers. dsh serves that endpoint itself, bound to Config.Bind
-// (protoactor's would bind every interface) and silent (its web
-// framework prints a banner on stdout). It needs a static peer list: fine
-// on one machine or a few known hosts. For anything dynamic pass another
-// protoactor provider as Config.Provider, from the protoactor-go module:
-// consul (cluster/clusterproviders/consul, against a Consul agent), etcd
+// By default members find each other through a static peer list
+// (Config.Peers): each member serves a health endpoint on
+// Bind:ProviderPort and polls every peer's each Refresh; the members are
+// the peers that answer. The wire is protoactor's automanaged provider's
+// (GET /_health answering its node JSON), but the provider is dsh's own:
+// protoactor's binds its endpoint on every interface, prints a banner on
+// stdout, and polls in plain HTTP only. It suits one machine or a few
+// known hosts. For anything dynamic pass another protoactor provider as
+// Config.Provider, from the protoactor-go module: consul
+// (cluster/clusterproviders/consul, against a Consul agent), etcd
 // (clusterproviders/etcd, against an etcd cluster), Kubernetes
 // (clusterproviders/k8s, members discover pods with the kind label
 // through the API server) or zookeeper (clusterproviders/zk). dsh does
@@ -56,13 +58,38 @@
 //	import "github.com/asynkron/protoactor-go/cluster/clusterproviders/consul"
 //
 //	p, err := consul.New() // the Consul agent of this host
-//	m, err := cluster.Start(cluster.Config{Dir: "/shared/dsh", Bind: "10.0.0.5", Port: 7000, Provider: p})
+//	m, err := cluster.Start(cluster.Config{Dir: "/shared/dsh", Bind: "10.0.0.5", Port: 7000, Provider: p, TLS: tc})
 //
 // etcd.New() (an etcd cluster, 127.0.0.1:2379 by default, or
 // etcd.NewWithConfig) and k8s.New() (inside a pod: the API server of
 // rest.InClusterConfig; the pods need RBAC to watch and patch pods) are
 // used the same way. With a provider of its own a member binds no health
-// endpoint; Bind and Port must be reachable by the other members.
+// endpoint; Bind and Port must be reachable by the other members, and
+// the provider's own traffic is as secure as that provider makes it.
+//
+// # Security
+//
+// Whoever reaches a member's remote can create sessions and read every
+// session's messages. With Config.TLS (and ClientConfig.TLS for a
+// client; LoadTLS reads the PEM files of `dsh member --tls-cert --tls-key
+// --tls-ca`) every connection is mutual TLS: the remote between members
+// and from clients, and the health endpoint (HTTPS, each poll
+// authenticated both ways). A member accepts only a peer whose
+// certificate the configured CA signed for client authentication, and
+// connects only to a peer whose certificate the CA signed for the
+// address it dials (so each certificate carries its member's Bind as a
+// subject alternative name, and is valid for server and client
+// authentication). A member or client refused is not counted as a
+// member and never learns the members' addresses from the health
+// endpoint; the member refusing it keeps serving, and reports each
+// refused certificate once through Config.OnRefused (a peer retries
+// every refresh, a client every attempt). The health endpoint carries
+// no session data — a node's id, address and kinds — but it decides
+// membership, so it is protected too.
+//
+// Without TLS, Validate refuses a Bind that is not a loopback address
+// (ErrInsecure) unless Config.Insecure is set: plaintext only where no
+// other machine can reach it.
 //
 // # Shared storage and fencing
 //

@@ -24,13 +24,9 @@ import (
 // two attempts) are fixed. CI runs these tests in its non-race stage (`go
 // test -tags invariants ./...`); every other package runs under -race.
 //
-// TestMain checks for leaked goroutines, ignoring exactly three goroutines that
+// TestMain checks for leaked goroutines, ignoring exactly two goroutines that
 // protoactor's cluster leaves behind after a member has shut down:
 //
-//   - automanaged.(*AutoManagedProvider).monitorStatuses is the
-//     provider's poll loop: it sleeps one refresh (Config.Refresh) between
-//     polls and sees the shutdown only when it wakes, so it outlives Close
-//     by up to one refresh; it has no handle to wait on.
 //   - cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1 and
 //     cluster.NewGossipActor.NewThrottleWithLogger.func2.1 are the window
 //     timers of the gossiper's and the gossip actor's log throttles
@@ -39,10 +35,11 @@ import (
 //     waits for one tick of its 60 s ticker and exits. Nothing can stop it
 //     early, and it touches nothing but the throttle's counter.
 //
-// Everything else a member starts — the remote's gRPC server and endpoints, the gossip
-// loop, the member list, the placement actor, the automanaged endpoint,
-// the dead-letter throttle (its window is 1 ms here), the host's
-// actors and timers — must be gone when the tests end.
+// Everything else a member starts — the remote's gRPC server and
+// endpoints, the gossip loop, the member list, the placement actor, the
+// peers provider's poll loop and health endpoint, the dead-letter
+// throttle (its window is 1 ms here), the host's actors and timers — must
+// be gone when the tests end.
 //
 // With childEnv set, the test binary is not a test run but a member
 // process of TestClusterFailoverWhenAMemberProcessIsKilled (see
@@ -55,6 +52,5 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"),
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.NewGossipActor.NewThrottleWithLogger.func2.1"),
-		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged.(*AutoManagedProvider).monitorStatuses"),
 	)
 }

@@ -2,12 +2,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -16,11 +15,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
-	"github.com/labstack/echo"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/dshgo/dsh/actors/persister"
@@ -56,27 +54,48 @@ type Config struct {
 	// Default DefaultName.
 	Name string
 	// Bind is the address the member listens on, for the actor remote and
-	// for the automanaged provider's health endpoint. Default DefaultBind
-	// (loopback): set it to a routable address to span machines.
+	// for the health endpoint. Default DefaultBind (loopback): set it to a
+	// routable address to span machines, with TLS (or Insecure).
 	Bind string
 	// Port is the actor remote's port; 0 takes a free one.
 	Port int
-	// Provider discovers the members. nil: protoactor's automanaged
-	// provider over Peers, with this member's health endpoint on
-	// Bind:ProviderPort. Any protoactor cluster provider fits (consul,
-	// etcd, Kubernetes, zookeeper: see the package documentation).
+	// Provider discovers the members. nil: the members are the Peers
+	// whose health endpoint answers, this member's own served on
+	// Bind:ProviderPort (the wire of protoactor's automanaged provider;
+	// see the package documentation). Any protoactor cluster provider
+	// fits (consul, etcd, Kubernetes, zookeeper).
 	Provider pcluster.ClusterProvider
-	// ProviderPort is the port of the automanaged health endpoint. Default
+	// ProviderPort is the port of the health endpoint. Default
 	// DefaultProviderPort.
 	ProviderPort int
-	// Peers are the health endpoints ("host:port") of the members, for
-	// the automanaged provider; this member's own (Bind:ProviderPort) is
-	// added when missing.
+	// Peers are the health endpoints ("host:port") of the members; this
+	// member's own (Bind:ProviderPort) is added when missing.
 	Peers []string
-	// Refresh is how often the automanaged provider polls Peers; a dead
-	// member leaves the cluster about this long after it stopped
-	// answering. Default DefaultRefresh.
+	// Refresh is how often Peers are polled; a dead member leaves the
+	// cluster about this long after it stopped answering. Default
+	// DefaultRefresh.
 	Refresh time.Duration
+	// TLS, when set, authenticates every connection both ways: the actor
+	// remote (between members, and from clients) and the health endpoint
+	// (HTTPS) accept only a peer whose certificate the CA signed for
+	// client authentication, and this member connects only to peers whose
+	// certificate the CA signed for the address dialed. It must hold this
+	// member's certificate and the CA (RootCAs or ClientCAs; one stands
+	// for the other); LoadTLS builds one from PEM files. Its ClientAuth
+	// and GetConfigForClient are replaced (the member checks client
+	// certificates itself, to report refusals). nil: plaintext, and only
+	// on a loopback Bind unless Insecure.
+	TLS *tls.Config
+	// Insecure lets a member without TLS bind a non-loopback address:
+	// anyone who reaches it can then create sessions and read every
+	// session's messages.
+	Insecure bool
+	// OnRefused is called once for each certificate refused (or, for a
+	// connection without one, each host): a client or member the CA did
+	// not sign connecting here, or a peer answering with such a
+	// certificate. It may be called from any goroutine, before Start
+	// returns. nil: refusals are not reported.
+	OnRefused func(*RefusedError)
 	// RequestTimeout bounds one attempt of a request to a grain; a call
 	// retries attempts (on another member once membership changed) until
 	// its context is done. Default DefaultRequestTimeout.
@@ -97,7 +116,7 @@ type Config struct {
 
 	// Seams for tests (same package).
 	fs       vfs.FS       // the store's file system (default vfs.OS())
-	listener net.Listener // the automanaged endpoint's listener, made by the caller
+	listener net.Listener // the health endpoint's listener, made by the caller
 }
 
 // Validate reports a config that cannot work.
@@ -109,6 +128,10 @@ func (c Config) Validate() error {
 	if ip := net.ParseIP(c.Bind); ip != nil && ip.IsUnspecified() {
 		errs = append(errs, fmt.Errorf("cluster: config: Bind %s: the other members reach a member at the address it binds; give one they can reach", c.Bind))
 	}
+	if err := checkBind(c.Bind, c.TLS, c.Insecure); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, checkTLS(c.TLS))
 	if c.Port < 0 || c.Port > 65535 {
 		errs = append(errs, fmt.Errorf("cluster: config: Port %d out of range", c.Port))
 	}
@@ -131,11 +154,12 @@ func (c Config) Validate() error {
 type Member struct {
 	*Client // reaches any session, wherever it lives
 
-	cfg    Config
-	host   *supervisor.Host
-	store  *persister.JSONLStore
-	health *echo.Echo // the automanaged endpoint, when the member made it
-	holder string     // the text of its writer locks
+	cfg     Config
+	host    *supervisor.Host
+	store   *persister.JSONLStore
+	health  net.Listener // the health endpoint, when the member made it
+	refused *refusals    // reports refused certificates (nil: not reported)
+	holder  string       // the text of its writer locks
 }
 
 // startMu serialises protoactor's StartMember across the members of one
@@ -174,9 +198,10 @@ func Start(cfg Config) (m *Member, err error) {
 	}
 	m = &Member{cfg: cfg, Client: newClient(cfg.RequestTimeout, cfg.Session.RequestTimeout)}
 
+	m.refused = newRefusals(cfg.OnRefused)
 	provider := cfg.Provider
 	if provider == nil {
-		provider, err = m.automanaged()
+		provider, err = m.peersProvider()
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +209,7 @@ func Start(cfg Config) (m *Member, err error) {
 	m.provider = provider
 	kind := pcluster.NewKind(Kind, actor.PropsFromProducer(func() actor.Actor { return &grain{m: m} }))
 	ccfg := pcluster.Configure(cfg.Name, provider, disthash.New(),
-		remoteConfig(cfg), pcluster.WithKinds(kind), pcluster.WithRequestTimeout(cfg.RequestTimeout))
+		remoteConfig(cfg.Bind, cfg.Port, cfg.RequestTimeout, cfg.TLS, m.refused), pcluster.WithKinds(kind), pcluster.WithRequestTimeout(cfg.RequestTimeout))
 	m.c = pcluster.New(m.sys, ccfg)
 
 	holder := cfg.Holder
@@ -192,7 +217,7 @@ func Start(cfg Config) (m *Member, err error) {
 		host, _ := os.Hostname()
 		holder = fmt.Sprintf("member pid %d on %s", os.Getpid(), host)
 		if m.health != nil {
-			holder = fmt.Sprintf("member %s pid %d on %s", m.health.Listener.Addr(), os.Getpid(), host)
+			holder = fmt.Sprintf("member %s pid %d on %s", m.health.Addr(), os.Getpid(), host)
 		}
 	}
 	m.holder = holder
@@ -219,21 +244,30 @@ func Start(cfg Config) (m *Member, err error) {
 	return m, nil
 }
 
-// remoteConfig is the actor remote's configuration. protoactor dials
-// peers without blocking and, when a connect fails, forgets the gRPC
-// connection without closing it: each failed attempt against a dead member
-// leaves a connection redialing it for the life of the process. A
-// blocking dial that fails fast (and times out against a host that does
-// not answer) closes its connection itself; one attempt per connect, as
-// the caller retries on a fresh placement anyway.
-func remoteConfig(cfg Config) *remote.Config {
-	rc := remote.Configure(cfg.Bind, cfg.Port, remote.WithDialOptions(
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+// remoteConfig is the actor remote's configuration, of a member or a
+// client. protoactor dials peers without blocking and, when a connect
+// fails, forgets the gRPC connection without closing it: each failed
+// attempt against a dead member leaves a connection redialing it for the
+// life of the process. A blocking dial that fails fast (and times out
+// against a host that does not answer) closes its connection itself; one
+// attempt per connect, as the caller retries on a fresh placement anyway.
+// With tc, the remote's server and every dial are mutual TLS (see
+// Config.TLS); refusals go to refused.
+func remoteConfig(bind string, port int, timeout time.Duration, tc *tls.Config, refused *refusals) *remote.Config {
+	creds := insecure.NewCredentials()
+	var opts []remote.ConfigOption
+	if tc != nil {
+		creds = credentials.NewTLS(clientTLS(tc))
+		opts = append(opts, remote.WithServerOptions(grpc.Creds(credentials.NewTLS(serverTLS(tc, refused, "h2")))))
+	}
+	opts = append(opts, remote.WithDialOptions(
+		grpc.WithTransportCredentials(creds),
 		grpc.WithBlock(),
 		grpc.FailOnNonTempDialError(true),
 		//lint:ignore SA1019 protoactor calls grpc.Dial without a context: the option is the only bound on a blocking dial.
-		grpc.WithTimeout(cfg.RequestTimeout),
+		grpc.WithTimeout(timeout),
 	))
+	rc := remote.Configure(bind, port, opts...)
 	rc.MaxRetryCount = 1
 	return rc
 }
@@ -255,10 +289,9 @@ func start(what string, f func()) (err error) {
 	return nil
 }
 
-// automanaged builds protoactor's automanaged provider with a health
-// endpoint this member serves itself: bound to Bind (the provider's own
-// binds every interface) and silent (its banner would go to stdout).
-func (m *Member) automanaged() (pcluster.ClusterProvider, error) {
+// peersProvider makes the provider over Peers, with a health endpoint
+// this member serves itself, bound to Bind.
+func (m *Member) peersProvider() (pcluster.ClusterProvider, error) {
 	ln := m.cfg.listener
 	if ln == nil {
 		var err error
@@ -268,33 +301,15 @@ func (m *Member) automanaged() (pcluster.ClusterProvider, error) {
 		}
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	// The provider makes the membership from the endpoints that answer:
-	// a member missing from its own list would not count itself.
+	// The members are the endpoints that answer: a member missing from
+	// its own list would not count itself.
 	self := net.JoinHostPort(m.cfg.Bind, strconv.Itoa(port))
 	peers := slices.Clone(m.cfg.Peers)
 	if !slices.Contains(peers, self) {
 		peers = append(peers, self)
 	}
-	e := quietEcho()
-	e.Listener = ln
-	e.GET("/_health", func(c echo.Context) error {
-		host, rport, err := m.sys.GetHostPort()
-		if err != nil {
-			return c.NoContent(http.StatusServiceUnavailable)
-		}
-		return c.JSON(http.StatusOK, automanaged.NewNode(m.cfg.Name, m.sys.ID, host, rport, port, []string{Kind}))
-	})
-	m.health = e
-	return automanaged.NewWithTesting(m.cfg.Refresh, port, e, peers...), nil
-}
-
-// quietEcho is the web server of an automanaged provider, with nothing
-// printed: no banner, no port line (they would go to stdout), no log.
-func quietEcho() *echo.Echo {
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.Logger.SetOutput(io.Discard)
-	return e
+	m.health = ln
+	return newPeersProvider(peers, m.cfg.Refresh, ln, m.cfg.TLS, m.refused), nil
 }
 
 // checkPeers reports a peer that is not host:port.
@@ -308,9 +323,11 @@ func checkPeers(peers []string) error {
 	return errors.Join(errs...)
 }
 
+// closeHealth stops the provider this member made (its health endpoint
+// with it) when the member fails to start, or after it left.
 func (m *Member) closeHealth() {
 	if m.health != nil {
-		_ = m.health.Close()
+		_ = m.provider.Shutdown(true)
 	}
 }
 
