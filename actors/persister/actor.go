@@ -26,6 +26,9 @@ import (
 //	                  answers the Untrack and forgets the session
 //	arm/cancel timer  cfg.AfterFunc → tick{id, gen} back to the shard; stale
 //	                  generations are ignored by the core
+//	retry             after a failed write, cfg.AfterFunc(RetryDelay) →
+//	                  retryTick back to the shard, which starts a barrier
+//	                  of everything received (a Flush nobody waits for)
 //	reply             Flushed/FlushFailed to the sender remembered with the
 //	                  waiter; Durable/WriteFailed to the session's owner
 //
@@ -45,7 +48,21 @@ import (
 // in Stopping, so nothing is sent to a stopped shard (no dead letters).
 //
 // Failures. A store error is expected and is reported, never a crash
-// (WriteFailed, FlushFailed, TrackFailed). A broken invariant of the core
+// (WriteFailed, FlushFailed, TrackFailed). The core, like the reference's
+// write-behind, keeps a failed batch at the front of the queue and only
+// writes it again with the next enqueue or flush; a session whose turn
+// ended has neither, so on its own it would stay undurable (and its host
+// closed to new turns) until someone flushed. So the shard retries in the
+// background: every failed write arms a retry timer, RetryDelay(attempt)
+// later (exponential from RetryMin to RetryMax), which starts a barrier
+// as a Flush would; the first write that succeeds (the retry or any
+// other: the failed events are at the front of every later write) stops
+// it and resets the backoff. Retries go on while the write fails: the
+// events are never dropped while the process lives. Rejected
+// alternative: the host retrying by calling Flush from a timer of its
+// own. It would need a goroutine per failed session to join on Close,
+// eviction and passivation, while the shard already owns the session's
+// queue and timers and forgets them when it untracks or stops. A broken invariant of the core
 // panics in -race/invariants builds; the shards are supervised with
 // Resume, because their state (which events are durable, what is queued)
 // exists nowhere else and a restarted shard would silently stop persisting
@@ -139,6 +156,12 @@ type (
 		inc uint64
 		err error
 	}
+	// retryTick is the expiry of retry timer gen of incarnation inc of id.
+	retryTick struct {
+		id  session.SessionID
+		inc uint64
+		gen uint64
+	}
 )
 
 // waiter is the shard's token for a flush waiter in a core: whom to answer
@@ -166,6 +189,12 @@ type tracked struct {
 	// stopTimer stops the armed timer (gen timerGen); nil if none.
 	stopTimer func() bool
 	timerGen  uint64
+	// failures counts the consecutive failed writes (0 once one
+	// succeeds); stopRetry stops the armed retry timer (gen retryGen),
+	// nil if none.
+	failures  int
+	stopRetry func() bool
+	retryGen  uint64
 	// An Untrack that drained the session is answered only once the
 	// store has released it (Store.Release: the writer lock, so another
 	// process may take the session over). releasing says a Release is in
@@ -228,6 +257,8 @@ func (s *shard) Receive(ctx actor.Context) {
 		s.perform(ctx, t, t.core.Tick(m.gen))
 	case released:
 		s.onReleased(ctx, m)
+	case retryTick:
+		s.onRetry(ctx, m)
 	case Track:
 		s.onTrack(ctx, m)
 	case created:
@@ -435,15 +466,32 @@ func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
 		}
 		s.reply(ctx, r, t.id)
 	}
+	if e.HasDurable && t.failures > 0 {
+		// A write succeeded: it held the failed events (they stay at the
+		// front of the queue), so the failure is over.
+		t.failures = 0
+		s.stopRetryTimer(t)
+	}
+	var retryIn time.Duration
+	if e.WriteFailed != nil {
+		t.failures++
+		if retryable(e.WriteFailed) {
+			retryIn = s.cfg.RetryDelay(t.failures)
+			s.armRetry(t, retryIn)
+		} else {
+			s.stopRetryTimer(t)
+		}
+	}
 	if t.owner != nil {
 		if e.HasDurable {
 			ctx.Send(t.owner, Durable{ID: t.id, Seq: e.Durable})
 		}
 		if e.WriteFailed != nil {
-			ctx.Send(t.owner, WriteFailed{ID: t.id, Err: e.WriteFailed})
+			ctx.Send(t.owner, WriteFailed{ID: t.id, Err: e.WriteFailed, Attempt: t.failures, RetryIn: retryIn})
 		}
 	} else if e.WriteFailed != nil {
-		ctx.Logger().Warn("persister: write failed; events kept for retry", "session", string(t.id), "err", e.WriteFailed)
+		ctx.Logger().Warn("persister: write failed; events kept for retry", "session", string(t.id), "err", e.WriteFailed,
+			"attempt", t.failures, "retryIn", retryIn)
 	}
 	if len(drained) > 0 {
 		s.unsubscribe(ctx, t)
@@ -455,6 +503,51 @@ func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
 		s.unsubscribe(ctx, t)
 		s.forget(ctx, t, ErrNotTracked)
 	}
+}
+
+// retryable reports whether a failed write is worth retrying in the
+// background: not when another writer owns the session (ErrFenced, and
+// ErrLocked with it: the loser of two activations must stop writing, not
+// poke the winner's log every few seconds), nor when the stored log is
+// corrupt or the store closed, which no retry changes. Those still fail
+// every flush, and a flush or the next events still try again.
+func retryable(err error) bool {
+	return !errors.Is(err, ErrFenced) && !errors.Is(err, ErrClosed) && !IsCorruption(err)
+}
+
+// armRetry (re)starts t's retry timer to fire after d.
+func (s *shard) armRetry(t *tracked, d time.Duration) {
+	s.stopRetryTimer(t)
+	t.retryGen++
+	g, id, inc, gen := s.gate, t.id, t.inc, t.retryGen
+	t.stopRetry = s.cfg.AfterFunc(d, func() { g.send(retryTick{id: id, inc: inc, gen: gen}) })
+}
+
+func (s *shard) stopRetryTimer(t *tracked) {
+	if t.stopRetry != nil {
+		t.stopRetry()
+		t.stopRetry = nil
+	}
+}
+
+// onRetry retries a failed write: a barrier of everything received, as a
+// Flush would start, whose waiter nobody hears (the outcome reaches the
+// owner as Durable or WriteFailed, and a failure arms the next retry).
+// A barrier rather than one background write, so that the retry does not
+// stop at the batch that failed but makes everything received durable.
+func (s *shard) onRetry(ctx actor.Context, m retryTick) {
+	t := s.sessions[m.id]
+	if t == nil || t.inc != m.inc || m.gen != t.retryGen || t.stopRetry == nil {
+		return // stopped in vain: recovered, or the session was forgotten
+	}
+	t.stopRetry = nil
+	if t.failures == 0 || t.core.Pending() == 0 {
+		return
+	}
+	if t.owner != nil {
+		ctx.Send(t.owner, Retrying{ID: t.id, Attempt: t.failures})
+	}
+	s.perform(ctx, t, t.core.Flush(waiter{}, -1))
 }
 
 // release runs Store.Release of t on the pool for the Untracks waiting in
@@ -549,6 +642,7 @@ func (s *shard) forget(ctx actor.Context, t *tracked, err error) {
 		t.stopTimer()
 		t.stopTimer = nil
 	}
+	s.stopRetryTimer(t)
 	for _, r := range t.core.Abandon(err) {
 		s.reply(ctx, r, t.id)
 	}

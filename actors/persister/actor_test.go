@@ -131,14 +131,17 @@ func request[T any](t *testing.T, r *rig, pid *actor.PID, msg any) T {
 // probe is an owner: it records Durable and WriteFailed, and lets a test
 // wait for a condition on them.
 type probe struct {
-	mu      sync.Mutex // guards durable, failures
-	durable map[session.SessionID]int64
-	fails   map[session.SessionID][]error
-	changed chan struct{} // 1-buffered
+	mu       sync.Mutex // guards durable, fails, failed, retrying
+	durable  map[session.SessionID]int64
+	fails    map[session.SessionID][]error
+	failed   map[session.SessionID][]WriteFailed
+	retrying map[session.SessionID][]int // Retrying attempts
+	changed  chan struct{}               // 1-buffered
 }
 
 func newProbe() *probe {
 	return &probe{durable: map[session.SessionID]int64{}, fails: map[session.SessionID][]error{},
+		failed: map[session.SessionID][]WriteFailed{}, retrying: map[session.SessionID][]int{},
 		changed: make(chan struct{}, 1)}
 }
 
@@ -152,6 +155,9 @@ func (p *probe) Receive(ctx actor.Context) {
 		p.durable[m.ID] = m.Seq
 	case WriteFailed:
 		p.fails[m.ID] = append(p.fails[m.ID], m.Err)
+		p.failed[m.ID] = append(p.failed[m.ID], m)
+	case Retrying:
+		p.retrying[m.ID] = append(p.retrying[m.ID], m.Attempt)
 	}
 	p.mu.Unlock()
 	select {
@@ -165,6 +171,34 @@ func (p *probe) durableOf(id session.SessionID) (int64, bool) {
 	defer p.mu.Unlock()
 	seq, ok := p.durable[id]
 	return seq, ok
+}
+
+// attemptsOf and retryInOf return the Attempt and RetryIn of every
+// WriteFailed of id; retriesOf the Attempt of every Retrying.
+func (p *probe) attemptsOf(id session.SessionID) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int
+	for _, f := range p.failed[id] {
+		out = append(out, f.Attempt)
+	}
+	return out
+}
+
+func (p *probe) retryInOf(id session.SessionID) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []time.Duration
+	for _, f := range p.failed[id] {
+		out = append(out, f.RetryIn)
+	}
+	return out
+}
+
+func (p *probe) retriesOf(id session.SessionID) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.retrying[id])
 }
 
 func (p *probe) failuresOf(id session.SessionID) []error {
@@ -304,7 +338,8 @@ func TestActorTurnEndPolicyDoesNotCheckpointRequestHeader(t *testing.T) {
 
 func TestActorFailingStoreRecovers(t *testing.T) {
 	store := NewMemStore()
-	r := newRig(t, Config{Store: store, Window: hourWindow})
+	// The background retry is an hour away: only the flushes write.
+	r := newRig(t, Config{Store: store, Window: hourWindow, RetryMin: time.Hour})
 	id := r.track("s-fail")
 	r.append(id, wbUserDrafts(3)...)
 
@@ -661,12 +696,13 @@ func TestActorWindowInSynctest(t *testing.T) {
 	})
 }
 
-// TestActorRetryAfterFailureInSynctest: a failed background write is not
-// retried by itself; the next event's window retries old and new together.
+// TestActorRetryAfterFailureInSynctest: with the background retry an hour
+// away, a failed background write waits for the next event, whose window
+// retries old and new together (the reference's write-behind).
 func TestActorRetryAfterFailureInSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &fakeStore{}
-		r := newRig(t, Config{Store: store})
+		r := newRig(t, Config{Store: store, RetryMin: time.Hour})
 		id := r.track("s-retry")
 		store.failNext(errWriteDisk)
 		r.append(id, wbUserDrafts(1)...)
@@ -679,6 +715,67 @@ func TestActorRetryAfterFailureInSynctest(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, [][]int64{{0, 1}}, store.batchesOf(id))
 	})
+}
+
+// TestActorRetriesAFailedTurnEndInTheBackground: a turn/end whose write
+// fails is retried by the persister on its own, nobody flushing, on the
+// documented backoff (100ms, 200ms, 400ms after each failure), each retry
+// announced to the owner (Retrying) and each failure reported with its
+// attempt and delay, until a write succeeds; then the retries stop.
+func TestActorRetriesAFailedTurnEndInTheBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &fakeStore{}
+		r := newRig(t, Config{Store: store, Window: hourWindow})
+		id := r.track("s-background")
+		for range 3 {
+			store.failNext(errWriteDisk)
+		}
+		start := time.Now()
+		evs := r.turn(id, 4)
+		last := evs[len(evs)-1].Seq()
+		r.owner.waitDurable(t, id, last)
+		require.Equal(t, 700*time.Millisecond, time.Since(start), "durable at the third retry: 100+200+400ms")
+		require.Equal(t, []int{1, 2, 3}, r.owner.attemptsOf(id))
+		require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond},
+			r.owner.retryInOf(id))
+		require.Equal(t, []int{1, 2, 3}, r.owner.retriesOf(id))
+		require.Equal(t, 4, store.appendCalls())
+		require.Equal(t, last, store.lastSeq(id))
+
+		<-time.After(time.Minute)
+		synctest.Wait()
+		require.Equal(t, 4, store.appendCalls(), "no retry once a write succeeded")
+		require.Equal(t, []int{1, 2, 3}, r.owner.retriesOf(id))
+	})
+}
+
+// TestActorFencedWriteIsNotRetriedInTheBackground: a write refused because
+// another writer owns the session is reported (RetryIn 0) and left alone.
+func TestActorFencedWriteIsNotRetriedInTheBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &fakeStore{}
+		r := newRig(t, Config{Store: store, Window: hourWindow})
+		id := r.track("s-fenced")
+		store.failNext(&LockedError{ID: id, Path: "session.lock", Holder: "pid 1 on elsewhere"})
+		r.turn(id, 2)
+		<-time.After(time.Hour)
+		synctest.Wait()
+		require.Equal(t, []int{1}, r.owner.attemptsOf(id))
+		require.Equal(t, []time.Duration{0}, r.owner.retryInOf(id))
+		require.Empty(t, r.owner.retriesOf(id))
+		require.Equal(t, 1, store.appendCalls())
+	})
+}
+
+func TestConfigRetryDelay(t *testing.T) {
+	var got []time.Duration
+	for a := 1; a <= 8; a++ {
+		got = append(got, Config{}.RetryDelay(a))
+	}
+	ms := time.Millisecond
+	require.Equal(t, []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 5000 * ms, 5000 * ms}, got)
+	require.Equal(t, 2*time.Second, Config{RetryMin: 2 * time.Second, RetryMax: time.Second}.RetryDelay(5), "RetryMax is raised to RetryMin")
+	require.Error(t, Config{Store: NewMemStore(), RetryMin: -1}.Validate())
 }
 
 // fakeStore is a Writer in memory that counts calls and can fail the next

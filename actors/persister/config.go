@@ -59,6 +59,8 @@ const (
 	DefaultFsyncWorkers   = 4
 	DefaultShards         = 8
 	DefaultWriteTimeout   = time.Minute
+	DefaultRetryMin       = 100 * time.Millisecond
+	DefaultRetryMax       = 5 * time.Second
 )
 
 // maxWindow is the reference's upper bound on the batching delay (2^31−1
@@ -93,6 +95,13 @@ type Config struct {
 	// out fails like any other (the batch is kept and retried). Default
 	// one minute.
 	WriteTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff of the background retry of a
+	// failed write (see RetryDelay): the first retry comes RetryMin after
+	// the failure, each further one twice as late as the one before, up to
+	// RetryMax, for as long as the write fails. Defaults 100ms and 5s;
+	// RetryMax below RetryMin is raised to it.
+	RetryMin time.Duration
+	RetryMax time.Duration
 	// Now and AfterFunc are the clock and timer hooks (tests). Defaults:
 	// time.Now and time.AfterFunc (which testing/synctest fakes already).
 	// AfterFunc must call f once after d unless stop (its result) is called
@@ -128,6 +137,9 @@ func (c Config) Validate() error {
 	if c.WriteTimeout < 0 {
 		errs = append(errs, fmt.Errorf("persister: negative WriteTimeout %v", c.WriteTimeout))
 	}
+	if c.RetryMin < 0 || c.RetryMax < 0 {
+		errs = append(errs, fmt.Errorf("persister: negative retry backoff (RetryMin %v, RetryMax %v)", c.RetryMin, c.RetryMax))
+	}
 	return errors.Join(errs...)
 }
 
@@ -148,6 +160,13 @@ func (c Config) withDefaults() Config {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
+	if c.RetryMin == 0 {
+		c.RetryMin = DefaultRetryMin
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	c.RetryMax = max(c.RetryMax, c.RetryMin)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -155,4 +174,18 @@ func (c Config) withDefaults() Config {
 		c.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 	}
 	return c
+}
+
+// RetryDelay returns how long after the attempt-th consecutive failed
+// write of a session the persister retries it on its own: RetryMin
+// doubled attempt-1 times, capped at RetryMax. With the defaults: 100ms,
+// 200ms, 400ms, 800ms, 1.6s, 3.2s, then 5s for every further attempt.
+// Zero fields take their defaults.
+func (c Config) RetryDelay(attempt int) time.Duration {
+	c = c.withDefaults()
+	d := c.RetryMin
+	for i := 1; i < attempt && d < c.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, c.RetryMax)
 }

@@ -86,7 +86,9 @@
 //
 //	message      when
 //	Durable      the durable watermark advanced to Seq
-//	WriteFailed  a write failed; its events are kept and retried
+//	WriteFailed  a write failed; its events are kept and retried (Attempt:
+//	             consecutive failures so far; RetryIn: when the retry comes)
+//	Retrying     the persister retries a failed write on its own
 //
 // Durability policies (Config.Policy):
 //
@@ -109,7 +111,18 @@
 // A failed write is an expected failure: the events stay queued at the
 // front, in order, and are retried with the next write; no event is
 // dropped while the process lives. Barrier waiters get FlushFailed with the
-// error and the watermark that was durable before it. An Untrack is
+// error and the watermark that was durable before it. Nobody has to flush
+// for the retry to happen: after the n-th consecutive failed write the
+// persister retries by itself Config.RetryDelay(n) later (100ms, 200ms,
+// 400ms, ... doubling up to 5s with the defaults, then every 5s for as
+// long as the write fails), as a flush barrier of everything received,
+// telling the owner Retrying. A flush, a checkpoint or the write-behind
+// window may retry sooner. The first write that succeeds (it carries the
+// failed events) is reported as Durable and ends the retries; untracking
+// or stopping the persister stops them too. A write refused because
+// another writer owns the session (ErrFenced, ErrLocked), because the
+// stored log is corrupt or because the store is closed is not retried in
+// the background: no retry would succeed. An Untrack is
 // answered only after Store.Release (run on the pool, like every store
 // call) returned; a failed drain releases nothing, and a failed release
 // answers FlushFailed with its error. Either way the session stays

@@ -1,6 +1,8 @@
 package persister
 
 import (
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/dshgo/dsh/actors/session"
 )
@@ -68,11 +70,32 @@ type Durable struct {
 }
 
 // WriteFailed is sent to a session's owner when a write fails. The events
-// are kept at the front of the queue and retried with the next write; no
-// event is ever dropped while the process lives.
+// are kept at the front of the queue and retried with the next write,
+// which the persister starts on its own RetryIn after the failure (a
+// Retrying notice) unless a flush, a checkpoint or the window starts it
+// sooner; no event is ever dropped while the process lives. The first
+// write that succeeds afterwards is reported as Durable.
 type WriteFailed struct {
 	ID  session.SessionID
 	Err error
+	// Attempt counts the consecutive failed writes of the session, this
+	// one included (1: the first failure since a write succeeded).
+	Attempt int
+	// RetryIn is when the background retry comes (Config.RetryDelay of
+	// Attempt); 0 when none comes because no retry can succeed: another
+	// writer owns the session (ErrFenced, ErrLocked), the stored log is
+	// corrupt (IsCorruption) or the store is closed.
+	RetryIn time.Duration
+}
+
+// Retrying is sent to a session's owner when the persister retries a
+// failed write on its own (a background retry: a flush barrier of
+// everything received, started by the retry timer). Attempt is the
+// number of consecutive failed writes it follows. Its outcome comes as
+// Durable or as another WriteFailed.
+type Retrying struct {
+	ID      session.SessionID
+	Attempt int
 }
 
 // Untrack asks the persister to flush a session and forget it (the session

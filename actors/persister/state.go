@@ -37,7 +37,8 @@ import (
 //     automatic writing, fails the waiters of the barrier it belonged to
 //     and reports the error. The next enqueue resumes the timer and the
 //     retry covers the old events and the new ones; a Flush or checkpoint
-//     retries at once.
+//     retries at once. (The shard adds a retry of its own on a backoff
+//     timer, through Flush: see actor.go. The core stays the reference's.)
 //
 // Rejected alternative: one timer per event, or a sliding window that
 // every event extends. Both starve a streaming session of writes (200
