@@ -54,6 +54,12 @@ type Config struct {
 	Window       time.Duration
 	FsyncWorkers int
 	Shards       int
+	// WriteRetryMin and WriteRetryMax bound the backoff of the persister's
+	// background retry of a failed write (persister.Config.RetryMin and
+	// RetryMax): the n-th consecutive failure is retried WriteRetryMin·2^(n-1)
+	// later, at most WriteRetryMax. Defaults 100ms and 5s.
+	WriteRetryMin time.Duration
+	WriteRetryMax time.Duration
 	// RequestTimeout bounds every blocking request the host makes to an
 	// actor when the caller's context has no deadline. Default 10 minutes.
 	RequestTimeout time.Duration
@@ -66,8 +72,9 @@ type Config struct {
 	// commit of the turn/end to the persister's Durable notice.
 	OnTurnDurable func(id session.SessionID, seq int64, latency time.Duration)
 	// OnWriteFailed, when set, is called (from an actor; it must not block)
-	// with each write failure the persister reports. The events are kept
-	// and retried.
+	// with each write failure the persister reports, the failures of its
+	// background retries included. The events are kept and retried (see
+	// WriteRetryMin); Stats counts the failures and the retries.
 	OnWriteFailed func(id session.SessionID, err error)
 	// SessionObservers are installed on every resident session's log,
 	// after the host's own observer (session.Config.Observers): each is
@@ -124,6 +131,9 @@ func (c Config) Validate() error {
 	if c.Window < 0 {
 		errs = append(errs, fmt.Errorf("supervisor: negative Window %v", c.Window))
 	}
+	if c.WriteRetryMin < 0 || c.WriteRetryMax < 0 {
+		errs = append(errs, fmt.Errorf("supervisor: negative write retry backoff (WriteRetryMin %v, WriteRetryMax %v)", c.WriteRetryMin, c.WriteRetryMax))
+	}
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("supervisor: negative RequestTimeout %v", c.RequestTimeout))
 	}
@@ -154,8 +164,9 @@ var (
 	// events behind and was dropped; the session went on.
 	ErrSlowSubscriber = errors.New("supervisor: subscriber too slow, dropped")
 	// ErrNotDurable: a Followup or Steer refused because the session's
-	// last write failed (fail closed); it wraps the write error. Host.Flush
-	// retries the write; once a write succeeds, turns start again.
+	// last write failed (fail closed); it wraps the write error. The
+	// persister retries the write in the background (Host.Flush retries
+	// it at once); as soon as a write succeeds, turns start again.
 	ErrNotDurable = errors.New("supervisor: session not durable, no new turn")
 )
 

@@ -28,6 +28,22 @@
 // disposed}), flushes and untracks every session, then stops the agents,
 // the sessions, the subscriptions and the persister, in that order.
 //
+// A failed write (a full disk, an I/O error) loses nothing: the events
+// stay queued in the persister and WaitIdle or Flush return the error.
+// The persister retries on its own, with nobody calling Flush: after the
+// n-th consecutive failure of a session's writes it retries
+// Config.WriteRetryMin·2^(n-1) later, at most Config.WriteRetryMax (100ms,
+// 200ms, 400ms, ... then every 5s with the defaults), for as long as the
+// write fails, as a barrier of everything the session logged. While the
+// session's last write has failed, Followup and Steer answer
+// [ErrNotDurable] (fail closed: no new turn starts on a log whose end is
+// not on disk); the first write that succeeds (a background retry, a
+// Flush, or the write-behind of later events) opens the session again.
+// [Stats] counts the failures (WriteFailures) and the background retries
+// (WriteRetries); Config.OnWriteFailed hears every failure. Close,
+// passivation and [Host.Evict] leave no retry behind: the persister
+// stops a session's retry timer when it forgets the session or stops.
+//
 // # Resuming
 //
 // A stored session that is not resident is resumed on demand by every
@@ -63,9 +79,9 @@
 // Config.MaxConcurrentModelCalls bounds the model calls open at once:
 // the rest wait in a queue ([Host.ModelCalls]). [Host.Stats] and
 // [Host.Usage] cover the whole log (the loaded events are folded on
-// resume) and stay readable after a passivation. While a session's last
-// write failed, Followup and Steer answer [ErrNotDurable] (fail closed)
-// until a write succeeds (Host.Flush retries it).
+// resume) and stay readable after a passivation. A session whose last
+// write failed is not passivated (it stays resident, retried; see
+// Durability).
 //
 // # Cluster members
 //

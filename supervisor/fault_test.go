@@ -5,7 +5,9 @@ import (
 	"errors"
 	"iter"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -13,7 +15,9 @@ import (
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/dshgo/dsh/messages"
 )
 
@@ -274,4 +278,143 @@ func TestFaultSessionActorPanic(t *testing.T) {
 		require.Equal(t, ev.Data().String(), got.At(i).Data().String(), "seq %d", i)
 	}
 	require.NoError(t, session.CheckTrace(got.Slice()))
+}
+
+// diskFull is a MemFS whose writes fail with ENOSPC while full is set (a
+// write stores its first bytes, then fails, as on a disk that fills up
+// mid-write).
+type diskFull struct {
+	*vfs.MemFS
+	full atomic.Bool
+}
+
+func newDiskFull() *diskFull {
+	d := &diskFull{MemFS: vfs.NewMem()}
+	d.InjectError(func(op vfs.Op, _ string) error {
+		if op == vfs.OpWrite && d.full.Load() {
+			return &vfs.ShortWrite{N: 7, Err: syscall.ENOSPC}
+		}
+		return nil
+	})
+	return d
+}
+
+// followupAccepted polls Followup while it answers ErrNotDurable; any other
+// error fails the test.
+func followupAccepted(t *testing.T, h *Host, id session.SessionID, text string) {
+	t.Helper()
+	ctx := testCtx(t)
+	eventually(t, "a followup accepted", func() bool {
+		err := h.Followup(ctx, id, userMsg(t, text))
+		if errors.Is(err, ErrNotDurable) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	})
+}
+
+// TestFaultDiskFullTurnEndRetriedInTheBackground: the disk fills, a turn
+// ends and its end cannot be written: WaitIdle fails with the write error
+// and sends are refused (ErrNotDurable) while the persister retries in
+// the background. Space is freed; nobody calls Flush, yet a followup is
+// soon accepted, the turn's end is on disk (synced: it survives a power
+// loss), and the stats count the failures and the retries.
+func TestFaultDiskFullTurnEndRetriedInTheBackground(t *testing.T) {
+	ctx := testCtx(t)
+	fsys := newDiskFull()
+	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys})
+	require.NoError(t, err)
+	var hooked atomic.Int64
+	h := openHost(t, Config{Store: store, Window: time.Hour,
+		OnWriteFailed: func(_ session.SessionID, err error) {
+			if errors.Is(err, syscall.ENOSPC) {
+				hooked.Add(1)
+			}
+		}})
+	defer func() { require.NoError(t, h.Close(ctx)) }()
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
+	require.NoError(t, h.WaitIdle(ctx, id))
+
+	fsys.full.Store(true)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "two")))
+	require.ErrorIs(t, h.WaitIdle(ctx, id), syscall.ENOSPC, "the turn's end is not durable")
+	err = h.Followup(ctx, id, userMsg(t, "three"))
+	require.ErrorIs(t, err, ErrNotDurable)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+
+	// The persister retries by itself; while the disk is full each retry
+	// fails and the session stays closed.
+	eventually(t, "two background retries", func() bool {
+		st, err := h.Stats(id)
+		require.NoError(t, err)
+		return st.WriteRetries >= 2
+	})
+	require.ErrorIs(t, h.Steer(ctx, id, userMsg(t, "three")), ErrNotDurable)
+	st, err := h.Stats(id)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Turns)
+	require.GreaterOrEqual(t, st.WriteFailures, int64(2), "the turn end's write and the first retry (the second started after it failed)")
+	retried := st.WriteRetries
+
+	// Space is freed: the next retry succeeds and sends are taken again.
+	fsys.full.Store(false)
+	followupAccepted(t, h, id, "three")
+	require.NoError(t, h.WaitIdle(ctx, id))
+	eventually(t, "the durable notice of the last event", func() bool {
+		st, err = h.Stats(id)
+		require.NoError(t, err)
+		return st.Durable == st.Events-1
+	})
+	require.EqualValues(t, 3, st.Turns)
+	// Only a background retry can have written it: sends were refused and
+	// nobody flushed (the retry that succeeded may be one counted above,
+	// started before the space was freed).
+	require.GreaterOrEqual(t, st.WriteRetries, retried)
+	require.GreaterOrEqual(t, st.WriteFailures, retried, "each retry counted followed a failure")
+	require.Equal(t, st.WriteFailures, hooked.Load(), "each failure reached OnWriteFailed")
+
+	// On disk, synced: the log as a power loss would leave it holds the
+	// three turns, each ended.
+	crashed, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys.CrashClone()})
+	require.NoError(t, err)
+	defer crashed.Close()
+	stored, err := crashed.Inspect(ctx, id)
+	require.NoError(t, err)
+	require.NoError(t, session.CheckTrace(stored.Events))
+	require.Empty(t, session.InterruptedTurnClosers(stored.Events))
+	l, err := session.Restore(stored.Header, stored.Events)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, l.Turns())
+	require.Equal(t, session.EndCompleted, lastTurnEnd(t, stored.Events).Kind)
+}
+
+// TestFaultRetryingSessionEvictedAndClosed: a session whose writes keep
+// failing is evicted (the error says so) and the host closed while the
+// persister retries it: nothing is left running (goleak, in TestMain).
+func TestFaultRetryingSessionEvictedAndClosed(t *testing.T) {
+	ctx := testCtx(t)
+	fsys := newDiskFull()
+	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys})
+	require.NoError(t, err)
+	h := openHost(t, Config{Store: store, Window: time.Hour, WriteRetryMin: time.Millisecond, WriteRetryMax: 2 * time.Millisecond})
+	ids := make([]session.SessionID, 2)
+	for i := range ids {
+		ids[i], err = h.Create(ctx, CreateOptions{})
+		require.NoError(t, err)
+	}
+	fsys.full.Store(true)
+	for _, id := range ids {
+		require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
+		require.ErrorIs(t, h.WaitIdle(ctx, id), syscall.ENOSPC)
+	}
+	eventually(t, "background retries", func() bool {
+		st, err := h.Stats(ids[0])
+		require.NoError(t, err)
+		return st.WriteRetries >= 3
+	})
+	require.ErrorIs(t, h.Evict(ctx, ids[0]), syscall.ENOSPC)
+	require.ErrorIs(t, h.Close(ctx), syscall.ENOSPC)
 }

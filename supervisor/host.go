@@ -72,6 +72,10 @@ type entry struct {
 	writeErr    error // the last write failure, until a later write succeeds
 	failDurable int64 // the durable watermark when it failed
 
+	// Counted from the persister's notices (Stats.WriteFailures,
+	// WriteRetries), carried over a passivation.
+	writeFailures, writeRetries atomic.Int64
+
 	// Folded by the session observer (in the session actor).
 	events, chunks, turns             atomic.Int64
 	inTokens, outTokens, reasonTokens atomic.Int64
@@ -128,7 +132,7 @@ func Open(cfg Config) (*Host, error) {
 		h.cfg.Policy = persister.PolicyNone
 	}
 	pp, err := persister.Props(persister.Config{Store: h.store, Policy: h.cfg.Policy, Window: cfg.Window,
-		FsyncWorkers: cfg.FsyncWorkers, Shards: cfg.Shards})
+		FsyncWorkers: cfg.FsyncWorkers, Shards: cfg.Shards, RetryMin: cfg.WriteRetryMin, RetryMax: cfg.WriteRetryMax})
 	if err != nil {
 		_ = h.store.Close()
 		return nil, err
@@ -437,6 +441,10 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		return err
 	}
 	h.mu.Lock()
+	if st, ok := h.parked[e.id]; ok {
+		e.writeFailures.Store(st.WriteFailures)
+		e.writeRetries.Store(st.WriteRetries)
+	}
 	delete(h.parked, e.id)
 	h.mu.Unlock()
 	close(e.ready)
@@ -504,14 +512,25 @@ func (h *Host) onNotice(ctx actor.Context) {
 			}
 		}
 	case persister.WriteFailed:
+		// The one place a host hears of write failures and retries (a
+		// logger, once the host has one, logs here: the session, m.Err,
+		// m.Attempt and m.RetryIn; and the Retrying case below).
 		h.mu.Lock()
 		e := h.sessions[m.ID]
 		h.mu.Unlock()
 		if e != nil {
+			e.writeFailures.Add(1)
 			e.setFailure(m.Err, e.durable.Load())
 		}
 		if h.cfg.OnWriteFailed != nil {
 			h.cfg.OnWriteFailed(m.ID, m.Err)
+		}
+	case persister.Retrying:
+		h.mu.Lock()
+		e := h.sessions[m.ID]
+		h.mu.Unlock()
+		if e != nil {
+			e.writeRetries.Add(1)
 		}
 	}
 }
@@ -576,7 +595,8 @@ func (h *Host) Inject(ctx context.Context, id session.SessionID, msg messages.Me
 }
 
 // send forwards a send to the agent. A waking send is refused with
-// ErrNotDurable while the session's last write failed (fail closed).
+// ErrNotDurable while the session's last write failed (fail closed): until
+// a write succeeds, the persister's background retry or a Flush.
 func (h *Host) send(ctx context.Context, id session.SessionID, wakes bool, mk func(uint64) any) error {
 	e, err := h.live(ctx, id)
 	if err != nil {
@@ -815,6 +835,12 @@ type Stats struct {
 	// Resident says the session's actors are running; a passivated
 	// session's Stats are those it had when it passivated.
 	Resident bool
+	// WriteFailures counts the writes of the session's events that failed
+	// (the persister's background retries included); WriteRetries the
+	// background retries the persister made after a failure. Both cover
+	// the session's life in this host, across passivations.
+	WriteFailures int64
+	WriteRetries  int64
 	// ResidentBytes is a rough estimate of the memory the resident session
 	// holds (0 when passivated): SessionOverheadBytes plus, per event of
 	// the log, its JSON data length plus EventOverheadBytes. The session
@@ -847,6 +873,7 @@ func (e *entry) stats() Stats {
 			ReasoningTokens:  messages.Some(e.reasonTokens.Load()),
 			CacheReadTokens:  messages.Some(e.cacheRead.Load()),
 			CacheWriteTokens: messages.Some(e.cacheWrite.Load())},
+		WriteFailures: e.writeFailures.Load(), WriteRetries: e.writeRetries.Load(),
 		Resident: true, ResidentBytes: SessionOverheadBytes + e.bytes.Load()}
 }
 

@@ -30,15 +30,21 @@ func (f flushError) Error() string { return f.err.Error() }
 func (f flushError) Unwrap() error { return f.err }
 
 // setFailure records a write failure; durable is the watermark that was
-// durable before it.
+// durable before it. A failure the persister has recovered from already
+// (the host heard Durable past that watermark: a retry succeeded before a
+// FlushFailed reply was read) is not recorded: no later notice would
+// clear it, and the session would stay closed for good.
 func (e *entry) setFailure(err error, durable int64) {
 	var ff flushError
 	if errors.As(err, &ff) {
 		err = ff.err
 	}
 	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	if e.durable.Load() > durable {
+		return
+	}
 	e.writeErr, e.failDurable = err, durable
-	e.failMu.Unlock()
 }
 
 // clearFailure forgets a write failure once the watermark moved past it.
