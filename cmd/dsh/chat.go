@@ -167,7 +167,7 @@ func (c *chat) follow(ctx context.Context) error {
 }
 
 func (c *chat) note(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	msg := visibleLine(fmt.Sprintf(format, args...))
 	if isTerminal(c.rawD) {
 		msg = dimOn + msg + dimOff
 	}

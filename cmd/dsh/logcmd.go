@@ -200,11 +200,25 @@ func logMessages(args []string, stdout, _ io.Writer) error {
 	return nil
 }
 
+// showSynopsis is log show's usage line and the note on how it prints the
+// log's text.
+const showSynopsis = `[--fixture] FILE
+
+Prints FILE as a transcript for people. Control characters in the log's
+text are shown, not sent to the terminal: C0 controls and DEL as \xHH (ESC
+as \x1b, a carriage return as \x0d, a newline inside a one-line field as
+\x0a), bytes that are not UTF-8 as \xHH, and C1 controls, bidi controls
+and line separators as \uHHHH (CSI as \u009b). Tabs are kept.`
+
 func logShow(args []string, stdout, _ io.Writer) error {
-	fixture, path, err := oneFile("show", args, stdout)
+	fixture, files, err := logFlags("show", showSynopsis, args, stdout)
 	if err != nil {
 		return err
 	}
+	if len(files) != 1 {
+		return usagef("log show: want exactly one file, got %d", len(files))
+	}
+	path := files[0]
 	_, l, err := loadFile(path, fixture)
 	if err != nil {
 		return err

@@ -77,7 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errReported):
 		return exitFailure
 	default:
-		fmt.Fprintf(stderr, "dsh: %v\n", err)
+		// An error can quote a log or a provider: shown visibly, on one line.
+		fmt.Fprintf(stderr, "dsh: %s\n", visibleLine(err.Error()))
 		return exitFailure
 	}
 }

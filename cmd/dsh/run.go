@@ -381,8 +381,10 @@ const (
 	dimOff = "\x1b[0m"
 )
 
+// note prints a notice on diag, on one line: its text (a tool's name and
+// arguments, a provider's error message) is rendered visibly.
 func (s *streamer) note(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	msg := visibleLine(fmt.Sprintf(format, args...))
 	if s.dim {
 		msg = dimOn + msg + dimOff
 	}
@@ -420,11 +422,12 @@ func (s *streamer) handle(ev session.Event) {
 			s.text.WriteString(t)
 			s.lastText = t[len(t)-1]
 			if !s.quietText {
-				io.WriteString(s.out, t)
+				// The model's text is untrusted: no raw escapes to the terminal.
+				io.WriteString(s.out, visibleText(t))
 			}
 		case messages.ChunkReasoningDelta:
 			if s.showReasoning {
-				t := p.Chunk.Text()
+				t := visibleText(p.Chunk.Text())
 				if s.dim {
 					t = dimOn + t + dimOff
 				}

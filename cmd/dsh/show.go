@@ -15,6 +15,7 @@ import (
 // never erases what was shown before, as the reference advises for human
 // transcripts), tool calls and results, and one line per other event.
 // Runs of stream chunks are summarised; the assembled message follows them.
+// Control characters in the log's text are shown visibly (see visible.go).
 func writeTranscript(w io.Writer, l *session.Log) error {
 	p := &printer{w: w}
 	h := l.Header()
@@ -93,11 +94,15 @@ type printer struct {
 	err error
 }
 
+// line prints one line of the transcript. Every line goes through here,
+// and its text is rendered with visibleLine: whatever the log holds, the
+// terminal gets no control character but the newline that ends the line
+// (and tabs).
 func (p *printer) line(indent int, format string, args ...any) {
 	if p.err != nil {
 		return
 	}
-	_, p.err = fmt.Fprintf(p.w, "%s%s\n", strings.Repeat("  ", indent), fmt.Sprintf(format, args...))
+	_, p.err = fmt.Fprintf(p.w, "%s%s\n", strings.Repeat("  ", indent), visibleLine(fmt.Sprintf(format, args...)))
 }
 
 func (p *printer) message(e session.Event, m messages.Message, suffix string) {
