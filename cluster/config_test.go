@@ -12,6 +12,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/cluster/clusterpb"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/supervisor"
 )
 
@@ -36,8 +37,8 @@ func TestClusterConfigValidate(t *testing.T) {
 // Without TLS a member binds only a loopback address, unless Insecure;
 // with TLS the configuration must authenticate both ways.
 func TestClusterConfigPlaintextOnlyOnLoopback(t *testing.T) {
-	ca := newCA(t, "dsh test CA")
-	mtls := config(t, ca, ca, "member")
+	ca := testutil.NewCA(t, "dsh test CA")
+	mtls := testutil.TLSConfig(t, ca, ca, "member")
 	for _, bind := range []string{"", "127.0.0.1", "127.0.0.2", "::1", "localhost"} {
 		require.NoError(t, Config{Dir: "/d", Bind: bind}.Validate(), bind)
 	}

@@ -3,17 +3,8 @@
 package cluster
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,66 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/supervisor"
 )
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-var serial int64
-
-func newSerial() *big.Int {
-	serial++
-	return big.NewInt(serial)
-}
-
-// newCA makes a CA (ECDSA P-256, valid for an hour).
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: newSerial(), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &testCA{cert: cert, key: key}
-}
-
-// issue makes a certificate for name on 127.0.0.1, for server and client
-// authentication, signed by ca (by itself when ca is nil).
-func issue(t *testing.T, ca *testCA, name string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: newSerial(), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	parent, signer := tmpl, any(key)
-	if ca != nil {
-		parent, signer = ca.cert, ca.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// config is the mutual TLS configuration of name: a certificate from
-// issuer (self-signed when nil), trusting only trust.
-func config(t *testing.T, issuer, trust *testCA, name string) *tls.Config {
-	t.Helper()
-	pool := x509.NewCertPool()
-	pool.AddCert(trust.cert)
-	return &tls.Config{Certificates: []tls.Certificate{issue(t, issuer, name)}, RootCAs: pool, ClientCAs: pool,
-		MinVersion: tls.VersionTLS13}
-}
 
 // topologyLog records every member address a member's cluster ever
 // published.
@@ -132,10 +66,10 @@ func refusedCN(rs []*RefusedError, cn string) int {
 // certificate once, and keeps serving.
 func TestClusterMutualTLS(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
-	ca, other := newCA(t, "dsh test CA"), newCA(t, "another CA")
+	ca, other := testutil.NewCA(t, "dsh test CA"), testutil.NewCA(t, "another CA")
 	tc := newCluster(t, 3, synthetic.Config{Seed: 5, TextChunks: 20})
-	tc.tls[0], tc.tls[1] = config(t, ca, ca, "member0"), config(t, ca, ca, "member1")
-	tc.tls[2] = config(t, other, other, "rogue") // lists the same peers
+	tc.tls[0], tc.tls[1] = testutil.TLSConfig(t, ca, ca, "member0"), testutil.TLSConfig(t, ca, ca, "member1")
+	tc.tls[2] = testutil.TLSConfig(t, other, other, "rogue") // lists the same peers
 	tc.start(0, 1)
 	tc.waitMembers(2)
 	good := tc.members[:2]
@@ -157,7 +91,7 @@ func TestClusterMutualTLS(t *testing.T) {
 
 	// A client with the CA's certificate works too.
 	cl, err := Dial(ctx, ClientConfig{Peers: tc.peers[:2], Refresh: 100 * time.Millisecond, RequestTimeout: 3 * time.Second,
-		TLS: config(t, ca, ca, "client")})
+		TLS: testutil.TLSConfig(t, ca, ca, "client")})
 	require.NoError(t, err)
 	ms, err = cl.Messages(ctx, id)
 	require.NoError(t, err)
@@ -166,7 +100,7 @@ func TestClusterMutualTLS(t *testing.T) {
 
 	// A client with a self-signed certificate (trusting the CA, so only
 	// its own certificate is wrong) is refused.
-	intruder := config(t, nil, ca, "intruder")
+	intruder := testutil.TLSConfig(t, nil, ca, "intruder")
 	dctx := testCtx(t, 3*time.Second)
 	began := time.Now()
 	_, err = Dial(dctx, ClientConfig{Peers: tc.peers[:2], Refresh: 100 * time.Millisecond, RequestTimeout: time.Second, TLS: intruder})
@@ -235,23 +169,13 @@ func sorted(s []string) []string {
 // LoadTLS builds a working configuration from PEM files and says which
 // file is wrong.
 func TestClusterLoadTLS(t *testing.T) {
-	ca := newCA(t, "dsh test CA")
-	dir := t.TempDir()
-	cert := issue(t, ca, "member")
-	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	require.NoError(t, err)
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-		return p
-	}
-	certFile, keyFile := write("cert.pem", "CERTIFICATE", cert.Certificate[0]), write("key.pem", "PRIVATE KEY", keyDER)
-	caFile := write("ca.pem", "CERTIFICATE", ca.cert.Raw)
+	ca := testutil.NewCA(t, "dsh test CA")
+	certFile, keyFile, caFile := testutil.WritePEM(t, t.TempDir(), "member", testutil.Issue(t, ca, "member"), ca)
 	c, err := LoadTLS(certFile, keyFile, caFile)
 	require.NoError(t, err)
 	require.NoError(t, Config{Dir: "/d", Bind: "10.0.0.5", TLS: c}.Validate())
 
-	_, err = LoadTLS(certFile, keyFile, filepath.Join(dir, "missing.pem"))
+	_, err = LoadTLS(certFile, keyFile, filepath.Join(filepath.Dir(caFile), "missing.pem"))
 	require.ErrorContains(t, err, "missing.pem")
 	_, err = LoadTLS(certFile, keyFile, keyFile)
 	require.ErrorContains(t, err, "no PEM certificate")
