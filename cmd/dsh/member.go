@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,12 +29,23 @@ Runs one member of a dsh cluster until SIGINT or SIGTERM. Sessions are
 placed on the members by id; every member shares DIR (one directory on
 one machine, a network file system across machines: each session's log
 is fenced by a writer lock beside it). Members find each other through
-protoactor's automanaged provider: each serves a health endpoint on
---bind:--provider-port and polls every --peers entry (every member's
-endpoint; its own may be left out). --bind must be an address the other
-members can reach (not 0.0.0.0). A member that dies leaves the
+their health endpoints: each serves one on --bind:--provider-port (the
+wire of protoactor's automanaged provider) and polls every --peers
+entry (every member's endpoint; its own may be left out). --bind must
+be an address the other members can reach (not 0.0.0.0). A member that dies leaves the
 cluster within about --refresh; its sessions move to the others, which
 repair and resume them from DIR.
+
+Whoever reaches a member can create sessions and read every session's
+messages. With --tls-cert, --tls-key and --tls-ca (PEM files, all three
+or none) every connection — between members, from "dsh run/chat --peers"
+clients (which take the same flags), and to the health endpoint (HTTPS)
+— is mutual TLS: a member accepts and reaches only peers whose
+certificate the CA signed (each certificate must name its member's
+--bind address, and serve for both server and client authentication).
+It reports each certificate it refuses once, on stderr. Without them a
+member binds only a loopback address, unless --insecure is given (it
+then says so on stderr).
 
 It reports on stderr (or, with --json, as one JSON object per line on
 stdout, nothing else): "up" with its address and the members it sees,
@@ -50,6 +65,31 @@ func splitPeers(peers string) []string {
 		}
 	}
 	return out
+}
+
+// tlsFlags are --tls-cert, --tls-key and --tls-ca, of dsh member and of
+// dsh run/chat --peers.
+type tlsFlags struct{ cert, key, ca string }
+
+func (f *tlsFlags) register(fs *flag.FlagSet, prefix string) {
+	fs.StringVar(&f.cert, "tls-cert", "", prefix+"mutual TLS: this process's certificate (PEM; with --tls-key and --tls-ca)")
+	fs.StringVar(&f.key, "tls-key", "", prefix+"mutual TLS: the certificate's private key (PEM)")
+	fs.StringVar(&f.ca, "tls-ca", "", prefix+"mutual TLS: the certificate of the CA that signs every member's and client's (PEM)")
+}
+
+// given says some of the flags were given.
+func (f tlsFlags) given() bool { return f.cert != "" || f.key != "" || f.ca != "" }
+
+// load returns the TLS configuration of the flags: nil without them, a
+// usage error with only some.
+func (f tlsFlags) load() (*tls.Config, error) {
+	if !f.given() {
+		return nil, nil
+	}
+	if f.cert == "" || f.key == "" || f.ca == "" {
+		return nil, usagef("--tls-cert, --tls-key and --tls-ca go together: give all three or none")
+	}
+	return cluster.LoadTLS(f.cert, f.key, f.ca)
 }
 
 // sortedMembers returns the addresses m sees, sorted.
@@ -77,7 +117,7 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.Name, "name", cluster.DefaultName, "cluster name")
 	fs.StringVar(&cfg.Bind, "bind", cluster.DefaultBind, "address to listen on (remote and provider endpoint)")
 	fs.IntVar(&cfg.Port, "port", 0, "actor remote port (0: a free one)")
-	fs.IntVar(&cfg.ProviderPort, "provider-port", cluster.DefaultProviderPort, "automanaged provider endpoint port")
+	fs.IntVar(&cfg.ProviderPort, "provider-port", cluster.DefaultProviderPort, "health endpoint port (the members poll each other there)")
 	fs.StringVar(&peers, "peers", "", "comma-separated provider endpoints (host:port) of every member (default: this one only)")
 	fs.DurationVar(&cfg.Refresh, "refresh", cluster.DefaultRefresh, "how often members poll each other")
 	fs.DurationVar(&cfg.HandoffTimeout, "handoff", cluster.DefaultHandoffTimeout, "how long a moving session may finish its turn")
@@ -86,6 +126,9 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
 	fs.DurationVar(&passivate, "passivate-after", 10*time.Minute, "stop a session idle this long (it resumes from --dir on its next request; 0: never)")
 	fs.BoolVar(&asJSON, "json", false, "print events as JSON objects on stdout, one per line")
+	var tf tlsFlags
+	tf.register(fs, "")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "without TLS, bind a non-loopback --bind all the same (plaintext: anyone who reaches it can read every session)")
 	if err := parseFlags(fs, args, memberUsage, stdout); err != nil {
 		return err
 	}
@@ -96,7 +139,16 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("member: --dir is required")
 	}
 	cfg.Peers = splitPeers(peers)
-	if err := cfg.Validate(); err != nil {
+	if tf.given() && cfg.Insecure {
+		return usagef("member: --insecure goes without --tls-cert, --tls-key and --tls-ca")
+	}
+	var err error
+	if cfg.TLS, err = tf.load(); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); errors.Is(err, cluster.ErrInsecure) {
+		return usagef("member: --bind %s is not a loopback address: without TLS anyone who reaches it could create sessions and read every session's messages; give --tls-cert, --tls-key and --tls-ca, or --insecure", cfg.Bind)
+	} else if err != nil {
 		return usagef("member: %v", err)
 	}
 	var prov llm.Provider
@@ -123,6 +175,15 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("member: --passivate-after must not be negative")
 	}
 	cfg.Session = supervisor.Config{Provider: prov, Model: model, IdleTimeout: passivate}
+	var errMu sync.Mutex // stderr is written from the refusals' goroutines too
+	cfg.OnRefused = func(e *cluster.RefusedError) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		fmt.Fprintf(stderr, "dsh member: %v\n", e)
+	}
+	if cfg.Insecure {
+		fmt.Fprintf(stderr, "dsh member: --insecure: no TLS on %s: anyone who reaches it can create sessions and read every session's messages\n", cfg.Bind)
+	}
 
 	m, err := cluster.Start(cfg)
 	if err != nil {
@@ -140,6 +201,8 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintf(stdout, "%s\n", b)
 			return
 		}
+		errMu.Lock()
+		defer errMu.Unlock()
 		switch event {
 		case "up":
 			fmt.Fprintf(stderr, "dsh member %s: up in cluster %q on %s; members: %s\n", addr, cfg.Name, cfg.Dir, strings.Join(members, ", "))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/internal/testutil"
 )
 
 // memberEvent is one JSON line of `dsh member --json`.
@@ -163,5 +166,181 @@ func TestMemberProcessesFormAClusterRunTurnsAndSeeADeadMemberLeave(t *testing.T)
 		var ev memberEvent
 		require.NoError(t, json.Unmarshal([]byte(line), &ev), "stdout line %q", line)
 		require.NotEmpty(t, ev.Event)
+	}
+}
+
+// Without TLS, dsh member refuses a non-loopback --bind (before binding
+// anything) unless --insecure; the TLS flags go all three together, and
+// only with --peers for dsh run.
+func TestMemberTLSFlagsAndThePlaintextRule(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"member", "--dir", dir, "--bind", "10.0.0.5"},
+			"dsh: member: --bind 10.0.0.5 is not a loopback address: without TLS anyone who reaches it could create sessions and read every session's messages; give --tls-cert, --tls-key and --tls-ca, or --insecure"},
+		{[]string{"member", "--dir", dir, "--tls-cert", "c.pem", "--tls-ca", "ca.pem"},
+			"dsh: --tls-cert, --tls-key and --tls-ca go together: give all three or none"},
+		{[]string{"member", "--dir", dir, "--insecure", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"},
+			"dsh: member: --insecure goes without --tls-cert, --tls-key and --tls-ca"},
+		{[]string{"run", "--dir", dir, "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem", "hello"},
+			"dsh: --tls-cert, --tls-key and --tls-ca go with --peers"},
+		{[]string{"run", "--peers", "127.0.0.1:1", "--tls-key", "k.pem", "hello"},
+			"dsh: --tls-cert, --tls-key and --tls-ca go together: give all three or none"},
+		{[]string{"chat", "--peers", "127.0.0.1:1", "--tls-ca", "ca.pem"},
+			"dsh: --tls-cert, --tls-key and --tls-ca go together: give all three or none"},
+	} {
+		code, out, errOut := runDsh(tc.args...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		require.Empty(t, out)
+		require.Equal(t, tc.want+"\nRun 'dsh --help' for usage.\n", errOut, "%v", tc.args)
+	}
+	// A missing PEM file is one line, exit 1.
+	code, _, errOut := runDsh("member", "--dir", dir, "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem")
+	require.Equal(t, exitFailure, code)
+	require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	require.Contains(t, errOut, "dsh: cluster: tls: open c.pem: no such file or directory")
+}
+
+// memberProc is a `dsh member --json` process: its JSON events and its
+// stderr lines.
+type memberProc struct {
+	cmd    *exec.Cmd
+	events chan memberEvent
+	stderr chan string // closed at EOF
+}
+
+func startMemberProc(t *testing.T, bin string, args ...string) *memberProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"member", "--json"}, args...)...)
+	cmd.Env = append(os.Environ(), "DEEPSEEK_API_KEY=")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	p := &memberProc{cmd: cmd, events: make(chan memberEvent, 64), stderr: make(chan string, 64)}
+	go func() {
+		defer close(p.events)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev memberEvent
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				p.events <- ev
+			}
+		}
+	}()
+	go func() {
+		defer close(p.stderr)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.stderr <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return p
+}
+
+// waitEvent returns the first event of p satisfying ok.
+func (p *memberProc) waitEvent(t *testing.T, what string, ok func(memberEvent) bool) memberEvent {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev, open := <-p.events:
+			require.True(t, open, "stdout closed before %s", what)
+			if ok(ev) {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s", what)
+		}
+	}
+}
+
+// Two `dsh member` processes with --tls-cert, --tls-key and --tls-ca
+// form a cluster; `dsh run --peers` with a certificate of their CA runs a
+// turn on it; a connection with a self-signed certificate is refused and
+// reported once on stderr however often it retries; a member given
+// --insecure says so on stderr as it starts.
+func TestMemberProcessesOverMutualTLS(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "dsh")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	pki := t.TempDir()
+	ca := testutil.NewCA(t, "dsh test CA")
+	tlsArgs := func(name string) []string {
+		cert, key, caFile := testutil.WritePEM(t, pki, name, testutil.Issue(t, ca, name), ca)
+		return []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", caFile}
+	}
+	dir := t.TempDir()
+	ports := []int{freePort(t), freePort(t)}
+	peers := "127.0.0.1:" + strconv.Itoa(ports[0]) + ",127.0.0.1:" + strconv.Itoa(ports[1])
+	procs := make([]*memberProc, 2)
+	for i := range procs {
+		procs[i] = startMemberProc(t, bin, append([]string{"--dir", dir, "--provider-port", strconv.Itoa(ports[i]),
+			"--peers", peers, "--refresh", "100ms"}, tlsArgs("member"+strconv.Itoa(i))...)...)
+	}
+	for _, p := range procs {
+		up := p.waitEvent(t, "up", func(ev memberEvent) bool { return ev.Event == "up" })
+		if len(up.Members) != 2 {
+			p.waitEvent(t, "two members", func(ev memberEvent) bool { return len(ev.Members) == 2 })
+		}
+	}
+
+	out, err = exec.Command(bin, append(append([]string{"run", "--peers", peers, "--json"}, tlsArgs("client")...), "hello")...).Output()
+	require.NoError(t, err, "dsh run --peers over TLS: %s", out)
+	var res runResult
+	require.NoError(t, json.Unmarshal(out, &res), "%s", out)
+	require.Equal(t, "completed", res.End)
+	require.NotEmpty(t, res.Text)
+
+	// The health endpoint is HTTPS, and refuses a self-signed
+	// certificate, three times, reported once.
+	health := "127.0.0.1:" + strconv.Itoa(ports[0])
+	if res, err := http.Get("http://" + health + "/_health"); err == nil {
+		require.NotEqual(t, http.StatusOK, res.StatusCode)
+		require.NoError(t, res.Body.Close())
+	}
+	intruder := &tls.Config{Certificates: []tls.Certificate{testutil.Issue(t, nil, "intruder")}, InsecureSkipVerify: true}
+	for range 3 {
+		c, err := tls.Dial("tcp", health, intruder)
+		if err == nil {
+			_, err = c.Read(make([]byte, 1))
+			_ = c.Close()
+		}
+		require.Error(t, err)
+	}
+
+	// --insecure says so, first thing on stderr.
+	insecure := startMemberProc(t, bin, "--dir", t.TempDir(), "--provider-port", strconv.Itoa(freePort(t)), "--insecure")
+	select {
+	case line := <-insecure.stderr:
+		require.Equal(t, "dsh member: --insecure: no TLS on 127.0.0.1: anyone who reaches it can create sessions and read every session's messages", line)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no warning from --insecure")
+	}
+
+	// SIGTERM: each member leaves and exits 0; member 0 reported the
+	// intruder once, and nothing else went to stderr.
+	for i, p := range procs {
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		p.waitEvent(t, "left", func(ev memberEvent) bool { return ev.Event == "left" })
+		require.NoError(t, p.cmd.Wait())
+		var lines []string
+		for line := range p.stderr {
+			lines = append(lines, line)
+		}
+		if i == 0 {
+			require.Len(t, lines, 1, "%q", lines)
+			require.Regexp(t, `^dsh member: cluster: refused 127\.0\.0\.1:\d+ \(certificate "CN=intruder" issued by "CN=intruder"\): x509: certificate signed by unknown authority$`, lines[0])
+		} else {
+			require.Empty(t, lines)
+		}
 	}
 }

@@ -37,7 +37,8 @@ tools read_file, list_dir, glob and grep, confined to --workdir.
 With --peers the session lives on a cluster of "dsh member" processes:
 dsh run joins it as a client (hosting nothing), creates the session there
 (or names one with --session) and streams the turn from whichever member
-runs it.
+runs it. Members run with TLS take --tls-cert, --tls-key and --tls-ca
+here too (a certificate their CA signed).
 
 Exit status: 0 when the turn completed, 1 when it ended in error (the
 failure is printed as one line on stderr) or was interrupted, 2 on bad
@@ -55,7 +56,8 @@ type talkFlags struct {
 	showReasoning, verbose   bool
 	asJSON                   bool
 	speed                    float64
-	peers                    string // run on a cluster (dsh member processes)
+	peers                    string   // run on a cluster (dsh member processes)
+	tls                      tlsFlags // with --peers: mutual TLS with the members
 }
 
 func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
@@ -74,6 +76,7 @@ func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
 	fs.Float64Var(&f.speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
 	fs.BoolVar(&f.verbose, "verbose", false, "print tool calls and turn ends on stderr")
 	fs.StringVar(&f.peers, "peers", "", "run on a cluster: the provider endpoints (host:port, comma-separated) of its members; the session lives there (--dir, --provider, --workdir and --system are the members')")
+	f.tls.register(fs, "with --peers: ")
 	if withJSON {
 		fs.BoolVar(&f.asJSON, "json", false, "print one JSON value at the end instead of streaming the text")
 	}
@@ -254,6 +257,9 @@ func startTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 	if f.peers != "" {
 		return dialTalk(ctx, f, f.peers)
 	}
+	if f.tls.given() {
+		return nil, usagef("--tls-cert, --tls-key and --tls-ca go with --peers")
+	}
 	return openTalk(ctx, f, env)
 }
 
@@ -262,7 +268,11 @@ func startTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 func dialTalk(ctx context.Context, f talkFlags, peers string) (*talk, error) {
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: splitPeers(peers)})
+	tc, err := f.tls.load()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: splitPeers(peers), TLS: tc})
 	if err != nil {
 		return nil, err
 	}
