@@ -236,7 +236,7 @@ func (c *chat) handle(ctx context.Context, line string) error {
 			return c.report(err)
 		}
 		for _, m := range ms {
-			fmt.Fprintln(c.out, m.JSON().String())
+			fmt.Fprintln(c.out, visibleJSON(m.JSON().String()))
 		}
 	case "/fork":
 		at := session.LastEvent

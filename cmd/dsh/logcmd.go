@@ -135,7 +135,7 @@ func logVerify(args []string, stdout, stderr io.Writer) error {
 	for _, path := range files {
 		_, l, err := loadFile(path, fixture)
 		if err != nil {
-			fmt.Fprintf(stderr, "dsh: %v\n", err)
+			fmt.Fprintf(stderr, "dsh: %s\n", visibleLine(err.Error()))
 			failed = true
 			continue
 		}
@@ -193,7 +193,7 @@ func logMessages(args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	for _, m := range l.DeriveMessages().All() {
-		if _, err := fmt.Fprintln(stdout, m.JSON().String()); err != nil {
+		if _, err := fmt.Fprintln(stdout, visibleJSON(m.JSON().String())); err != nil {
 			return err
 		}
 	}

@@ -35,7 +35,7 @@ func logReplay(args []string, stdout, _ io.Writer) error {
 		_, err := fmt.Fprintln(stdout, "conformant")
 		return err
 	}
-	if _, err := fmt.Fprintln(stdout, res.Divergence.String()); err != nil {
+	if _, err := fmt.Fprintln(stdout, visibleText(res.Divergence.String())); err != nil {
 		return err
 	}
 	return errReported

@@ -682,7 +682,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env ta
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s\n", b)
+		fmt.Fprintf(stdout, "%s\n", visibleJSON(string(b)))
 	} else if s.lastText != 0 && s.lastText != '\n' {
 		fmt.Fprintln(stdout)
 	}

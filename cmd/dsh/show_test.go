@@ -58,6 +58,14 @@ func TestShowRendersControlCharactersVisibly(t *testing.T) {
 	// The text's own newline still starts a new line.
 	require.Contains(t, out, `clear \x1b[2J`+"\n")
 	require.True(t, strings.HasSuffix(out, "\n"))
+
+	// dsh log messages stays JSON, with nothing raw in it either.
+	code, out, errOut = runDsh("log", "messages", path)
+	require.Equal(t, exitOK, code, errOut)
+	requireNoRawControls(t, out)
+	ms := messageLines(t, out)
+	require.Len(t, ms, 1)
+	require.Equal(t, hostileText, ms[0]["content"].([]any)[0].(map[string]any)["text"])
 }
 
 // hostileModel is a chat-completions server whose answer, reasoning and
@@ -100,6 +108,7 @@ func TestRunRendersModelTextVisibly(t *testing.T) {
 
 	code, out, errOut = runDsh("run", "--dir", dir, "--workdir", t.TempDir(), "--base-url", srv.URL, "--json", "hi")
 	require.Equal(t, exitOK, code, errOut)
+	requireNoRawControls(t, out)
 	var res runResult
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
 	require.Equal(t, hostileText, res.Text, "JSON carries the text as it is")
@@ -110,4 +119,22 @@ func TestRunRendersModelTextVisibly(t *testing.T) {
 	requireNoRawControls(t, out)
 	requireNoRawControls(t, errOut)
 	require.Contains(t, errOut, `\x1b]0;pwned\x07`, "the provider's message, shown")
+}
+
+// dsh chat streams through the same renderer; its /messages stays JSON.
+func TestChatRendersModelTextVisibly(t *testing.T) {
+	t.Setenv("DEEPSEEK_API_KEY", "sk-test")
+	srv := hostileModel(t, http.StatusOK)
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	args := []string{"--dir", t.TempDir(), "--workdir", t.TempDir(), "--base-url", srv.URL, "--show-reasoning", "--verbose"}
+	err := runChat(testContext(t), args, strings.NewReader("hi\n/wait\n/messages\n"), stdout, stderr, nil, talkEnv{})
+	require.NoError(t, err, stderr.String())
+	requireNoRawControls(t, stdout.String())
+	requireNoRawControls(t, stderr.String())
+	require.Contains(t, stdout.String(), `title \x1b]0;pwned\x07 clear \x1b[2J`+"\n"+`secret\x0dpublic`)
+	require.Contains(t, stderr.String(), `secret\x0dpublic`, "the reasoning, shown")
+	ms := messageLines(t, stdout.String())
+	require.Len(t, ms, 2)
+	content := ms[1]["content"].([]any)
+	require.Equal(t, hostileText, content[len(content)-1].(map[string]any)["text"], "/messages prints JSON, decoding to the text as it is")
 }

@@ -21,8 +21,13 @@ import (
 //
 // A tab is kept, and a newline too in visibleText (in visibleLine it is
 // shown as \x0a). Backslashes are printed as they are: the rendering is for
-// reading, not a reversible encoding. JSON outputs (--json, log messages)
-// need none of this: JSON escapes every control character itself.
+// reading, not a reversible encoding.
+//
+// JSON outputs (--json, dsh log messages, /messages) stay JSON: their
+// encoders escape C0 controls but leave DEL, C1 and bidi controls raw
+// (as the log files themselves must, to match the reference's bytes), so
+// visibleJSON escapes those as \u00HH / \uHHHH, which decodes to the same
+// value: such runes can only stand inside a JSON string.
 
 // visibleText renders the control characters of s visibly, keeping
 // newlines and tabs: for text printed as lines of its own.
@@ -56,6 +61,43 @@ func render(s, keep string) string {
 				esc = hexEscape(`\x`, r, 2)
 			}
 		case isFormatControl(r):
+			esc = hexEscape(`\u`, r, 4)
+		}
+		if esc != "" {
+			b.WriteString(s[done:i])
+			b.WriteString(esc)
+			done = i + size
+		}
+		i += size
+	}
+	if done == 0 {
+		return s
+	}
+	b.WriteString(s[done:])
+	return b.String()
+}
+
+// visibleJSON escapes the DEL, C1 and bidi controls of the encoded JSON
+// value s (see above); a byte that is not UTF-8 becomes \ufffd, which is
+// what a decoder would make of it anyway.
+func visibleJSON(s string) string {
+	var b strings.Builder
+	done := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf && c != 0x7f {
+			i++
+			continue
+		}
+		r, size := rune(c), 1
+		if c >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(s[i:])
+		}
+		var esc string
+		switch {
+		case r == utf8.RuneError && size == 1:
+			esc = `\ufffd`
+		case r == 0x7f || isFormatControl(r):
 			esc = hexEscape(`\u`, r, 4)
 		}
 		if esc != "" {

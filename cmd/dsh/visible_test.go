@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,6 +24,18 @@ func TestRenderShowsControlsVisibly(t *testing.T) {
 		require.Equal(t, want, visibleText(in), "%q", in)
 	}
 	require.Equal(t, `a\x0ab`+"\tc", visibleLine("a\nb\tc"))
+}
+
+func TestVisibleJSONDecodesToTheSameValue(t *testing.T) {
+	in := "title \x1b]0;x\x07 csi \u009b31m rlo \u202e del \x7f ok ✓ \u2028"
+	b, err := json.Marshal(map[string]string{"text": in})
+	require.NoError(t, err)
+	out := visibleJSON(string(b))
+	require.Equal(t, `{"text":"title \u001b]0;x\u0007 csi \u009b31m rlo \u202e del \u007f ok ✓ \u2028"}`, out)
+	var back map[string]string
+	require.NoError(t, json.Unmarshal([]byte(out), &back))
+	require.Equal(t, in, back["text"])
+	require.Equal(t, `"\ufffd"`, visibleJSON("\"\xff\""))
 }
 
 func TestRenderDoesNotCopyCleanText(t *testing.T) {
