@@ -55,6 +55,7 @@ func TestLockExcludesWithinOneProcess(t *testing.T) {
 
 			require.NoError(t, a.Release())
 			require.NoError(t, a.Release(), "Release is idempotent")
+			require.Equal(t, "", readString(t, fsys, p), "a released lock names no holder")
 			b, err := fsys.Lock(p, []byte("b"))
 			require.NoError(t, err)
 			require.Equal(t, "b", readString(t, fsys, p), "the holder text replaces the old one")

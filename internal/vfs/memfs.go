@@ -700,6 +700,7 @@ func (l *memLock) Release() error {
 	}
 	l.released = true
 	delete(l.fs.locks, l.node)
+	l.node.data = nil // as the OS implementation: the text names the current holder only
 	l.fs.open--
 	return nil
 }

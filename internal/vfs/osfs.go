@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 )
 
 // OS returns the real operating-system file system. It is safe for
@@ -67,7 +68,7 @@ func (osFS) Lock(name string, holder []byte) (Lock, error) {
 	if err := lockFile(f); err != nil {
 		var text string
 		if errors.Is(err, errLockHeld) {
-			text = readHolder(f)
+			text = awaitHolder(f)
 		}
 		_ = f.Close() // never locked: closing releases nothing
 		if errors.Is(err, errLockHeld) {
@@ -93,6 +94,32 @@ var errLockHeld = errors.New("lock held elsewhere")
 // maxHolder bounds the holder text read from a lock file.
 const maxHolder = 4 << 10
 
+// Waiting for the text of a holder that has just taken its lock.
+const (
+	holderPolls    = 100
+	holderPollWait = time.Millisecond
+)
+
+// awaitHolder returns the holder text of a file locked by another holder.
+// A holder writes its text right after it takes the lock and empties the
+// file before it lets go (osLock.Release), so an empty file under a held
+// lock means a holder that has not written yet: it is read again, for
+// about holderPolls × holderPollWait at most, rather than reported
+// unnamed. (The text of a holder that died is still there when the next
+// one locks; only a refusal in the instant before it is overwritten can
+// name the dead one.)
+func awaitHolder(f *os.File) string {
+	text := readHolder(f)
+	for range holderPolls {
+		if text != "" {
+			break
+		}
+		time.Sleep(holderPollWait)
+		text = readHolder(f)
+	}
+	return text
+}
+
 // readHolder returns the holder text of a locked file: its first bytes,
 // trimmed. The holder may be rewriting it this instant, so the text is
 // diagnostic only; a read error yields what was read.
@@ -116,6 +143,10 @@ func (l *osLock) Release() error {
 	if l.f == nil {
 		return nil
 	}
+	// Empty the text while still holding the lock, so that the file never
+	// names a holder that let go (see awaitHolder). A failure here costs
+	// only a stale diagnostic.
+	_ = l.f.Truncate(0)
 	err := l.f.Close()
 	l.f = nil
 	return err

@@ -39,7 +39,10 @@ type FS interface {
 	// replaced by holder, diagnostic text naming the holder (not synced:
 	// it is read only by a writer the lock refuses). A file locked
 	// already fails with a *LockedError (matching ErrLocked) carrying the
-	// holder text found in it. holder is not retained.
+	// holder text found in it. holder is not retained. Release empties the
+	// file before it lets go, so the text names the current holder only
+	// (the OS implementation waits briefly for the text of a holder that
+	// has just taken the lock).
 	//
 	// A lock file is never to be removed: a process that opened the old
 	// inode could lock it while another locks a new file under the same
