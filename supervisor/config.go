@@ -19,12 +19,19 @@ import (
 // synthetic model: every field has a default that works.
 type Config struct {
 	// Dir is the root of the JSONL+zstd store (created on the first write).
-	// "" keeps everything in memory: a MemStore and PolicyNone.
+	// "" keeps everything in memory: a MemStore and PolicyNone. The store
+	// takes each session's writer lock (persister.JSONLConfig.Lock) before
+	// its first write or repairing load and holds it while the session is
+	// resident, so a second process (another host, a dsh run, a cluster
+	// member) that tries to write it fails at once with a
+	// *persister.LockedError naming this one; the lock costs one open file
+	// descriptor per resident session.
 	Dir string
 	// Plain writes plain session.jsonl files instead of session.jsonl.zstd.
 	Plain bool
 	// Store overrides the store (Dir and Plain are then ignored). The host
-	// closes it on Close.
+	// closes it on Close. A JSONLStore shared with other processes must be
+	// opened with Lock, as Dir's is.
 	Store persister.Store
 	// System is the actor system the host's actors live in. nil: the host
 	// owns a fresh one with protoactor's logging silenced, shut down on

@@ -122,7 +122,7 @@ func Open(cfg Config) (*Host, error) {
 	case cfg.Store != nil:
 		h.store = cfg.Store
 	case cfg.Dir != "":
-		st, err := persister.NewJSONLStore(persister.JSONLConfig{Root: cfg.Dir, Plain: cfg.Plain})
+		st, err := persister.NewJSONLStore(persister.JSONLConfig{Root: cfg.Dir, Plain: cfg.Plain, Lock: true})
 		if err != nil {
 			return nil, err
 		}

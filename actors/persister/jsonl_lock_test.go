@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -48,7 +49,8 @@ func requireLockedBy(t testing.TB, err error, id session.SessionID, holder strin
 	require.Equal(t, id, le.ID)
 	require.Equal(t, holder, le.Holder)
 	require.Equal(t, lockName, filepath.Base(le.Path))
-	require.Contains(t, err.Error(), fmt.Sprintf("session %s is being written by another writer (%s)", id, holder))
+	require.True(t, strings.HasSuffix(err.Error(), fmt.Sprintf("persister: session %s is in use by %s", id, holder)),
+		"the text names the session and the holder, and ends there: %q", err.Error())
 }
 
 // continueFrom returns a builder that continues a loaded log of a session

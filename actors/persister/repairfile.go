@@ -37,23 +37,29 @@ func (r RepairReport) Changed() bool { return r.Torn != nil || len(r.Closers) > 
 // the committed region is corruption (IsCorruption) and nothing is
 // changed. A balanced, clean file is left untouched.
 //
-// When the file sits beside a writer lock (session.lock: a store with
-// JSONLConfig.Lock wrote it), RepairFile takes that lock first and fails
-// with a *LockedError, changing nothing, while a writer holds it. Without
-// a lock file it must not run while a writer has the file open.
+// RepairFile writes only under the writer lock of the file's directory
+// (session.lock beside it, the lock every dsh writer of a session takes,
+// see Writer fencing in doc.go): it takes that lock first, creating the
+// lock file when there is none, and fails with a *LockedError naming the
+// holder, changing nothing, while a writer (a dsh run, a member, another
+// repair) holds it. Without the lock a repair would race a live writer:
+// it truncates to the size it read, cutting whatever the writer appended
+// meanwhile. A lock file left beside a file outside a store's layout is
+// harmless: nothing but writers reads it.
 func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
-	lockPath := filepath.Join(filepath.Dir(path), lockName)
-	if _, err := fsys.Stat(lockPath); err == nil {
-		lk, err := fsys.Lock(lockPath, []byte(fmt.Sprintf("dsh log repair, pid %d", os.Getpid())))
-		if err != nil {
-			var le *vfs.LockedError
-			if errors.As(err, &le) {
-				return RepairReport{}, &LockedError{ID: session.SessionID(filepath.Base(filepath.Dir(path))), Path: le.Path, Holder: le.Holder}
-			}
-			return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
-		}
-		defer lk.Release()
+	if _, err := fsys.Stat(path); err != nil {
+		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 	}
+	lockPath := filepath.Join(filepath.Dir(path), lockName)
+	lk, err := fsys.Lock(lockPath, []byte("dsh log repair, "+defaultHolder()+"\n"))
+	if err != nil {
+		var le *vfs.LockedError
+		if errors.As(err, &le) {
+			return RepairReport{}, &LockedError{ID: session.SessionID(filepath.Base(filepath.Dir(path))), Path: le.Path, Holder: le.Holder}
+		}
+		return RepairReport{}, fmt.Errorf("persister: repair: take the writer lock: %w", err)
+	}
+	defer lk.Release()
 	data, err := vfs.ReadFile(fsys, path)
 	if err != nil {
 		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)

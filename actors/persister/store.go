@@ -119,6 +119,12 @@ func (e *FenceError) Is(target error) bool { return target == ErrFenced }
 // store in this one. Nothing was changed. errors.Is(err, ErrLocked) and
 // errors.Is(err, ErrFenced) hold: like a fenced append, it means another
 // writer owns the session, and it is detected before anything is written.
+//
+// Its text is one line naming the holder, "persister: session S is in
+// use by pid N on HOST" (the holder's text; a member's names itself
+// "member ADDR pid N on HOST"), so that a refused writer can print it as
+// it is. The lock file's path is in Path, not in the text: the session
+// and the holder are what a user acts on.
 type LockedError struct {
 	ID     session.SessionID
 	Path   string // the lock file
@@ -128,9 +134,9 @@ type LockedError struct {
 func (e *LockedError) Error() string {
 	holder := e.Holder
 	if holder == "" {
-		holder = "holder unnamed"
+		holder = "another writer (unnamed)"
 	}
-	return fmt.Sprintf("persister: session %s is being written by another writer (%s): %s", e.ID, holder, e.Path)
+	return fmt.Sprintf("persister: session %s is in use by %s", e.ID, holder)
 }
 
 // Is makes every LockedError match ErrLocked and ErrFenced.

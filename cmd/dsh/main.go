@@ -15,6 +15,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/dshgo/dsh/actors/persister"
 )
 
 func main() {
@@ -68,6 +70,7 @@ Run 'dsh COMMAND --help' for a command's flags.
 func run(args []string, stdout, stderr io.Writer) int {
 	err := dispatch(args, stdout, stderr)
 	var ue *usageError
+	var le *persister.LockedError
 	switch {
 	case err == nil, errors.Is(err, errHelp):
 		return exitOK
@@ -75,6 +78,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dsh: %v\nRun 'dsh --help' for usage.\n", ue)
 		return exitUsage
 	case errors.Is(err, errReported):
+		return exitFailure
+	case errors.As(err, &le):
+		// Another process writes the session: what the user needs is who,
+		// not the layers the refusal came through.
+		fmt.Fprintf(stderr, "dsh: %s\n", strings.TrimPrefix(le.Error(), "persister: "))
 		return exitFailure
 	default:
 		// An error can quote a log or a provider: shown visibly, on one line.

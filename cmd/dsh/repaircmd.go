@@ -27,6 +27,10 @@ func logRepair(args []string, stdout, _ io.Writer) error {
 	}
 	path := fs.Arg(0)
 	r, err := persister.RepairFile(vfs.OS(), path)
+	var le *persister.LockedError
+	if errors.As(err, &le) {
+		return le // a live writer: main prints who
+	}
 	if err != nil {
 		return describe(path, err)
 	}
@@ -73,13 +77,16 @@ func defaultDataDir() (string, error) {
 }
 
 // openStoreAt opens the JSONL store at dir in whichever encoding the root
-// already holds (zstd unless it holds plain logs).
+// already holds (zstd unless it holds plain logs). It takes each session's
+// writer lock before writing it (persister.JSONLConfig.Lock): a session
+// another process writes is refused, not interleaved. Reading (List,
+// Inspect) never locks.
 func openStoreAt(dir string) (*persister.JSONLStore, error) {
-	s, err := persister.NewJSONLStore(persister.JSONLConfig{Root: dir})
+	s, err := persister.NewJSONLStore(persister.JSONLConfig{Root: dir, Lock: true})
 	if err == nil || !errors.Is(err, persister.ErrLayout) {
 		return s, err
 	}
-	plain, perr := persister.NewJSONLStore(persister.JSONLConfig{Root: dir, Plain: true})
+	plain, perr := persister.NewJSONLStore(persister.JSONLConfig{Root: dir, Plain: true, Lock: true})
 	if perr != nil {
 		return nil, err
 	}
