@@ -18,7 +18,13 @@
 //     (decoded JSONL bytes over bytes on disk); every log is read back and
 //     validated;
 //   - memory: the peak of live heap objects sampled during the load, and
-//     the live heap after the load per session (logged events included).
+//     the live heap after the load per session (logged events included);
+//   - open file descriptors (Linux, from /proc/self/fd): the peak during
+//     the load and the count when it ends, and the descriptors the run
+//     added per resident session at the end. Each resident session of a
+//     store on disk holds one for its writer lock (session.lock, see
+//     actors/persister/doc.go), and the store caches up to
+//     persister.DefaultMaxOpenFiles append handles on top.
 //
 // After the load, in the same process, the baselines of DESIGN §10 do the
 // same work without the runtime (Baselines): the run's events appended to
@@ -195,6 +201,13 @@ type Report struct {
 	Passivated int64 `json:"passivated"`
 	// Members is the number of cluster members (0: one host, no cluster).
 	Members int `json:"members,omitempty"`
+	// OpenFDs and PeakOpenFDs are the process's open file descriptors
+	// when the load ended and at most during it (sampled); FDsPerResident
+	// is the descriptors the run added, at the end, per resident session.
+	// All three are -1 where /proc/self/fd is missing (not Linux).
+	OpenFDs        int     `json:"open_fds"`
+	PeakOpenFDs    int     `json:"peak_open_fds"`
+	FDsPerResident float64 `json:"fds_per_resident_session"`
 	// Baselines is the same work without the runtime (nil when skipped).
 	Baselines *Baselines `json:"baselines,omitempty"`
 }
@@ -293,6 +306,17 @@ func heapObjects() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// openFDs counts the process's open file descriptors, -1 where
+// /proc/self/fd is missing. The descriptor that reads the directory is not
+// counted.
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents) - 1
+}
+
 // Run runs the load and reports. A cancelled ctx stops the load early: the
 // running turns are disposed, everything is flushed, and the partial
 // report comes back with Interrupted set, together with the cause.
@@ -334,6 +358,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 
 	runtime.GC()
 	heapBase := heapObjects()
+	fdBase := openFDs()
 	hcfg := supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
 		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards, IdleTimeout: o.PassivateAfter,
 		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
@@ -344,8 +369,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	rep.Members = o.Cluster
 
-	// Peak heap sampler and progress.
+	// Peak heap and descriptor sampler, and progress.
 	var peak atomic.Uint64
+	var peakFDs atomic.Int64
 	var turnsDone atomic.Int64
 	stopBg := make(chan struct{})
 	var bg sync.WaitGroup
@@ -357,6 +383,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		for {
 			if v := heapObjects(); v > peak.Load() {
 				peak.Store(v)
+			}
+			if v := int64(openFDs()); v > peakFDs.Load() {
+				peakFDs.Store(v)
 			}
 			select {
 			case <-stopBg:
@@ -440,6 +469,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	wg.Wait()
 	wall := time.Since(start)
 	cpu := cpuTime() - cpu0
+	fdEnd := openFDs()
 
 	for _, id := range ids {
 		if id == "" {
@@ -463,6 +493,10 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	for _, h := range r.hosts {
 		rep.Resident += h.Resident()
 		rep.Passivated += h.Passivated()
+	}
+	rep.OpenFDs, rep.PeakOpenFDs, rep.FDsPerResident = fdEnd, max(int(peakFDs.Load()), fdEnd), -1
+	if fdBase >= 0 && fdEnd >= 0 && rep.Resident > 0 {
+		rep.FDsPerResident = float64(fdEnd-fdBase) / float64(rep.Resident)
 	}
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
@@ -622,6 +656,14 @@ func WriteTable(w io.Writer, r Report) {
 	}
 	row("peak heap", "%s", bytesStr(float64(r.PeakHeapBytes)))
 	row("heap after load", "%s per session, %.0f B per event", bytesStr(r.HeapPerSession), r.HeapPerEvent)
+	if r.OpenFDs >= 0 {
+		per := "-"
+		if r.FDsPerResident >= 0 {
+			per = fmt.Sprintf("%.2f", r.FDsPerResident)
+		}
+		row("open files", "%d at the end of the load (peak %d); %s added per resident session (%d resident)",
+			r.OpenFDs, r.PeakOpenFDs, per, r.Resident)
+	}
 	if r.Passivated > 0 {
 		row("passivation", "%d passivations, %d of %d sessions resident at the end", r.Passivated, r.Resident, r.Sessions)
 	}

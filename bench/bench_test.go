@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -50,6 +51,14 @@ func TestTinyBenchJSONL(t *testing.T) {
 	require.Equal(t, 20, r.FilesVerified)
 	require.Positive(t, r.BytesOnDisk)
 	require.Greater(t, r.CompressionRatio, 1.0)
+	// Each resident session holds its writer lock's descriptor and a
+	// cached append handle (20 sessions, a cache of 256).
+	require.Equal(t, 20, r.Resident)
+	if runtime.GOOS == "linux" {
+		require.Positive(t, r.OpenFDs)
+		require.GreaterOrEqual(t, r.PeakOpenFDs, r.OpenFDs)
+		require.GreaterOrEqual(t, r.FDsPerResident, 1.95, "a lock and a handle per resident session")
+	}
 	// A Durable notice may still be in flight when the host closes.
 	require.Positive(t, r.FlushLatency.Count)
 	require.LessOrEqual(t, r.FlushLatency.Count, 40)

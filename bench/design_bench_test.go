@@ -71,15 +71,24 @@ func reportPerChunk(b *testing.B, chunks int64, cpu, wall time.Duration) {
 // text deltas, the assistant message) run through a Host and made durable
 // (WaitIdle); the baseline streams the same responses from the synthetic
 // model alone. The runtime's overhead per chunk is the difference.
+//
+// With policy turn-end it runs twice, lock=on (the store takes each
+// session's writer lock, as every host with a Dir does) and lock=off (the
+// same store without it): the lock is taken once per session, when it is
+// created, so the two should not differ measurably.
 func BenchmarkChunksEndToEnd(b *testing.B) {
 	for _, pol := range []struct {
 		name   string
 		policy persister.Policy
-	}{{"none", persister.PolicyNone}, {"turn-end", persister.PolicyTurnEnd}} {
+		lock   bool
+	}{{"none", persister.PolicyNone, true}, {"turn-end/lock=on", persister.PolicyTurnEnd, true},
+		{"turn-end/lock=off", persister.PolicyTurnEnd, false}} {
 		b.Run("impl=host/policy="+pol.name, func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), benchTurnTimeout*time.Duration(max(b.N, 1)))
 			defer cancel()
-			h, err := supervisor.Open(supervisor.Config{Dir: b.TempDir(), Provider: benchModel(b), Policy: pol.policy})
+			st, err := persister.NewJSONLStore(persister.JSONLConfig{Root: b.TempDir(), Lock: pol.lock})
+			require.NoError(b, err)
+			h, err := supervisor.Open(supervisor.Config{Store: st, Provider: benchModel(b), Policy: pol.policy})
 			require.NoError(b, err)
 			defer func() { require.NoError(b, h.Close(context.Background())) }()
 			msg := benchUser(b, "hello")

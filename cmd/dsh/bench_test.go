@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"runtime"
 	"testing"
 	"time"
 
@@ -22,6 +23,9 @@ func TestBenchJSONIsOneValue(t *testing.T) {
 	require.False(t, dec.More(), "exactly one JSON value")
 	require.EqualValues(t, 20, rep["turns"])
 	require.EqualValues(t, 10, rep["files_verified"])
+	for _, k := range []string{"open_fds", "peak_open_fds", "fds_per_resident_session"} {
+		require.Contains(t, rep, k)
+	}
 }
 
 func TestBenchTableAndUsage(t *testing.T) {
@@ -29,6 +33,9 @@ func TestBenchTableAndUsage(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "chunks")
 	require.Contains(t, out, "turn-end flush")
+	if runtime.GOOS == "linux" {
+		require.Contains(t, out, "open files")
+	}
 	require.Empty(t, errOut)
 	code, _, _ = runDsh("bench", "--policy", "sometimes")
 	require.Equal(t, exitUsage, code)
