@@ -198,9 +198,14 @@
 //
 // # Writer fencing
 //
-// Several dsh processes (cluster members) may share one root. During a
-// membership change two of them can activate the same session; they must
-// never interleave writes, and the loser must fail loudly. The seq check
+// Several dsh processes may share one root: two dsh run or dsh chat on one
+// data directory, an embedder's host beside them, cluster members (during
+// a membership change two of them can activate the same session), a dsh
+// log repair. They must never interleave writes, and the loser must fail
+// loudly. Every writer dsh has locks: a supervisor.Host with a Dir (and
+// so dsh run, dsh chat, dsh bench --dir), a cluster member, and
+// RepairFile (dsh log repair), which takes the lock whether or not a lock
+// file exists yet. The seq check
 // alone cannot promise that across processes: it is check-then-act (both
 // writers can read the same next seq, then both append), and a writer's
 // truncate-back after a failed append could cut a frame the other wrote
@@ -223,10 +228,15 @@
 //   - A lock held by another writer fails the operation, changing
 //     nothing, with a *LockedError (ErrLocked, and ErrFenced) that names
 //     the holder: the text it wrote into the lock file (JSONLConfig.Holder,
-//     default "pid <pid> on <hostname>").
-//   - The lock file holds nothing but the holder text and is never
-//     removed, not even when the lock is released. Unlinking it would race: a process that opened the
-//     old inode could lock it while a newcomer creates and locks a new file
+//     default "pid <pid> on <hostname>"; a member's is "member <addr> pid
+//     <pid> on <hostname>"). Its text is one line, "persister: session S
+//     is in use by pid N on HOST", which dsh prints, without the package
+//     prefix, as its one error line.
+//   - The lock file holds nothing but the holder text while held, and
+//     nothing once released (the holder empties it before it lets go, so
+//     it never names a writer that is gone). It is never removed, not
+//     even when the lock is released. Unlinking it would race: a process
+//     that opened the old inode could lock it while a newcomer creates and locks a new file
 //     under the same name, and both would believe they hold the lock. A
 //     directory holding only session.lock (a first append that failed) is
 //     not a session; nothing that lists or checks the root reads lock
@@ -241,8 +251,16 @@
 //     it, and every writer of a root that does not lock.
 //
 // The persister actor releases a session when an Untrack has drained it,
-// so a passivated session can be taken over by another member at once.
-// Each held lock keeps one descriptor open, outside MaxOpenFiles.
+// so a passivated or evicted session can be taken over by another
+// process at once; resuming it takes the lock again.
+//
+// Capacity: each held lock keeps one file descriptor open, outside
+// MaxOpenFiles, for as long as the session is resident (the lock is taken
+// once, not per append). A process with R resident sessions so holds R
+// lock descriptors plus at most MaxOpenFiles cached append handles (256
+// by default) plus its own; its descriptor limit (ulimit -n) must allow
+// that, and passivation (supervisor.Config.IdleTimeout) is what bounds R.
+// dsh bench reports the descriptors per resident session it measured.
 //
 // On a network file system the lock is only as good as the file system's
 // locking. It must provide:
