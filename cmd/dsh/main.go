@@ -82,7 +82,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &le):
 		// Another process writes the session: what the user needs is who,
 		// not the layers the refusal came through.
-		fmt.Fprintf(stderr, "dsh: %s\n", strings.TrimPrefix(le.Error(), "persister: "))
+		// The holder's text comes from a file: shown visibly, like any error.
+		fmt.Fprintf(stderr, "dsh: %s\n", visibleLine(strings.TrimPrefix(le.Error(), "persister: ")))
 		return exitFailure
 	default:
 		// An error can quote a log or a provider: shown visibly, on one line.
