@@ -77,8 +77,9 @@
 // authenticated both ways). A member accepts only a peer whose
 // certificate the configured CA signed for client authentication, and
 // connects only to a peer whose certificate the CA signed for the
-// address it dials (so each certificate carries its member's Bind as a
-// subject alternative name, and is valid for server and client
+// address it dials (so each certificate carries its process's Bind as a
+// subject alternative name — a client's too, as the members connect back
+// to it with the replies — and is valid for server and client
 // authentication). A member or client refused is not counted as a
 // member and never learns the members' addresses from the health
 // endpoint; the member refusing it keeps serving, and reports each

@@ -209,7 +209,15 @@ func (p *peersProvider) check(ctx context.Context, peer string) (*automanaged.No
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("peer %s: %s", peer, res.Status)
+		// The first line of the body says why, if anything (a plaintext
+		// poll of an HTTPS endpoint: "Client sent an HTTP request to an
+		// HTTPS server.").
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 200))
+		why, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if why == "" {
+			return nil, fmt.Errorf("peer %s: %s", peer, res.Status)
+		}
+		return nil, fmt.Errorf("peer %s: %s: %q", peer, res.Status, why)
 	}
 	var n automanaged.NodeModel
 	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<16)).Decode(&n); err != nil {

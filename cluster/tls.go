@@ -24,9 +24,10 @@ var errNoCertificate = errors.New("no certificate presented")
 // from PEM files: this process's certificate chain and private key, and
 // the certificate of the CA that signs every member's and client's
 // certificate (the only CA trusted, both ways). Each certificate must
-// carry the addresses it is reached at as subject alternative names (a
-// member's Bind; IP SANs for IP addresses) and be usable for both server
-// and client authentication.
+// carry the address it is reached at as a subject alternative name (its
+// process's Bind, a client's included: the members connect back to it;
+// an IP SAN for an IP address) and be usable for both server and client
+// authentication.
 func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

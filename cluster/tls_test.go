@@ -107,6 +107,10 @@ func TestClusterMutualTLS(t *testing.T) {
 	require.ErrorContains(t, err, "no member answered")
 	require.ErrorContains(t, err, "tls: ")
 	require.Less(t, time.Since(began), 5*time.Second, "Dial ends at its deadline")
+	// A client without TLS is told why.
+	_, err = Dial(testCtx(t, 2*time.Second), ClientConfig{Peers: tc.peers[:1], Refresh: 100 * time.Millisecond})
+	require.ErrorContains(t, err, `400 Bad Request: "Client sent an HTTP request to an HTTPS server."`)
+	require.NotContains(t, err.Error(), "\n")
 	// So is a raw connection to the remote or the health endpoint, with
 	// that certificate, or in plaintext.
 	for _, m := range good {
