@@ -17,7 +17,7 @@ import (
 func logFork(args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("log fork")
 	at := fs.Int64("at", session.LastEvent, "the last seq the fork inherits (inclusive; default: the last event)")
-	out := fs.String("out", "", "the file to write (required; .zstd suffix for JSONL+zstd)")
+	out := fs.String("out", "", "the file to create (required; it must not exist, not even as a symlink; .zstd suffix for JSONL+zstd)")
 	id := fs.String("id", "", "the new session's id (default: a fresh UUID)")
 	fixture := fs.Bool("fixture", false, "substitute the reference snapshot placeholders before reading")
 	if err := parseFlags(fs, args, "Usage: dsh log fork --at SEQ --out OUT [--id ID] FILE\n\nFlags:\n", stdout); err != nil {
