@@ -34,9 +34,16 @@ Commands:
   /help          this list
   /quit          leave (a running turn is cancelled); end of input leaves once idle
 
+A turn is reported ended (with --verbose, or when it did not complete)
+only once its end is durable on disk. When writing it fails (a full disk),
+the turn is reported as not durable yet, with the write error: it is
+retried in the background, and no new turn starts until a retry succeeds
+(messages sent meanwhile are refused with the error).
+
 Ctrl-C cancels the running turn; when no turn runs it leaves. Either way
 the session is flushed and its id printed on stderr. Exit 0, or 1 when the
-session could not be opened; 2 on bad usage.
+session could not be opened or, at the end of input, is not durable; 2 on
+bad usage.
 
 Flags:
 `
@@ -48,7 +55,7 @@ func chatCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigc)
-	return runChat(context.Background(), args, stdin, stdout, stderr, sigc, talkEnv{})
+	return runChat(context.Background(), args, stdin, stdout, stderr, sigc, cmdTalkEnv)
 }
 
 // lockedWriter serialises writes from the streamer and the REPL.
@@ -98,6 +105,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	c.t = t
 	defer func() {
 		if c.s != nil {
+			c.t.confirmEnds(context.Background(), c.s)
 			c.s.stop()
 		}
 		if cerr := t.close(); cerr != nil && err == nil {
@@ -149,6 +157,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 				return err
 			}
 		case <-c.s.ended:
+			c.t.confirmEnds(ctx, c.s)
 			c.prompt()
 		}
 	}
@@ -253,6 +262,7 @@ func (c *chat) handle(ctx context.Context, line string) error {
 			return c.report(err)
 		}
 		parent := c.t.id
+		c.t.confirmEnds(ctx, c.s)
 		c.s.stop()
 		c.t.id = child
 		if err := c.follow(ctx); err != nil {

@@ -5,7 +5,9 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -124,4 +126,42 @@ func TestChatQuitCancelsTheRunningTurn(t *testing.T) {
 	require.NoError(t, <-done, stderr.String())
 	require.NoError(t, pw.Close())
 	require.Contains(t, stderr.String(), "[turn 1 cancelled]")
+}
+
+// TestChatTurnEndNotDurableUntilRetried: the disk is full when a turn
+// ends. dsh chat does not report it completed; it says its end is not
+// durable yet, with the write error, and that it is retried. Once space
+// is freed the turn is reported durable and the chat goes on.
+func TestChatTurnEndNotDurableUntilRetried(t *testing.T) {
+	ctx := testContext(t)
+	fsys := newFullDisk()
+	fsys.full.Store(true)
+	env := slowModel(t, 5, 0)
+	env.fs = fsys
+	pr, pw := io.Pipe()
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan error, 1)
+	go func() {
+		done <- runChat(ctx, []string{"--dir", t.TempDir(), "--workdir", t.TempDir(), "--verbose"}, pr, stdout, stderr, nil, env)
+	}()
+	_, err := io.WriteString(pw, "hello\n")
+	require.NoError(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), "not durable yet") {
+		require.True(t, time.Now().Before(deadline), "no not-durable notice in %q", stderr.String())
+		<-time.After(time.Millisecond)
+	}
+	warned := stderr.String()
+	require.NotContains(t, warned, "[turn 1 completed]")
+	require.Contains(t, warned, "[turn 1's end (completed) is not durable yet: ")
+	require.Contains(t, warned, syscall.ENOSPC.Error())
+	require.Contains(t, warned, "retried in the background]")
+
+	fsys.full.Store(false)
+	_, err = io.WriteString(pw, "/wait\nagain\n/wait\n")
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+	require.NoError(t, <-done, stderr.String())
+	require.Contains(t, stderr.String(), "[turn 1 completed; its end is durable now]")
+	require.Contains(t, stderr.String(), "[turn 2 completed]")
 }

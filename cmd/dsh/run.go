@@ -22,6 +22,7 @@ import (
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/cluster"
+	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
 )
@@ -40,9 +41,10 @@ dsh run joins it as a client (hosting nothing), creates the session there
 runs it. Members run with TLS take --tls-cert, --tls-key and --tls-ca
 here too (a certificate their CA signed).
 
-Exit status: 0 when the turn completed, 1 when it ended in error (the
-failure is printed as one line on stderr) or was interrupted, 2 on bad
-usage. Ctrl-C cancels the running turn (cause user), flushes the session
+Exit status: 0 when the turn completed and its end is durable on disk, 1
+when it ended in error (the failure is printed as one line on stderr),
+was interrupted, or its end could not be written (the write error is
+printed; the turn is not reported completed), 2 on bad usage. Ctrl-C cancels the running turn (cause user), flushes the session
 and exits 1 (not 130: DESIGN §8 has a single failure status).
 
 Flags:
@@ -82,10 +84,17 @@ func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
 	}
 }
 
-// talkEnv lets tests replace the model.
+// talkEnv lets tests replace the model and the file system.
 type talkEnv struct {
 	provider llm.Provider
+	// fs, when set, is the file system the sessions are written through
+	// (a test's, with injected errors); nil: the OS's.
+	fs vfs.FS
 }
+
+// cmdTalkEnv is the talkEnv of `dsh run` and `dsh chat` as commands: the
+// zero value, except in tests that run the commands through run().
+var cmdTalkEnv talkEnv
 
 // talk is an open host (or a cluster client) with one current session.
 type talk struct {
@@ -102,6 +111,7 @@ type backend interface {
 	Steer(ctx context.Context, id session.SessionID, msg messages.Message) error
 	Inject(ctx context.Context, id session.SessionID, msg messages.Message) error
 	WaitIdle(ctx context.Context, id session.SessionID) error
+	Flush(ctx context.Context, id session.SessionID) (int64, error)
 	Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error
 	Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error)
 	// messages returns the session's derived messages.
@@ -219,7 +229,7 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		_ = fst.Close()
 		return nil, err
 	}
-	st, err := openStoreAt(dir)
+	st, err := openTalkStore(dir, env.fs)
 	if err != nil {
 		_ = fst.Close()
 		return nil, err
@@ -250,6 +260,15 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		t.id = id
 	}
 	return t, nil
+}
+
+// openTalkStore opens the store at dir (locking, as openStoreAt), through
+// fsys when it is set.
+func openTalkStore(dir string, fsys vfs.FS) (*persister.JSONLStore, error) {
+	if fsys != nil {
+		return persister.NewJSONLStore(persister.JSONLConfig{Root: dir, FS: fsys, Lock: true})
+	}
+	return openStoreAt(dir)
 }
 
 // startTalk opens the local host, or joins the cluster of --peers.
@@ -308,16 +327,38 @@ func (t *talk) close() error {
 }
 
 // waitIdle waits for the session to be idle and durable, then for the
-// streamer to have seen everything it logged.
+// streamer to have seen everything it logged, and reports the turn ends
+// it saw: as ended when WaitIdle succeeded (everything is durable), else
+// as not durable (see streamer.reportEnds).
 func (t *talk) waitIdle(ctx context.Context, s *streamer) error {
-	if err := t.be.WaitIdle(ctx, t.id); err != nil {
-		return err
+	werr := t.be.WaitIdle(ctx, t.id)
+	if werr == nil || ctx.Err() == nil {
+		// Idle either way (a failed flush fails after the agent is idle):
+		// let the streamer catch up, so that the ends reported are all.
+		n, err := t.be.events(ctx, t.id)
+		if err == nil {
+			err = s.waitSeen(ctx, n-1)
+		}
+		if werr == nil && err != nil {
+			return err
+		}
 	}
-	n, err := t.be.events(ctx, t.id)
-	if err != nil {
-		return err
+	s.reportEnds(werr)
+	return werr
+}
+
+// confirmEnds reports the turn ends the streamer saw once they are
+// durable: a flush of everything logged (it answers at once when the
+// turn-end barrier is done already, and waits for it when it is in
+// flight); when the flush fails, they are reported as not durable.
+func (t *talk) confirmEnds(ctx context.Context, s *streamer) {
+	if !s.hasPendingEnds() {
+		return
 	}
-	return s.waitSeen(ctx, n-1)
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := t.be.Flush(fctx, t.id)
+	s.reportEnds(err)
 }
 
 // cancelAndWait cancels the running turn (cause user) and waits, bounded,
@@ -346,7 +387,7 @@ type streamer struct {
 	verbose       bool // tool calls and turn ends on diag
 	dim           bool // diag is a terminal
 	quietText     bool // --json: collect, do not print
-	noticeEnds    bool // print turns that did not complete on diag
+	noticeEnds    bool // print turns that did not complete on diag, and turn ends not durable
 
 	mu       sync.Mutex
 	seen     int64
@@ -358,6 +399,11 @@ type streamer struct {
 	lastText byte // last text byte printed in the current step (0: none)
 	usage    messages.TokenUsage
 	ends     []session.TurnEnd
+	// pending are the turn ends seen and not reported yet: a turn is
+	// reported ended only once its end is durable (reportEnds). warned
+	// says pending holds ends already reported as not durable.
+	pending []session.TurnEnd
+	warned  bool
 }
 
 func newStreamer(c <-chan session.Event, sub subscription, from int64, out, diag io.Writer) *streamer {
@@ -463,10 +509,8 @@ func (s *streamer) handle(ev session.Event) {
 	case session.TurnEnd:
 		s.running = false
 		s.ends = append(s.ends, p)
+		s.pending = append(s.pending, p)
 		s.endLine()
-		if s.verbose || (s.noticeEnds && p.Reason.Kind != session.EndCompleted) {
-			s.note("[turn %d %s]", p.Turn, describeEnd(p.Reason))
-		}
 		s.lastText = 0
 		select {
 		case s.ended <- struct{}{}:
@@ -503,6 +547,48 @@ func (s *streamer) waitSeen(ctx context.Context, seq int64) error {
 	}
 }
 
+// hasPendingEnds reports whether turn ends wait to be reported.
+func (s *streamer) hasPendingEnds() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending) > 0
+}
+
+// reportEnds reports the pending turn ends, given the outcome of a flush
+// (or WaitIdle) that followed them. durable == nil: they are durable, and
+// each is noted as it always was ("[turn N completed]" with --verbose, an
+// end other than completed with noticeEnds; an end reported before as
+// not durable is noted as durable now). Otherwise, with noticeEnds (dsh
+// chat), each is noted once as not durable yet, with the write error,
+// and stays pending until a later flush succeeds; without (dsh run, which
+// returns the error), nothing is printed.
+func (s *streamer) reportEnds(durable error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return
+	}
+	if durable != nil {
+		if s.noticeEnds && !s.warned {
+			for _, p := range s.pending {
+				s.note("[turn %d's end (%s) is not durable yet: %v; it is retried in the background]",
+					p.Turn, describeEnd(p.Reason), durable)
+			}
+			s.warned = true
+		}
+		return
+	}
+	for _, p := range s.pending {
+		switch {
+		case s.warned:
+			s.note("[turn %d %s; its end is durable now]", p.Turn, describeEnd(p.Reason))
+		case s.verbose || (s.noticeEnds && p.Reason.Kind != session.EndCompleted):
+			s.note("[turn %d %s]", p.Turn, describeEnd(p.Reason))
+		}
+	}
+	s.pending, s.warned = s.pending[:0], false
+}
+
 // isRunning reports whether a turn is open.
 func (s *streamer) isRunning() bool {
 	s.mu.Lock()
@@ -528,6 +614,18 @@ func sumUsage(a, b messages.TokenUsage) messages.TokenUsage {
 	return messages.TokenUsage{InputTokens: a.InputTokens + b.InputTokens, OutputTokens: a.OutputTokens + b.OutputTokens,
 		CacheReadTokens: opt(a.CacheReadTokens, b.CacheReadTokens), CacheWriteTokens: opt(a.CacheWriteTokens, b.CacheWriteTokens),
 		ReasoningTokens: opt(a.ReasoningTokens, b.ReasoningTokens)}
+}
+
+// notDurable is dsh run's error when WaitIdle failed: when the turn ended
+// it is the write error of its end (the turn is not reported ended: after
+// a crash it would be gone), else err as it is.
+func notDurable(s *streamer, err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.ends); n > 0 {
+		return fmt.Errorf("run: turn %d's end could not be written: %w", s.ends[n-1].Turn, err)
+	}
+	return err
 }
 
 // describeEnd renders a turn-end reason in a few words.
@@ -575,7 +673,7 @@ func (t *talk) subscribe(ctx context.Context, out, diag io.Writer, f talkFlags) 
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return runRun(ctx, args, stdout, stderr, talkEnv{})
+	return runRun(ctx, args, stdout, stderr, cmdTalkEnv)
 }
 
 // runResult is the --json output of dsh run.
@@ -642,7 +740,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env ta
 	if !interrupted {
 		if err := t.waitIdle(ctx, s); err != nil {
 			if ctx.Err() == nil {
-				return err
+				return notDurable(s, err)
 			}
 			interrupted = true
 		}

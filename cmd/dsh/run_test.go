@@ -8,12 +8,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/internal/vfs"
 )
 
 // notifyBuffer is a concurrency-safe buffer that signals its first write.
@@ -162,4 +165,48 @@ func TestRunInterruptCancelsFlushesAndResumes(t *testing.T) {
 	require.NoError(t, runChat(ctx, []string{"--dir", dir, "--session", id}, strings.NewReader("/messages\n"), &msgs,
 		&bytes.Buffer{}, nil, slowModel(t, 20, 0)))
 	require.Equal(t, 4, strings.Count(msgs.String(), "\n"), msgs.String())
+}
+
+// fullDisk is an in-memory file system whose writes fail with ENOSPC
+// while full is set (storing their first bytes, as on a disk that fills
+// up mid-write).
+type fullDisk struct {
+	*vfs.MemFS
+	full atomic.Bool
+}
+
+func newFullDisk() *fullDisk {
+	d := &fullDisk{MemFS: vfs.NewMem()}
+	d.InjectError(func(op vfs.Op, _ string) error {
+		if op == vfs.OpWrite && d.full.Load() {
+			return &vfs.ShortWrite{N: 7, Err: syscall.ENOSPC}
+		}
+		return nil
+	})
+	return d
+}
+
+// TestRunTurnEndNotDurableIsAnError: the disk is full, so the end of the
+// turn cannot be written. dsh run does not report the turn completed
+// (even with --verbose), prints the write error as one line and exits 1.
+func TestRunTurnEndNotDurableIsAnError(t *testing.T) {
+	fsys := newFullDisk()
+	fsys.full.Store(true)
+	env := slowModel(t, 5, 0)
+	env.fs = fsys
+	cmdTalkEnv = env
+	t.Cleanup(func() { cmdTalkEnv = talkEnv{} })
+	code, out, errOut := runDsh("run", "--dir", t.TempDir(), "--workdir", t.TempDir(), "--verbose", "hello")
+	require.Equal(t, exitFailure, code, errOut)
+	require.NotEmpty(t, strings.TrimSpace(out), "the text streamed")
+	require.NotContains(t, errOut, "completed")
+	var failures []string
+	for _, l := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		if strings.HasPrefix(l, "dsh: ") {
+			failures = append(failures, l)
+		}
+	}
+	require.Len(t, failures, 1, errOut)
+	require.Contains(t, failures[0], "dsh: run: turn 1's end could not be written: ")
+	require.Contains(t, failures[0], syscall.ENOSPC.Error())
 }
