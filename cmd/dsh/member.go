@@ -32,9 +32,9 @@ is fenced by a writer lock beside it). Members find each other through
 their health endpoints: each serves one on --bind:--provider-port (the
 wire of protoactor's automanaged provider) and polls every --peers
 entry (every member's endpoint; its own may be left out). --bind must
-be an address the other members can reach (not 0.0.0.0). A member that dies leaves the
-cluster within about --refresh; its sessions move to the others, which
-repair and resume them from DIR.
+be an address the other members can reach (not 0.0.0.0). A member that
+dies leaves the cluster within about --refresh; its sessions move to
+the others, which repair and resume them from DIR.
 
 Whoever reaches a member can create sessions and read every session's
 messages. With --tls-cert, --tls-key and --tls-ca (PEM files, all three
@@ -43,9 +43,9 @@ clients (which take the same flags), and to the health endpoint (HTTPS)
 — is mutual TLS: a member accepts and reaches only peers whose
 certificate the CA signed (each certificate must name its member's
 --bind address, and serve for both server and client authentication).
-It reports each certificate it refuses once, on stderr. Without them a
-member binds only a loopback address, unless --insecure is given (it
-then says so on stderr).
+It reports each certificate it refuses once, on stderr (with --json
+too). Without them a member binds only a loopback address, unless
+--insecure is given (it then says so on stderr).
 
 It reports on stderr (or, with --json, as one JSON object per line on
 stdout, nothing else): "up" with its address and the members it sees,
