@@ -217,3 +217,21 @@ func lockChild(t *testing.T, path string) {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	require.NoError(t, l.Release())
 }
+
+// BenchmarkLockRelease takes and gives up a lock file on the OS file
+// system: what a writer pays once per session (and once more per
+// passivation), never per append.
+func BenchmarkLockRelease(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "session.lock")
+	holder := []byte("pid 1 on bench\n")
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := OS().Lock(p, holder)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
