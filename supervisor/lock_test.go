@@ -50,6 +50,8 @@ func TestSecondHostOnOneDirectoryIsRefusedTheSession(t *testing.T) {
 	defer b.Close(ctx)
 	requireInUse(t, b.Followup(ctx, id, userMsg(t, "from b")), id)
 	requireInUse(t, b.Resume(ctx, id), id)
+	_, err = b.Create(ctx, CreateOptions{ID: id})
+	require.ErrorIs(t, err, ErrExists, "a new session under a stored id is refused at once, not when its first write fails")
 	require.Zero(t, b.Resident())
 	after, err := os.ReadFile(files[0])
 	require.NoError(t, err)

@@ -334,12 +334,14 @@ func (s *shard) onTrack(ctx actor.Context, m Track) {
 	}
 	// Create may touch the disk (a file system store checks for an
 	// existing log), so it runs on the pool like every store call.
-	store, g, h, inc := s.cfg.Store, s.gate, m.Header, t.inc
+	store, g, h, inc, from := s.cfg.Store, s.gate, m.Header, t.inc, m.From
 	s.pool.submit(func(context.Context) {
 		err := store.Create(h)
-		if errors.Is(err, ErrExists) {
-			// Resuming a stored session, or tracking it again: the
-			// store's fence keeps a wrong From from writing.
+		if errors.Is(err, ErrExists) && from > 0 {
+			// Resuming a stored session: the store's fence keeps a wrong
+			// From from writing. From 0 is a new session (Create, Fork),
+			// and an id already stored is not one: the Track fails with
+			// ErrExists rather than run turns nothing could write.
 			err = nil
 		}
 		g.send(created{id: h.ID, inc: inc, err: err})
