@@ -46,3 +46,14 @@ func TestErrorLinesNameThePathOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestForkOutputErrorNamesThePathOnce: a fork whose --out cannot be
+// created says so in one line naming --out once.
+func TestForkOutputErrorNamesThePathOnce(t *testing.T) {
+	path := filepath.Join(mustCorpus(t), "acp", "multi-turn", "session.jsonl")
+	out := filepath.Join(t.TempDir(), "no-such-dir", "child.jsonl")
+	code, stdout, errOut := runDsh("log", "fork", "--fixture", "--at", "36", "--out", out, path)
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "dsh: "+out+": no such file or directory\n", errOut)
+}

@@ -58,7 +58,7 @@ func logFork(args []string, stdout, _ io.Writer) error {
 		if errors.Is(err, session.ErrFileExists) {
 			return fmt.Errorf("%s: already exists (refusing to overwrite)", *out)
 		}
-		return fmt.Errorf("%s: %v", *out, strings.TrimPrefix(err.Error(), "session: "))
+		return describe(*out, err)
 	}
 	fmt.Fprintf(stdout, "%s: session %s forked from %s at seq %d (%d inherited events + session/end-seed)\n",
 		*out, child, l.ID(), forked.FirstLiveSeq()-1, forked.FirstLiveSeq())
