@@ -11,6 +11,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if code, ok := cliMain(); ok {
+		os.Exit(code)
+	}
 	goleak.VerifyTestMain(m)
 }
 
