@@ -51,6 +51,19 @@
 // commits crash repair, the log is rebuilt with session.NewSeeded and
 // tracked from the loaded length.
 //
+// # One writer per session
+//
+// A host with Config.Dir takes each session's writer lock (session.lock
+// beside its log; persister.JSONLConfig.Lock) before the session's first
+// write or its resuming Load, and holds it while the session is resident:
+// passivation and [Host.Evict] give it back, resuming takes it again. So
+// two processes on one directory (two hosts, a dsh run, a cluster member)
+// never both write a session: the second's Resume, Followup or any call
+// that resumes fails at once, changing nothing, with a
+// *persister.LockedError ("session S is in use by pid N on HOST"), and a
+// Create under an id already stored fails with [ErrExists]. Each resident
+// session holds one file descriptor for its lock.
+//
 // # Subscriptions
 //
 // [Host.Subscribe] replays the past from a seq, then delivers live events,
