@@ -82,7 +82,12 @@ func (osFS) Lock(name string, holder []byte) (Lock, error) {
 	}
 	if err != nil {
 		_ = f.Close() // releases the lock
-		return nil, &fs.PathError{Op: "lock", Path: name, Err: err}
+		// A *fs.PathError already names the file and what failed
+		// ("write NAME: ..."); wrapped again it would name it twice.
+		if _, ok := err.(*fs.PathError); !ok {
+			err = &fs.PathError{Op: "lock", Path: name, Err: err}
+		}
+		return nil, err
 	}
 	return &osLock{f: f}, nil
 }
