@@ -217,6 +217,10 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	// Nobody reads: the turn still completes.
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
 	require.NoError(t, h.WaitIdle(ctx, id))
+	// The subscription's actor may still be delivering when the turn is
+	// idle: wait for the drop (the turn has more events than the buffer
+	// holds) before reading, or the reader would make room for more.
+	require.Eventually(t, func() bool { return sub.Err() != nil }, 10*time.Second, time.Millisecond)
 	n := 0
 	for range sub.C {
 		n++
