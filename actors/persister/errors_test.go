@@ -2,9 +2,12 @@ package persister
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
 
 	"github.com/dshgo/dsh/internal/vfs"
 )
@@ -49,4 +52,24 @@ func TestJSONLFailedWriteAndTruncateBackIsOneLine(t *testing.T) {
 	require.NotContains(t, err.Error(), "\n")
 	require.Equal(t, fmt.Sprintf("persister: append dirty: sync %s: vfs: injected error; then truncate back to %d: truncate %s: vfs: injected error",
 		path, size, path), err.Error())
+}
+
+// TestJSONLLoadOfAnEmptyArtifactNamesThePathOnce: an artifact without a
+// header is corruption, and the error names its path once.
+func TestJSONLLoadOfAnEmptyArtifactNamesThePathOnce(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{})
+	b := newJL(t, "emptied")
+	b.textTurn("one", 2)
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	path := s.Locate(b.header())
+	require.NoError(t, s.Release(b.id()))
+	f, err := m.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, err = s.Load(ctx, b.id())
+	require.True(t, IsCorruption(err), "%v", err)
+	require.ErrorIs(t, err, session.ErrNoHeader)
+	require.Equal(t, "persister: load emptied: session: "+path+": line 1: log has no complete header line", err.Error())
 }

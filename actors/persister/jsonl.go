@@ -860,8 +860,9 @@ func (s *JSONLStore) read(st *jsonlSession) (*session.File, fs.FileInfo, int64, 
 	file, err := session.ParseFile(data, st.path)
 	if errors.Is(err, session.ErrNoHeader) {
 		// The artifact is published whole, header first, so a missing
-		// header is damage, not a write in progress.
-		return nil, nil, 0, &session.CorruptError{Path: st.path, Line: 1, Seq: -1, Err: err}
+		// header is damage, not a write in progress. (The sentinel, not
+		// err: the CorruptError names the path, err names it too.)
+		return nil, nil, 0, &session.CorruptError{Path: st.path, Line: 1, Seq: -1, Err: session.ErrNoHeader}
 	}
 	if err != nil {
 		return nil, nil, 0, err
