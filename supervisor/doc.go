@@ -40,9 +40,12 @@
 // not on disk); the first write that succeeds (a background retry, a
 // Flush, or the write-behind of later events) opens the session again.
 // [Stats] counts the failures (WriteFailures) and the background retries
-// (WriteRetries); Config.OnWriteFailed hears every failure. Close,
-// passivation and [Host.Evict] leave no retry behind: the persister
-// stops a session's retry timer when it forgets the session or stops.
+// (WriteRetries); Config.OnWriteFailed hears every failure. A session
+// whose last write failed is not passivated. One evicted with events the
+// persister could not write leaves them with the persister, which goes
+// on retrying until a write succeeds or the host closes; Close stops
+// every retry (the persister stops its timers when it stops), so no
+// timer or goroutine outlives the host.
 //
 // # Resuming
 //

@@ -400,10 +400,10 @@ type streamer struct {
 	usage    messages.TokenUsage
 	ends     []session.TurnEnd
 	// pending are the turn ends seen and not reported yet: a turn is
-	// reported ended only once its end is durable (reportEnds). warned
-	// says pending holds ends already reported as not durable.
+	// reported ended only once its end is durable (reportEnds). The first
+	// warned of them were reported as not durable already.
 	pending []session.TurnEnd
-	warned  bool
+	warned  int
 }
 
 func newStreamer(c <-chan session.Event, sub subscription, from int64, out, diag io.Writer) *streamer {
@@ -569,24 +569,24 @@ func (s *streamer) reportEnds(durable error) {
 		return
 	}
 	if durable != nil {
-		if s.noticeEnds && !s.warned {
-			for _, p := range s.pending {
+		if s.noticeEnds {
+			for _, p := range s.pending[s.warned:] {
 				s.note("[turn %d's end (%s) is not durable yet: %v; it is retried in the background]",
 					p.Turn, describeEnd(p.Reason), durable)
 			}
-			s.warned = true
+			s.warned = len(s.pending)
 		}
 		return
 	}
-	for _, p := range s.pending {
+	for i, p := range s.pending {
 		switch {
-		case s.warned:
+		case i < s.warned:
 			s.note("[turn %d %s; its end is durable now]", p.Turn, describeEnd(p.Reason))
 		case s.verbose || (s.noticeEnds && p.Reason.Kind != session.EndCompleted):
 			s.note("[turn %d %s]", p.Turn, describeEnd(p.Reason))
 		}
 	}
-	s.pending, s.warned = s.pending[:0], false
+	s.pending, s.warned = s.pending[:0], 0
 }
 
 // isRunning reports whether a turn is open.
