@@ -3,6 +3,8 @@ package persister
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,4 +74,24 @@ func TestJSONLLoadOfAnEmptyArtifactNamesThePathOnce(t *testing.T) {
 	require.True(t, IsCorruption(err), "%v", err)
 	require.ErrorIs(t, err, session.ErrNoHeader)
 	require.Equal(t, "persister: load emptied: session: "+path+": line 1: log has no complete header line", err.Error())
+}
+
+// TestJSONLOpenErrorsNameTheRootOnce: a root that is not a directory, or
+// that holds another layout, is refused with "persister: " once and the
+// root named once.
+func TestJSONLOpenErrorsNameTheRootOnce(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, err := NewJSONLStore(JSONLConfig{Root: file})
+	require.ErrorIs(t, err, syscall.ENOTDIR)
+	require.Equal(t, "persister: open store: open "+file+": not a directory", err.Error())
+
+	flat := filepath.Join(dir, "flat")
+	require.NoError(t, os.MkdirAll(filepath.Join(flat, "proj"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(flat, "proj", "x.jsonl"), nil, 0o600))
+	_, err = NewJSONLStore(JSONLConfig{Root: flat})
+	require.ErrorIs(t, err, ErrLayout)
+	require.Equal(t, "persister: open "+flat+": root holds another layout: "+filepath.Join(flat, "proj", "x.jsonl")+
+		" is in the obsolete flat layout <project>/<id>.jsonl", err.Error())
 }

@@ -167,10 +167,29 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 		s.artifact, s.other = plainArtifact, zstdArtifact
 	}
 	if err := s.walk(context.Background(), nil); err != nil {
-		return nil, fmt.Errorf("persister: open %s: %w", s.root, err)
+		return nil, &openError{root: s.root, err: err}
 	}
 	return s, nil
 }
+
+// openError is a failure of NewJSONLStore to open the store at root. Its
+// text says "persister: " once (the layout errors say it too), and names
+// the root once: a file system error on the root names it already.
+type openError struct {
+	root string
+	err  error
+}
+
+func (e *openError) Error() string {
+	cause := strings.TrimPrefix(e.err.Error(), "persister: ")
+	var pe *fs.PathError
+	if errors.As(e.err, &pe) && filepath.Clean(pe.Path) == e.root {
+		return "persister: open store: " + cause
+	}
+	return "persister: open " + e.root + ": " + cause
+}
+
+func (e *openError) Unwrap() error { return e.err }
 
 // defaultHolder is JSONLConfig.Holder's default: "pid <pid> on <host>".
 func defaultHolder() string {
