@@ -89,7 +89,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		o.Live = isTerminal(stderr)
 	}
 	rep, err := bench.Run(ctx, o)
-	if rep.Sessions == 0 && err != nil {
+	if err != nil && !rep.Interrupted && rep.Turns == 0 {
+		// Nothing ran (the load could not start): a report of zeros
+		// would only hide the one line that says why.
 		return err
 	}
 	if asJSON {

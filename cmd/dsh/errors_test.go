@@ -57,3 +57,32 @@ func TestForkOutputErrorNamesThePathOnce(t *testing.T) {
 	require.Empty(t, stdout)
 	require.Equal(t, "dsh: "+out+": no such file or directory\n", errOut)
 }
+
+// TestAStoreThatCannotOpenIsOneLine: dsh sessions and dsh bench on a data
+// directory that is a file, or that holds another layout, print one line
+// naming it once, and bench prints no report of a load that never ran.
+func TestAStoreThatCannotOpenIsOneLine(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	flat := filepath.Join(dir, "flat")
+	require.NoError(t, os.MkdirAll(filepath.Join(flat, "proj"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(flat, "proj", "x.jsonl"), nil, 0o600))
+	layout := "dsh: persister: open " + flat + ": root holds another layout: " + filepath.Join(flat, "proj", "x.jsonl") +
+		" is in the obsolete flat layout <project>/<id>.jsonl\n"
+
+	code, out, errOut := runDsh("sessions", "--dir", flat)
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, out)
+	require.Equal(t, layout, errOut)
+
+	for _, c := range []struct{ dir, want string }{
+		{file, "dsh: persister: open store: open " + file + ": not a directory\n"},
+		{flat, layout},
+	} {
+		code, out, errOut = runDsh("bench", "--quiet", "--sessions", "1", "--turns", "1", "--no-baselines", "--dir", c.dir)
+		require.Equal(t, exitFailure, code)
+		require.Empty(t, out, "no report of a load that never ran")
+		require.Equal(t, c.want, errOut)
+	}
+}

@@ -125,14 +125,14 @@ func sessionsCmd(args []string, stdout, _ io.Writer) error {
 	}
 	store, err := openStoreAt(root)
 	if err != nil {
-		return fmt.Errorf("%s: %v", root, strings.TrimPrefix(err.Error(), "persister: "))
+		return err // names the root and says what is wrong with it
 	}
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	listed, err := store.List(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %v", root, strings.TrimPrefix(err.Error(), "persister: "))
+		return err
 	}
 	rows := make([]sessionRow, 0, len(listed))
 	for _, l := range listed {
