@@ -18,8 +18,28 @@
 //
 // The line format lives here too: [AppendEvent] and [DecodeEvent] for one
 // event line, [AppendRecords] and [DecodeRecord] for batches with packed
-// chunk rows, [ReadFile]/[ParseFile] for a whole .jsonl or .jsonl.zstd file
-// (its torn-tail and corruption rules), [WriteFile] for tests and tools.
+// chunk rows, [ReadFile]/[Read]/[ParseFile] for a whole .jsonl or
+// .jsonl.zstd file (its torn-tail and corruption rules), [WriteFile] for
+// tests and tools.
+//
+// # Reading a file: bounded memory
+//
+// A file is read in one streaming pass, each line decoded as it arrives,
+// so reading costs the events it returns plus a bounded amount, whatever
+// the file holds: a plain file is never read whole; each zstd frame is
+// decoded as a stream (never whole into memory) with a window of at most
+// 16 MiB, whatever its header asks for; an empty line costs nothing (it
+// does not parse, so it starts a torn tail, or is corruption when a
+// turn/end follows, and the lines after it are only searched for a
+// turn/end, keeping nothing); and one line (the header or a record) may
+// be at most [ReadOptions].MaxRecordBytes long, [DefaultMaxRecordBytes]
+// (16 MiB) by default, well above the largest real record (a packed
+// chunk row of about 1.2 MB). A longer complete line is corruption: a
+// [*CorruptError] naming the file, the line and the seq, wrapping a
+// [*RecordTooLargeError] naming the offset and the limit. The reader
+// holds at most the limit of such a line, never the line. So a file of a
+// few kilobytes that decompresses to a hundred MiB of newlines costs a
+// few MiB to read, and a 50 MB line costs what a 17 MiB one does.
 //
 // # The actor
 //
@@ -54,8 +74,9 @@
 // A refused append is an expected failure: the actor replies AppendFailed
 // with an error matching [ErrInvalid] (an [*EventError] or
 // [*UnsupportedTypeError]). Reading a log reports [*CorruptError] for damage
-// in its committed region and [*FormatVersionError] for another format
-// version; a torn tail is not an error but [File.Torn]. The actor panics only
+// in its committed region or a line over the record limit, and
+// [*FormatVersionError] for another format version; a torn tail is not an
+// error but [File.Torn]. The actor panics only
 // on a broken invariant of its own; the log is the truth and an append is
 // atomic, so a restarted actor continues on the same log.
 package session

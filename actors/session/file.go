@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/dshgo/dsh/messages"
 )
 
-// This file reads and writes whole log files (spec §3.8): the header line,
+// This file holds the types of a log file read whole and writes whole
+// files (spec §3.8; scan.go reads them): the header line,
 // then one storage record per line (an event, or a packed chunk row), as
 // plain JSONL or as a concatenation of independent checksummed zstd frames.
 //
@@ -149,155 +146,6 @@ type File struct {
 // the surface rules, the typed shapes of core events.
 func (f *File) Log() (*Log, error) { return Restore(f.Header, f.Events) }
 
-// ReadFile reads and scans the log file at path. The framing is detected
-// from the content (zstd magic 28 B5 2F FD), not trusted from the suffix;
-// a ".zstd" name without the magic is corruption. Errors: a *FileError
-// wrapping ErrNoHeader or a header error from ParseHeader (so errors.As
-// finds a *FormatVersionError), or a *CorruptError.
-func ReadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("session: read log: %w", err)
-	}
-	return ParseFile(data, path)
-}
-
-// ParseFile is ReadFile on the bytes of a file; name is used for
-// detection by suffix and in errors. The caller keeps ownership of data;
-// the result does not alias it.
-func ParseFile(data []byte, name string) (*File, error) {
-	f := &File{Path: name}
-	lines, t, err := f.split(data)
-	if err == nil {
-		err = f.scan(lines, t)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-// split reads the header and cuts the rest of the file into its complete
-// lines and torn tail, for scan: the physical layer of either framing.
-func (f *File) split(data []byte) ([]line, tail, error) {
-	if bytes.HasPrefix(data, zstdMagic) || strings.HasSuffix(f.Path, ".zstd") {
-		f.Compressed = true
-		return f.parseZstd(data)
-	}
-	return f.parsePlain(data)
-}
-
-// line is one complete logical line after the header.
-type line struct {
-	text  []byte // without "\n"
-	no    int    // logical line number; the header is 1
-	cut   int64  // truncation point if the tail starts here
-	frame int    // zstd frame index; 0 for plain files
-}
-
-// tail is the torn end of the file found by the physical layer, if any.
-type tail struct {
-	at     int64 // truncation point
-	no     int   // logical line number of the fragment
-	err    error
-	frame  int // zstd: index of the torn frame
-	exists bool
-}
-
-var (
-	errTornRecord = errors.New("torn final record (no newline)")
-	errTornFrame  = errors.New("torn final zstd frame")
-)
-
-func (f *File) parsePlain(data []byte) ([]line, tail, error) {
-	nl := bytes.IndexByte(data, '\n')
-	if nl < 0 {
-		return nil, tail{}, &FileError{Path: f.Path, Err: ErrNoHeader}
-	}
-	if err := f.parseHeader(data[:nl]); err != nil {
-		return nil, tail{}, err
-	}
-	var lines []line
-	var t tail
-	no := 1
-	for off := nl + 1; off < len(data); {
-		no++
-		end := bytes.IndexByte(data[off:], '\n')
-		if end < 0 {
-			t = tail{at: int64(off), no: no, err: errTornRecord, exists: true}
-			break
-		}
-		lines = append(lines, line{text: data[off : off+end], no: no, cut: int64(off)})
-		off += end + 1
-	}
-	return lines, t, nil
-}
-
-func (f *File) parseHeader(text []byte) error {
-	h, err := ParseHeader(text)
-	if err != nil {
-		return &FileError{Path: f.Path, Err: err}
-	}
-	f.Header = h
-	return nil
-}
-
-// scan applies the record rules of spec §3.8 to the complete lines after
-// the header and sets Events and Torn.
-func (f *File) scan(lines []line, t tail) error {
-	expected := int64(0)
-	size := 0
-	for _, ln := range lines {
-		size += recordEvents(ln.text)
-	}
-	// f.Events stays nil until a record decodes, as it did when it was
-	// built by append: a file without events has nil Events (and a torn
-	// tail's Recovered is nil, not empty).
-	buf := make([]Event, 0, size)
-	frame, frameFirst := -1, 0 // zstd: index into Events of the first event of the current frame
-	for i, ln := range lines {
-		if ln.frame != frame {
-			frame, frameFirst = ln.frame, len(f.Events)
-		}
-		// The record's events go straight into f.Events; a record that
-		// fails is cut off again below.
-		n := len(f.Events)
-		dst := f.Events
-		if dst == nil {
-			dst = buf
-		}
-		evs, err := appendRecord(dst, ln.text)
-		var rule error
-		switch {
-		case err != nil:
-			rule = &causeError{msg: "unparsable committed event", err: err}
-		case evs[n].seq != expected:
-			err = fmt.Errorf("record starts at seq %d, want %d", evs[n].seq, expected)
-			rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[n].seq, expected)
-			clear(evs[n:])
-		}
-		if err != nil {
-			if laterTurnEnd(lines[i+1:]) {
-				return &CorruptError{Path: f.Path, Offset: ln.cut, Line: ln.no, Seq: expected, Err: rule}
-			}
-			f.Torn = &TornTail{Offset: ln.cut, Line: ln.no, NextSeq: expected, Err: err}
-			if f.Compressed {
-				f.Torn.Recovered = slices.Clone(f.Events[frameFirst:])
-			}
-			return nil
-		}
-		f.Events = evs
-		expected += int64(len(evs) - n)
-	}
-	if t.exists {
-		f.Torn = &TornTail{Offset: t.at, Line: t.no, NextSeq: expected, Err: t.err}
-		if f.Compressed && frame == t.frame {
-			f.Torn.Recovered = slices.Clone(f.Events[frameFirst:])
-		}
-	}
-	return nil
-}
-
 // recordEvents estimates the number of events a storage line holds, to
 // size File.Events once: growing it line by line copied a log's events
 // about five times over (a large slice grows by a quarter). A packed row
@@ -326,25 +174,23 @@ func recordEvents(text []byte) int {
 	return min(members, max(len(text)/minMember, 1))
 }
 
-// laterTurnEnd reports whether any of lines records a turn/end: then the
-// damage before them is in the committed region. A line counts when it
-// holds the compact member "type":"turn/end" (which cannot occur inside a
-// JSON string, where quotes are escaped) even if the line itself is
-// damaged, or when it parses as an object of that type. Erring towards
-// "committed" is deliberate: a false positive reports corruption to a
-// human, a false negative would truncate committed turns.
-func laterTurnEnd(lines []line) bool {
-	for _, ln := range lines {
-		if !bytes.Contains(ln.text, []byte(`"turn/end"`)) {
-			continue
-		}
-		if bytes.Contains(ln.text, []byte(`"type":"turn/end"`)) {
+// lineHasTurnEnd reports whether a line records a turn/end: then damage
+// before it is in the committed region. A line counts when it holds the
+// compact member "type":"turn/end" (which cannot occur inside a JSON
+// string, where quotes are escaped) even if the line itself is damaged, or
+// when it parses as an object of that type. Erring towards "committed" is
+// deliberate: a false positive reports corruption to a human, a false
+// negative would truncate committed turns.
+func lineHasTurnEnd(text []byte) bool {
+	if !bytes.Contains(text, []byte(`"turn/end"`)) {
+		return false
+	}
+	if bytes.Contains(text, []byte(`"type":"turn/end"`)) {
+		return true
+	}
+	if j, err := messages.ParseJSON(text); err == nil {
+		if t, _ := j.Field("type"); t.String() == `"turn/end"` {
 			return true
-		}
-		if j, err := messages.ParseJSON(ln.text); err == nil {
-			if t, _ := j.Field("type"); t.String() == `"turn/end"` {
-				return true
-			}
 		}
 	}
 	return false
@@ -358,10 +204,6 @@ const (
 	// maxBlockSize is the largest block a frame may hold (RFC 8878,
 	// Block_Maximum_Size).
 	maxBlockSize = 128 << 10
-	// maxFrameContent bounds what one frame may decode to, and its window:
-	// one frame is one append batch, and a batch of a gigabyte is not a
-	// session log but an attack on the reader's memory.
-	maxFrameContent = 1 << 30
 )
 
 // frameSpan is one frame found by walkFrames: bytes [start, end) of the
@@ -499,125 +341,6 @@ func walkFrames(data []byte) (frames []frameSpan, errAt int64, err error) {
 		frames = append(frames, frameSpan{start: int64(start), end: int64(p), complete: true})
 	}
 	return frames, 0, nil
-}
-
-var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil,
-		zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderMaxMemory(maxFrameContent),
-		zstd.WithDecoderMaxWindow(maxFrameContent))
-})
-
-// decodeFrame decodes one complete frame, checking its checksum.
-func decodeFrame(frame []byte) ([]byte, error) {
-	d, err := zstdDecoder()
-	if err != nil {
-		return nil, err
-	}
-	return d.DecodeAll(frame, nil)
-}
-
-// salvageFrame decodes as much of a cut frame as it can: the whole blocks
-// before the cut. The library's stream decoder cannot do this (it holds a
-// frame's output back until the frame, checksum included, is complete), so
-// the salvage builds a complete frame out of the whole blocks: the same
-// header without checksum or content size (both describe the lost
-// whole), a window descriptor in place of the single-segment flag, and
-// the last whole block marked last. If that does not decode (the cut
-// left a damaged block that looks whole), fewer blocks are tried.
-func salvageFrame(raw []byte) []byte {
-	h, err := parseFrameHeader(raw)
-	if err != nil {
-		return nil
-	}
-	var starts, ends []int // of each whole block
-	for p, last := h.size, false; !last; {
-		n, l, err := nextBlock(raw[p:])
-		if err != nil {
-			break
-		}
-		starts, ends = append(starts, p), append(ends, p+n)
-		p, last = p+n, l
-	}
-	window := h.window
-	if window < 0 {
-		// A single-segment frame's window is its content size: use the
-		// smallest power of two (at least 1 KiB) that holds it.
-		exp := 0
-		for exp < 31 && uint64(1)<<(10+exp) < h.contentLen {
-			exp++
-		}
-		window = exp << 3
-	}
-	const maxTries = 16
-	head := append(append([]byte{}, zstdMagic...), h.descriptor&0x13, byte(window)) // keep the dictionary flag
-	head = append(head, h.dictID...)
-	for k := len(ends); k > 0 && k > len(ends)-maxTries; k-- {
-		frame := append(slices.Clip(head), raw[h.size:ends[k-1]]...)
-		frame[len(head)+starts[k-1]-h.size] |= 1 // last block
-		if out, err := decodeFrame(frame); err == nil {
-			return out
-		}
-	}
-	return nil
-}
-
-func (f *File) parseZstd(data []byte) ([]line, tail, error) {
-	frames, errAt, walkErr := walkFrames(data)
-	corrupt := func(at int64, no int, seq int64, err error) error {
-		return &CorruptError{Path: f.Path, Offset: at, Line: no, Seq: seq, Err: err}
-	}
-	if len(frames) == 0 || !frames[0].complete {
-		if walkErr != nil {
-			return nil, tail{}, corrupt(errAt, 1, -1, walkErr)
-		}
-		return nil, tail{}, &FileError{Path: f.Path, Err: ErrNoHeader}
-	}
-
-	// Frame 0 holds exactly the header line. Being strict here keeps every
-	// event out of frame 0, so a torn-tail truncation never reaches the
-	// header.
-	h0 := frames[0]
-	content, err := decodeFrame(data[h0.start:h0.end])
-	if err != nil {
-		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame: %w", err))
-	}
-	if nl := bytes.IndexByte(content, '\n'); nl != len(content)-1 {
-		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame does not hold exactly one line"))
-	}
-	if err := f.parseHeader(content[:len(content)-1]); err != nil {
-		return nil, tail{}, err
-	}
-
-	var lines []line
-	var t tail
-	no := 1
-	for i, fr := range frames[1:] {
-		idx := i + 1
-		raw := data[fr.start:fr.end]
-		if !fr.complete {
-			content = salvageFrame(raw)
-			content = content[:bytes.LastIndexByte(content, '\n')+1] // the cut line goes with the frame
-			t = tail{at: fr.start, err: errTornFrame, frame: idx, exists: true}
-		} else if content, err = decodeFrame(raw); err != nil {
-			return nil, tail{}, corrupt(fr.start, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", fr.start, err))
-		} else if len(content) > 0 && content[len(content)-1] != '\n' {
-			return nil, tail{}, corrupt(fr.start, no+1, -1, fmt.Errorf("complete zstd frame at offset %d holds a torn JSONL record", fr.start))
-		}
-		for len(content) > 0 {
-			nl := bytes.IndexByte(content, '\n')
-			no++
-			lines = append(lines, line{text: content[:nl], no: no, cut: fr.start, frame: idx})
-			content = content[nl+1:]
-		}
-		t.no = no + 1
-	}
-	if walkErr != nil {
-		// A structural error is corruption wherever it is: a crash cuts a
-		// frame short but does not write a bad header after good frames.
-		return nil, tail{}, corrupt(errAt, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", errAt, walkErr))
-	}
-	return lines, t, nil
 }
 
 // WriteOptions says how WriteFile lays out a file. The zero value writes

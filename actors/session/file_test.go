@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -367,9 +368,9 @@ func TestFileZstdSalvagesEveryHeaderShape(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, c.single, h.window < 0)
 			require.Equal(t, c.hasSize, h.hasLen)
-			require.Equal(t, content, salvageFrame(frame[:len(frame)-1]))
+			require.Equal(t, content, salvaged(frame[:len(frame)-1]))
 			for _, cut := range []int{len(frame) / 3, len(frame) / 2, len(frame) - 6} {
-				got := salvageFrame(frame[:cut])
+				got := salvaged(frame[:cut])
 				require.True(t, bytes.HasPrefix(content, got), "cut %d", cut)
 				if c.size > 200<<10 && cut > len(frame)/2 {
 					require.NotEmpty(t, got, "whole blocks before cut %d", cut)
@@ -602,8 +603,14 @@ func TestCorpusRoundTrip(t *testing.T) {
 	require.Greater(t, rows, 100, "the corpus has packed rows")
 }
 
+// fuzzMaxRecord is the record limit FuzzScanLog reads with: a line over
+// it takes the path of a line over DefaultMaxRecordBytes, and an input
+// reaches it by decoding tens of kilobytes, not tens of megabytes.
+const fuzzMaxRecord = 64 << 10
+
 // FuzzScanLog feeds arbitrary bytes to the scanner: it never panics, and
-// what it accepts is a header and events contiguous from seq 0.
+// what it accepts is a header and events contiguous from seq 0. It reads
+// with a record limit of fuzzMaxRecord (see bombSeeds).
 func FuzzScanLog(f *testing.F) {
 	_, paths := fixtureFiles(f)
 	for _, p := range paths {
@@ -627,12 +634,15 @@ func FuzzScanLog(f *testing.F) {
 		}
 		f.Add(data, opts.Zstd)
 	}
+	for _, data := range bombSeeds() {
+		f.Add(data, true)
+	}
 	f.Fuzz(func(t *testing.T, data []byte, zstdName bool) {
 		name := "s.jsonl"
 		if zstdName {
 			name += ".zstd"
 		}
-		file, err := ParseFile(data, name)
+		file, err := Read(bytes.NewReader(data), name, ReadOptions{MaxRecordBytes: fuzzMaxRecord})
 		if err != nil {
 			return
 		}
@@ -650,4 +660,25 @@ func FuzzScanLog(f *testing.F) {
 			}
 		}
 	})
+}
+
+// decodeFrame decodes one complete frame as the reader does, streamed.
+func decodeFrame(frame []byte) ([]byte, error) {
+	fr := newFrameReader()
+	defer fr.release()
+	if err := fr.reset(frame); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(fr)
+}
+
+// salvaged is what the reader decodes of a torn frame: the content of its
+// whole blocks, as far as they decode.
+func salvaged(raw []byte) []byte {
+	frame := salvageFrame(raw)
+	if frame == nil {
+		return nil
+	}
+	out, _ := decodeFrame(frame)
+	return out
 }

@@ -77,13 +77,12 @@ func ParseFileHeader(data []byte, name string) (Header, error) {
 	case err != nil:
 		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: err}
 	}
-	content, err := decodeFrame(data[:end])
+	fr := newFrameReader()
+	defer fr.release()
+	text, err := readHeaderFrame(fr, newLineReader(fr, DefaultMaxRecordBytes), data[:end])
 	if err != nil {
-		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: fmt.Errorf("header zstd frame: %w", err)}
+		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: err}
 	}
-	if nl := bytes.IndexByte(content, '\n'); nl != len(content)-1 {
-		return Header{}, &CorruptError{Path: name, Line: 1, Seq: -1, Err: fmt.Errorf("header zstd frame does not hold exactly one line")}
-	}
-	err = f.parseHeader(content[:len(content)-1])
+	err = f.parseHeader(text)
 	return f.Header, err
 }

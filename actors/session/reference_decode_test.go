@@ -1,9 +1,15 @@
 package session
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/dshgo/dsh/messages"
 )
@@ -12,8 +18,17 @@ import (
 // optimised (a generic walk of the parsed line, each packed-row member
 // built with fresh builders and decoded again by decodePayload): the
 // reference the differential tests hold DecodeRecord to, event for event
-// and error for error; and the file scan as it was (a slice per record,
-// appended to File.Events), which ParseFile is held to.
+// and error for error; and the file reader as it was before it streamed
+// (the whole file split into a slice of lines, each zstd frame decoded
+// whole, then a slice per record appended to File.Events), which
+// ParseFile is held to.
+//
+// That reader takes memory in proportion to the decoded content and the
+// number of lines, which is what made a tiny file take gigabytes. So that
+// the differential fuzz target runs at full speed on such inputs, the
+// reference refuses a frame that decodes to more than refMaxContent
+// (errReferenceTooBig), and the comparison skips such a file: the
+// streaming reader's bounds on them are tested on their own.
 
 // referenceDecodeRecord is the reference DecodeRecord.
 func referenceDecodeRecord(line []byte) ([]Event, error) {
@@ -283,7 +298,7 @@ func referenceDecodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, erro
 // referenceParseFile is ParseFile with the reference scan.
 func referenceParseFile(data []byte, name string) (*File, error) {
 	f := &File{Path: name}
-	lines, t, err := f.split(data)
+	lines, t, err := f.referenceSplit(data)
 	if err == nil {
 		err = f.referenceScan(lines, t)
 	}
@@ -295,7 +310,7 @@ func referenceParseFile(data []byte, name string) (*File, error) {
 
 // referenceScan is the reference scan: a slice per record, appended to
 // File.Events.
-func (f *File) referenceScan(lines []line, t tail) error {
+func (f *File) referenceScan(lines []refLine, t tail) error {
 	expected := int64(0)
 	frame, frameFirst := -1, 0 // zstd: index into Events of the first event of the current frame
 	for i, ln := range lines {
@@ -331,4 +346,182 @@ func (f *File) referenceScan(lines []line, t tail) error {
 		}
 	}
 	return nil
+}
+
+// laterTurnEnd reports whether any of lines records a turn/end.
+func laterTurnEnd(lines []refLine) bool {
+	for _, ln := range lines {
+		if lineHasTurnEnd(ln.text) {
+			return true
+		}
+	}
+	return false
+}
+
+// refMaxContent bounds what one frame may decode to in the reference.
+const refMaxContent = 4 << 20
+
+// errReferenceTooBig is the reference refusing a file it would need too
+// much memory for.
+var errReferenceTooBig = errors.New("reference: a zstd frame decodes to more than the reference reads")
+
+// refLine is one complete logical line after the header.
+type refLine struct {
+	text  []byte // without "\n"
+	no    int    // logical line number; the header is 1
+	cut   int64  // truncation point if the tail starts here
+	frame int    // zstd frame index; 0 for plain files
+}
+
+// referenceSplit reads the header and cuts the rest of the file into its
+// complete lines and torn tail, for referenceScan.
+func (f *File) referenceSplit(data []byte) ([]refLine, tail, error) {
+	if bytes.HasPrefix(data, zstdMagic) || strings.HasSuffix(f.Path, ".zstd") {
+		f.Compressed = true
+		return f.referenceParseZstd(data)
+	}
+	return f.referenceParsePlain(data)
+}
+
+func (f *File) referenceParsePlain(data []byte) ([]refLine, tail, error) {
+	nl := bytes.IndexByte(data, '\n')
+	if nl < 0 {
+		return nil, tail{}, &FileError{Path: f.Path, Err: ErrNoHeader}
+	}
+	if err := f.parseHeader(data[:nl]); err != nil {
+		return nil, tail{}, err
+	}
+	var lines []refLine
+	var t tail
+	no := 1
+	for off := nl + 1; off < len(data); {
+		no++
+		end := bytes.IndexByte(data[off:], '\n')
+		if end < 0 {
+			t = tail{at: int64(off), no: no, err: errTornRecord, exists: true}
+			break
+		}
+		lines = append(lines, refLine{text: data[off : off+end], no: no, cut: int64(off)})
+		off += end + 1
+	}
+	return lines, t, nil
+}
+
+var refDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxMemory(maxFrameWindow),
+		zstd.WithDecoderMaxWindow(maxFrameWindow))
+})
+
+// refDecodeFrame decodes one complete frame whole, checking its checksum.
+func refDecodeFrame(frame []byte) ([]byte, error) {
+	d, err := refDecoder()
+	if err != nil {
+		return nil, err
+	}
+	out, err := d.DecodeAll(frame, nil)
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) || len(out) > refMaxContent {
+		return nil, errReferenceTooBig
+	}
+	return out, err
+}
+
+// refSalvageFrame decodes the longest run of whole blocks of a cut frame
+// that decodes, trying fewer blocks until one does.
+func refSalvageFrame(raw []byte) ([]byte, error) {
+	h, err := parseFrameHeader(raw)
+	if err != nil {
+		return nil, nil
+	}
+	var starts, ends []int // of each whole block
+	for p, last := h.size, false; !last; {
+		n, l, err := nextBlock(raw[p:])
+		if err != nil {
+			break
+		}
+		starts, ends = append(starts, p), append(ends, p+n)
+		p, last = p+n, l
+	}
+	window := h.window
+	if window < 0 {
+		exp := 0
+		for exp < 31 && uint64(1)<<(10+exp) < h.contentLen {
+			exp++
+		}
+		window = exp << 3
+	}
+	head := append(append([]byte{}, zstdMagic...), h.descriptor&0x13, byte(window))
+	head = append(head, h.dictID...)
+	for k := len(ends); k > 0; k-- {
+		frame := append(slices.Clip(head), raw[h.size:ends[k-1]]...)
+		frame[len(head)+starts[k-1]-h.size] |= 1 // last block
+		out, err := refDecodeFrame(frame)
+		if err == errReferenceTooBig {
+			return nil, err
+		}
+		if err == nil {
+			return out, nil
+		}
+	}
+	return nil, nil
+}
+
+func (f *File) referenceParseZstd(data []byte) ([]refLine, tail, error) {
+	frames, errAt, walkErr := walkFrames(data)
+	corrupt := func(at int64, no int, seq int64, err error) error {
+		return &CorruptError{Path: f.Path, Offset: at, Line: no, Seq: seq, Err: err}
+	}
+	if len(frames) == 0 || !frames[0].complete {
+		if walkErr != nil {
+			return nil, tail{}, corrupt(errAt, 1, -1, walkErr)
+		}
+		return nil, tail{}, &FileError{Path: f.Path, Err: ErrNoHeader}
+	}
+	h0 := frames[0]
+	content, err := refDecodeFrame(data[h0.start:h0.end])
+	if err == errReferenceTooBig {
+		return nil, tail{}, err
+	}
+	if err != nil {
+		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame: %w", err))
+	}
+	if nl := bytes.IndexByte(content, '\n'); nl != len(content)-1 {
+		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame does not hold exactly one line"))
+	}
+	if err := f.parseHeader(content[:len(content)-1]); err != nil {
+		return nil, tail{}, err
+	}
+
+	var lines []refLine
+	var t tail
+	no := 1
+	for i, fr := range frames[1:] {
+		idx := i + 1
+		raw := data[fr.start:fr.end]
+		if !fr.complete {
+			if content, err = refSalvageFrame(raw); err != nil {
+				return nil, tail{}, err
+			}
+			content = content[:bytes.LastIndexByte(content, '\n')+1] // the cut line goes with the frame
+			t = tail{at: fr.start, err: errTornFrame, frame: idx, exists: true}
+		} else if content, err = refDecodeFrame(raw); err == errReferenceTooBig {
+			return nil, tail{}, err
+		} else if err != nil {
+			return nil, tail{}, corrupt(fr.start, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", fr.start, err))
+		} else if len(content) > 0 && content[len(content)-1] != '\n' {
+			return nil, tail{}, corrupt(fr.start, no+1, -1, fmt.Errorf("complete zstd frame at offset %d holds a torn JSONL record", fr.start))
+		}
+		for len(content) > 0 {
+			nl := bytes.IndexByte(content, '\n')
+			no++
+			lines = append(lines, refLine{text: content[:nl], no: no, cut: fr.start, frame: idx})
+			content = content[nl+1:]
+		}
+		t.no = no + 1
+	}
+	if walkErr != nil {
+		return nil, tail{}, corrupt(errAt, no+1, -1, fmt.Errorf("zstd frame at offset %d: %w", errAt, walkErr))
+	}
+	return lines, t, nil
 }
