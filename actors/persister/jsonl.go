@@ -61,6 +61,13 @@ type JSONLConfig struct {
 	// naming it to a writer the lock refuses. Default "pid <pid> on
 	// <hostname>". Used only with Lock.
 	Holder string
+	// MaxRecordBytes bounds one line of a log read (the header or one
+	// record): a longer line makes the log corrupt (a
+	// *session.RecordTooLargeError inside a *session.CorruptError), so a
+	// hostile file cannot make a load hold more than this of one line.
+	// Default 0: session.DefaultMaxRecordBytes (16 MiB), far above the
+	// largest real record.
+	MaxRecordBytes int
 }
 
 // Validate checks the configuration.
@@ -70,6 +77,8 @@ func (c JSONLConfig) Validate() error {
 		return errors.New("persister: jsonl config: Root is required")
 	case c.MaxOpenFiles < 0:
 		return fmt.Errorf("persister: jsonl config: MaxOpenFiles %d is negative", c.MaxOpenFiles)
+	case c.MaxRecordBytes < 0:
+		return fmt.Errorf("persister: jsonl config: MaxRecordBytes %d is negative", c.MaxRecordBytes)
 	}
 	return nil
 }
@@ -92,6 +101,7 @@ type JSONLStore struct {
 	pack     bool
 	locking  bool   // JSONLConfig.Lock
 	holder   []byte // JSONLConfig.Holder, as written to lock files
+	reading  session.ReadOptions
 
 	// Lock order: jsonlSession.mu before mu, never the reverse. mu is held
 	// only for map and list updates, never across I/O.
@@ -157,6 +167,7 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 		zstd:     !cfg.Plain,
 		pack:     !cfg.NoPack,
 		locking:  cfg.Lock,
+		reading:  session.ReadOptions{MaxRecordBytes: cfg.MaxRecordBytes},
 		holder:   []byte(cfg.Holder + "\n"),
 		sessions: map[session.SessionID]*jsonlSession{},
 		handles:  newHandleCache(cfg.MaxOpenFiles),
@@ -850,33 +861,37 @@ func (s *JSONLStore) clean(st *jsonlSession) error {
 // maxReadAttempts bounds the re-reads of a file that changes while read.
 const maxReadAttempts = 5
 
-// read reads and parses st's file whole. Like the reference it retries
-// until the file's stat before the read equals the one after, so the
-// bytes and the revision belong together. It checks that the header is
-// the session's and maps to the path it was found at, and records it in
-// st. It returns the stat and the byte size read.
+// read reads and parses st's file, streaming it (readLog). Like the
+// reference it retries until the file's stat before the read equals the
+// one after, so the events and the revision belong together. It checks
+// that the header is the session's and maps to the path it was found at,
+// and records it in st. It returns the stat and the byte size read.
 func (s *JSONLStore) read(st *jsonlSession) (*session.File, fs.FileInfo, int64, error) {
-	var data []byte
+	var file *session.File
+	var size int64
 	var fi fs.FileInfo
+	var err error
 	for attempt := 1; ; attempt++ {
-		before, err := s.fs.Stat(st.path)
-		if err != nil {
-			return nil, nil, 0, err
+		before, serr := s.fs.Stat(st.path)
+		if serr != nil {
+			return nil, nil, 0, serr
 		}
-		if data, err = vfs.ReadFile(s.fs, st.path); err != nil {
-			return nil, nil, 0, err
+		file, size, err = readLog(s.fs, st.path, s.reading)
+		var rerr *readError
+		if errors.As(err, &rerr) {
+			return nil, nil, 0, rerr.err
 		}
-		if fi, err = s.fs.Stat(st.path); err != nil {
-			return nil, nil, 0, err
+		if fi, serr = s.fs.Stat(st.path); serr != nil {
+			return nil, nil, 0, serr
 		}
-		if fileRevision(before) == fileRevision(fi) && fi.Size() == int64(len(data)) {
+		// A parse error of a file that changed meanwhile says nothing.
+		if fileRevision(before) == fileRevision(fi) && fi.Size() == size {
 			break
 		}
 		if attempt == maxReadAttempts {
 			return nil, nil, 0, fmt.Errorf("%s kept changing while read", st.path)
 		}
 	}
-	file, err := session.ParseFile(data, st.path)
 	if errors.Is(err, session.ErrNoHeader) {
 		// The artifact is published whole, header first, so a missing
 		// header is damage, not a write in progress. (The sentinel, not
@@ -891,7 +906,7 @@ func (s *JSONLStore) read(st *jsonlSession) (*session.File, fs.FileInfo, int64, 
 			Err: fmt.Errorf("%w: header of session %q (cwd %q) does not belong at this path", ErrLayout, file.Header.ID, file.Header.Cwd)}
 	}
 	st.header = file.Header
-	return file, fi, int64(len(data)), nil
+	return file, fi, size, nil
 }
 
 // find locates st's artifact on disk, caching the path: it looks for the

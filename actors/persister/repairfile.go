@@ -60,25 +60,25 @@ func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
 		return RepairReport{}, fmt.Errorf("persister: repair: take the writer lock: %w", err)
 	}
 	defer lk.Release()
-	data, err := vfs.ReadFile(fsys, path)
-	if err != nil {
-		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
+	file, n, err := readLog(fsys, path, session.ReadOptions{})
+	var rerr *readError
+	if errors.As(err, &rerr) {
+		err = rerr.err
 	}
-	file, err := session.ParseFile(data, path)
 	if err != nil {
 		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 	}
 	if _, err := file.Log(); err != nil {
 		return RepairReport{}, fmt.Errorf("persister: repair %s: %w", path, err)
 	}
-	r := RepairReport{SizeBefore: int64(len(data)), SizeAfter: int64(len(data)), Torn: file.Torn,
+	r := RepairReport{SizeBefore: n, SizeAfter: n, Torn: file.Torn,
 		Closers: session.InterruptedTurnClosers(file.Events)}
 	r.Events = int64(len(file.Events) + len(r.Closers))
 	if !r.Changed() {
 		return r, nil
 	}
 	batch := slices.Clip(r.Closers)
-	size := int64(len(data))
+	size := n
 	if file.Torn != nil {
 		r.Recovered = len(file.Torn.Recovered)
 		batch = append(slices.Clip(file.Torn.Recovered), r.Closers...)
