@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/dshgo/dsh/actors/agent/logreplay"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/fixtures"
 )
@@ -57,18 +58,23 @@ func logFlags(name, synopsis string, args []string, stdout io.Writer) (fixture b
 // loadFile reads a log file into a validated log. A torn tail is an error
 // here: the file needs `dsh log repair` before it is a valid log.
 func loadFile(path string, fixture bool) (*session.File, *session.Log, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, describe(path, err)
-	}
+	var f *session.File
+	var err error
 	if fixture {
-		data = fixtures.Substitute(data)
+		var data []byte
+		if data, err = logreplay.ReadFixture(path); err != nil {
+			return nil, nil, describe(path, err)
+		}
+		f, err = session.ParseFile(fixtures.Substitute(data), path)
+	} else {
+		// Streamed: memory bounded by the log's events, whatever the file
+		// holds (session's doc.go, "Reading a file: bounded memory").
+		f, err = session.ReadFile(path)
 	}
-	f, err := session.ParseFile(data, path)
 	if err == nil && f.Torn == nil {
 		_, err = f.Log()
 	}
-	if err != nil && !fixture && fixtures.HasPlaceholders(data) {
+	if err != nil && !fixture && fixtures.HasPlaceholders(filePrefix(path)) {
 		return nil, nil, fmt.Errorf("%v (the file has reference snapshot placeholders: try --fixture)", describe(path, err))
 	}
 	if err != nil {
@@ -91,6 +97,24 @@ func loadFile(path string, fixture bool) (*session.File, *session.Log, error) {
 		return f, nil, fmt.Errorf("%s: %v", path, err)
 	}
 	return f, l, nil
+}
+
+// placeholderPrefix is how much of a file filePrefix reads: the
+// placeholders of a reference snapshot sit in its header and first
+// events.
+const placeholderPrefix = 1 << 20
+
+// filePrefix returns up to the first placeholderPrefix bytes of the file
+// at path (nothing when it cannot be read), for the hint that a file has
+// reference snapshot placeholders.
+func filePrefix(path string) []byte {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer fh.Close()
+	data, _ := io.ReadAll(io.LimitReader(fh, placeholderPrefix))
+	return data
 }
 
 // describe turns a read or validation error into one line naming the file

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/dshgo/dsh/actors/agent/logreplay"
 	"github.com/dshgo/dsh/internal/fixtures"
@@ -21,7 +20,7 @@ func logReplay(args []string, stdout, _ io.Writer) error {
 	rec, override, err := logreplay.Load(path, fixture)
 	if err != nil {
 		if !fixture {
-			if data, rerr := os.ReadFile(path); rerr == nil && fixtures.HasPlaceholders(data) {
+			if fixtures.HasPlaceholders(filePrefix(path)) {
 				return fmt.Errorf("%v (the file has reference snapshot placeholders: try --fixture)", describe(path, err))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -23,14 +24,21 @@ import (
 // that the replayed loop, which must offer those tools to run them,
 // logs the same header.
 func Load(path string, fixture bool) (*session.File, replay.Override, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, replay.Override{}, err
-	}
+	var f *session.File
+	var err error
 	if fixture {
-		data = SubstituteFixture(data)
+		// A snapshot is read whole to substitute its placeholders; the
+		// reference's are a few kilobytes.
+		var data []byte
+		if data, err = ReadFixture(path); err != nil {
+			return nil, replay.Override{}, err
+		}
+		f, err = session.ParseFile(SubstituteFixture(data), path)
+	} else {
+		// Streamed: memory bounded by the log's events, whatever the file
+		// holds (session's doc.go, "Reading a file: bounded memory").
+		f, err = session.ReadFile(path)
 	}
-	f, err := session.ParseFile(data, path)
 	if err != nil {
 		return nil, replay.Override{}, err
 	}
@@ -49,6 +57,34 @@ func Load(path string, fixture bool) (*session.File, replay.Override, error) {
 		return nil, replay.Override{}, err
 	}
 	return f, o, nil
+}
+
+// MaxFixtureBytes bounds a reference snapshot read whole (ReadFixture):
+// the reference's are a few kilobytes, and a log that is not a snapshot
+// is streamed instead.
+const MaxFixtureBytes = 64 << 20
+
+// errFixtureTooLarge is the cause of ReadFixture's refusal, inside an
+// *fs.PathError naming the file.
+var errFixtureTooLarge = fmt.Errorf("larger than the %d MiB a reference snapshot may be", MaxFixtureBytes>>20)
+
+// ReadFixture reads the reference snapshot at path whole, to substitute
+// its placeholders; a file larger than MaxFixtureBytes is refused (an
+// *fs.PathError). The returned slice is owned by the caller.
+func ReadFixture(path string) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, MaxFixtureBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFixtureBytes {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: errFixtureTooLarge}
+	}
+	return data, nil
 }
 
 // SubstituteFixture is fixtures.Substitute with "{{tools}}" standing for
