@@ -34,6 +34,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -565,7 +566,11 @@ func progress(o Options, start time.Time, done, total int64) {
 // size and, when verify, validates each as a log.
 func diskStats(dir string, verify bool, rep *Report) ([]loggedSession, error) {
 	var logs []loggedSession
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	// A stream decoder that counts the raw bytes rather than holding them
+	// (DecodeAll held each file decompressed), with the window bound of
+	// session's reader, and never decoding a small input whole.
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxWindow(16<<20), zstd.WithDecoderMaxMemory(16<<20), zstd.WithDecodeBuffersBelow(0))
 	if err != nil {
 		return nil, err
 	}
@@ -586,11 +591,15 @@ func diskStats(dir string, verify bool, rep *Report) ([]loggedSession, error) {
 		rep.Files++
 		rep.BytesOnDisk += int64(len(data))
 		if strings.HasSuffix(name, ".zstd") {
-			raw, err := dec.DecodeAll(data, nil)
+			err := dec.Reset(bytes.NewReader(data))
+			var raw int64
+			if err == nil {
+				raw, err = io.Copy(io.Discard, dec)
+			}
 			if err != nil {
 				bad = append(bad, fmt.Sprintf("%s: %v", p, err))
 			}
-			rep.BytesRaw += int64(len(raw))
+			rep.BytesRaw += raw
 		} else {
 			rep.BytesRaw += int64(len(data))
 		}
