@@ -183,13 +183,26 @@
 // acknowledged are never rewritten; the only rewrite is crash repair
 // truncating a tail that was never acknowledged.
 //
-// Read path. Load and Inspect read the whole file and apply the scan rules
-// of session.ParseFile: a torn tail (a final record without newline, a
-// final zstd frame cut short, damage after the last turn/end) is dropped,
-// damage before the last turn/end is corruption. Load commits crash
-// repair: it truncates the torn tail and appends, as one batch, the
-// complete records recovered from a torn zstd frame plus the closers of
-// session.InterruptedTurnClosers. List reads only each file's header.
+// Read path. Load and Inspect (and RepairFile) stream the file through
+// session.Read and apply its scan rules: a torn tail (a final record
+// without newline, a final zstd frame cut short, damage after the last
+// turn/end) is dropped, damage before the last turn/end is corruption.
+// Load commits crash repair: it truncates the torn tail and appends, as
+// one batch, the complete records recovered from a torn zstd frame plus
+// the closers of session.InterruptedTurnClosers. List reads only each
+// file's header.
+//
+// Memory. Reading a log costs its events plus a bound, never the file's
+// size nor its decompressed size: a plain file is streamed, each zstd
+// frame is decoded as a stream with a window of at most 16 MiB (whatever
+// its header asks for), an empty line costs nothing, and one line (the
+// header or a record) may be at most JSONLConfig.MaxRecordBytes long,
+// session.DefaultMaxRecordBytes (16 MiB) by default, well above the
+// largest record dsh writes (a packed chunk row of about 1.2 MB). A longer
+// line makes the log corrupt (a *session.CorruptError wrapping a
+// *session.RecordTooLargeError that names the limit), never repaired.
+// So a file of a few kilobytes that decompresses to a hundred MiB of
+// newlines loads in a few MiB (see session's doc.go).
 //
 // Rejected alternative: rewriting the file through a temp file on every
 // append (atomic, simple to reason about) copies the whole log per append
