@@ -54,3 +54,22 @@ func TestCorruptErrorOfAnEventErrorNamesTheSeqOnce(t *testing.T) {
 	err := &CorruptError{Path: "s.jsonl", Offset: -1, Seq: 4, Err: &EventError{Seq: 4, Type: TypeTurnEnd, Err: errors.New("no open turn")}}
 	require.Equal(t, "session: s.jsonl: seq 4: turn/end: no open turn", err.Error())
 }
+
+// TestTornTailCauseLeavesOutTheSeq: a torn tail's Cause is what a line
+// naming the offset and the seq quotes: the decode error without its
+// "session: event seq N: ".
+func TestTornTailCauseLeavesOutTheSeq(t *testing.T) {
+	header := fileHeaderLine()
+	lines := fileSession()
+	data := header + "\n" + strings.Join(lines, "\n") + "\n" + `{"type":"user/message","seq":"x"}` + "\n"
+	f, err := ParseFile([]byte(data), "s.jsonl")
+	require.NoError(t, err)
+	require.NotNil(t, f.Torn)
+	var de *DecodeError
+	require.ErrorAs(t, f.Torn.Err, &de)
+	require.Equal(t, "seq is not a non-negative safe integer", f.Torn.Cause().Error())
+
+	f, err = ParseFile([]byte(header+"\n"+lines[0]+"\n"+`{"type":"turn/st`), "s.jsonl")
+	require.NoError(t, err)
+	require.Same(t, f.Torn.Err, f.Torn.Cause(), "other causes are as they are")
+}

@@ -129,6 +129,16 @@ type TornTail struct {
 	Recovered []Event
 }
 
+// Cause is Err as a message that names Offset and NextSeq itself would
+// quote it: without the "session: event seq N: " of a record that does not
+// decode (N is NextSeq).
+func (t *TornTail) Cause() error {
+	if de, ok := t.Err.(*DecodeError); ok {
+		return de.Err
+	}
+	return t.Err
+}
+
 // File is a log file read whole: its header, its events, and the scan
 // outcome. The caller owns a File and everything in it.
 type File struct {

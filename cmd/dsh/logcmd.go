@@ -81,13 +81,8 @@ func loadFile(path string, fixture bool) (*session.File, *session.Log, error) {
 		return nil, nil, describe(path, err)
 	}
 	if f.Torn != nil {
-		cause := f.Torn.Err
-		var de *session.DecodeError
-		if errors.As(cause, &de) {
-			cause = de.Err // the line names the seq already
-		}
 		return f, nil, fmt.Errorf("%s: torn tail at byte %d (seq %d): %v; run 'dsh log repair %s'",
-			path, f.Torn.Offset, f.Torn.NextSeq, cause, path)
+			path, f.Torn.Offset, f.Torn.NextSeq, f.Torn.Cause(), path)
 	}
 	l, err := f.Log()
 	if err != nil {

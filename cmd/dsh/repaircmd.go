@@ -40,7 +40,7 @@ func logRepair(args []string, stdout, _ io.Writer) error {
 	}
 	var did []string
 	if r.Torn != nil {
-		s := fmt.Sprintf("cut a torn tail of %s at byte %d (%v)", sizeText(r.SizeBefore-r.Torn.Offset), r.Torn.Offset, r.Torn.Err)
+		s := fmt.Sprintf("cut a torn tail of %s at byte %d (%v)", sizeText(r.SizeBefore-r.Torn.Offset), r.Torn.Offset, r.Torn.Cause())
 		if r.Recovered > 0 {
 			s += fmt.Sprintf(", writing back the %d complete events of its frame", r.Recovered)
 		}

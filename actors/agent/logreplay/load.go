@@ -43,7 +43,7 @@ func Load(path string, fixture bool) (*session.File, replay.Override, error) {
 		return nil, replay.Override{}, err
 	}
 	if f.Torn != nil {
-		return nil, replay.Override{}, fmt.Errorf("%s: torn tail at byte %d (seq %d): %v", path, f.Torn.Offset, f.Torn.NextSeq, f.Torn.Err)
+		return nil, replay.Override{}, fmt.Errorf("%s: torn tail at byte %d (seq %d): %v", path, f.Torn.Offset, f.Torn.NextSeq, f.Torn.Cause())
 	}
 	if _, err := f.Log(); err != nil {
 		return nil, replay.Override{}, err
