@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/fixtures"
+	"github.com/dshgo/dsh/internal/testutil"
 )
 
 // cliArgsEnv makes the test binary run the dsh CLI on the JSON array of
@@ -45,6 +47,9 @@ type hostileInput struct {
 	// ok lists the commands for which the input is valid, with a check of
 	// what they did.
 	ok map[string]func(t *testing.T, path, stdout string)
+	// maxAlloc, when set, bounds the bytes each command allocates: a
+	// zstd bomb must not be decompressed into memory.
+	maxAlloc uint64
 }
 
 // TestHostileInputs runs every dsh log command on hostile files: each
@@ -72,7 +77,13 @@ func TestHostileInputs(t *testing.T) {
 						out = filepath.Join(t.TempDir(), "fork.jsonl")
 						args = append(args, "--out", out)
 					}
+					var m0, m1 runtime.MemStats
+					runtime.ReadMemStats(&m0)
 					code, stdout, stderr := runDsh(append(args, path)...)
+					runtime.ReadMemStats(&m1)
+					if h.maxAlloc > 0 {
+						require.Less(t, m1.TotalAlloc-m0.TotalAlloc, h.maxAlloc, "bytes allocated")
+					}
 					if check := h.ok[name]; check != nil {
 						require.Equal(t, exitOK, code, stderr)
 						require.Empty(t, stderr)
@@ -157,6 +168,7 @@ func requireOneErrorLine(t *testing.T, want *regexp.Regexp, path string, code in
 	require.True(t, strings.HasPrefix(line, prefix), "%q", line)
 	cause := strings.TrimPrefix(line, prefix)
 	require.NotContains(t, strings.TrimSuffix(cause, "; run 'dsh log repair "+path+"'"), path, "the path once (a repair hint may name it)")
+	require.NotContains(t, cause, "session: ", "no package prefix inside the line")
 	require.Regexp(t, want, cause)
 }
 
@@ -300,6 +312,30 @@ func buildHostileInputs(t *testing.T, dir string) []hostileInput {
 	sub := filepath.Join(dir, "a-directory.jsonl")
 	require.NoError(t, os.Mkdir(sub, 0o755))
 	in = append(in, hostileInput{name: "a directory", path: sub, want: exact("is a directory")})
+
+	// zstd bombs: a valid header frame, then one frame of 10 MiB and of
+	// 100 MiB of newlines (a few KiB on disk). The first empty line is a
+	// record that does not parse, and no turn/end follows: a torn tail,
+	// refused by every reading command at no more memory than a frame's
+	// window, and cut by repair, leaving the header, which verifies.
+	for _, mib := range []int{10, 100} {
+		bomb := write("bomb-"+strconv.Itoa(mib)+"mib.jsonl.zstd", testutil.ZstdNewlineBomb([]byte(header), mib<<20))
+		headerFrame := len(testutil.ZstdFrame(testutil.Repeat{Text: []byte(header + "\n"), N: 1}))
+		in = append(in, hostileInput{name: strconv.Itoa(mib) + " MiB zstd bomb", path: bomb, maxAlloc: 48 << 20,
+			want: regexp.MustCompile(`^torn tail at byte ` + strconv.Itoa(headerFrame) + ` \(seq 0\): [^;]+(; run 'dsh log repair ` +
+				regexp.QuoteMeta(bomb) + `')?$`),
+			ok: map[string]func(*testing.T, string, string){
+				"repair": func(t *testing.T, path, stdout string) {
+					require.Regexp(t, `^`+regexp.QuoteMeta(path)+`: repaired: cut a torn tail of [0-9.]+ K?i?B at byte `+
+						strconv.Itoa(headerFrame)+` \([^;]+\); now 0 events, \d+ B\n$`, stdout)
+					require.NotContains(t, stdout, "session: ")
+					require.Len(t, mustReadRaw(t, path), headerFrame)
+					code, out, errOut := runDsh("log", "verify", path)
+					require.Equal(t, exitOK, code, errOut)
+					require.Equal(t, path+": ok: 0 events, 0 turns, 0 derived messages\n", out)
+				},
+			}})
+	}
 
 	in = append(in, hostileInput{name: "missing file", path: filepath.Join(dir, "missing.jsonl"),
 		want: exact("no such file or directory")})
