@@ -276,12 +276,14 @@ var newlines = bytes.Repeat([]byte{'\n'}, 256)
 type scanner struct {
 	f   *File
 	max int
-	// The decoded events, in chunks: File.Events is sized once, at the
-	// end, so that it is one allocation of exactly its length. Growing
-	// one slice by append copied a log's events about five times over (a
-	// large slice grows by a quarter); the chunks are copied once.
+	// The decoded events, in chunks: File.Events is one allocation of
+	// exactly its length. Growing one slice by append copied a log's
+	// events about five times over (a large slice grows by a quarter).
+	// When the first chunk was sized by a counting pass (zstd files) it
+	// is File.Events; otherwise the chunks are copied once, at the end.
 	chunks [][]Event
 	cur    []Event
+	sized  bool  // cur was made by the counting pass
 	n      int64 // events decoded so far: the seq the next record must start at
 	frame  int   // zstd frame of the last good line
 	first  int64 // index of the first event of that frame
@@ -358,7 +360,11 @@ func (s *scanner) finish(t tail) error {
 	if b := s.bad; b != nil && s.committed {
 		return &CorruptError{Path: s.f.Path, Offset: b.cut, Line: b.no, Seq: b.seq, Err: b.rule}
 	}
-	if s.n > 0 {
+	switch {
+	case s.n > 0 && len(s.chunks) == 0 && s.sized:
+		// Sized up front (a zstd file's counting pass): no copy.
+		s.f.Events = s.cur
+	case s.n > 0:
 		s.f.Events = make([]Event, 0, s.n)
 		for _, c := range s.chunks {
 			s.f.Events = append(s.f.Events, c...)
@@ -527,6 +533,9 @@ func (f *File) readZstd(data []byte, max int) (*File, error) {
 	}
 
 	s := &scanner{f: f, max: max}
+	if n := countEvents(fr, lr, data, frames); n > 0 {
+		s.cur, s.sized = make([]Event, 0, n), true
+	}
 	var t tail
 	no := 1
 	for i, span := range frames[1:] {
@@ -579,6 +588,41 @@ func (f *File) readZstd(data []byte, max int) (*File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// countEvents is a first pass over the frames after the header that
+// estimates the events they hold (recordEvents of each line, exact for
+// the files of dsh and of the reference), so that the scan decodes them
+// into one slice of the right size: decompressing twice costs less than
+// the copy of every event that chunks need. The estimate is capped at
+// one event per compressed byte, since it sizes an allocation before
+// any line is known to parse: a hostile file cannot make it allocate
+// more than a multiple of its own size. The pass stops at the first
+// error; the scan reports it.
+func countEvents(fr *frameReader, lr *lineReader, data []byte, frames []frameSpan) int {
+	n := 0
+	for _, span := range frames[1:] {
+		raw := data[span.start:span.end]
+		if !span.complete {
+			if raw = salvageFrame(raw); raw == nil {
+				break
+			}
+		}
+		if fr.reset(raw) != nil {
+			break
+		}
+		lr.reset(fr)
+		for {
+			text, _, st, err := lr.next()
+			if err != nil || st != lineComplete {
+				break
+			}
+			if n += recordEvents(text); n >= len(data) {
+				return len(data)
+			}
+		}
+	}
+	return n
 }
 
 // errHeaderFrame is a first frame that holds more or less than one line.
