@@ -205,7 +205,8 @@ func (noTimer) StopTimer()  {}
 type mixResult struct {
 	events   int
 	elapsed  time.Duration
-	retained float64 // heap retained after GC, over the baseline before the run
+	cpu      time.Duration // the process's CPU time over the timed part
+	retained float64       // heap retained after GC, over the baseline before the run
 }
 
 // runMixAppend appends turns turns of the mix, one event per Append,
@@ -248,14 +249,14 @@ func runMixAppend(tb testing.TB, tm benchTimer, turns int, root string) mixResul
 	require.NoError(tb, err)
 	runtime.GC()
 	tm.StartTimer()
-	t0 := time.Now()
+	cpu0, t0 := cpuTime(), time.Now()
 	sys.Root.Send(drvPID, mixStart{})
 	select {
 	case err = <-d.done:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	elapsed := time.Since(t0)
+	cpu, elapsed := cpuTime()-cpu0, time.Since(t0)
 	tm.StopTimer()
 	require.NoError(tb, err)
 	n := len(d.appends)
@@ -263,7 +264,7 @@ func runMixAppend(tb testing.TB, tm benchTimer, turns int, root string) mixResul
 	retained := float64(heapInUse()) - float64(before)
 	require.EqualValues(tb, n, l.Len())
 	mixLive = l
-	return mixResult{events: n, elapsed: elapsed, retained: retained}
+	return mixResult{events: n, elapsed: elapsed, cpu: cpu, retained: retained}
 }
 
 // runMixLoad loads the session from the store at root cold (a new store:
@@ -278,13 +279,13 @@ func runMixLoad(tb testing.TB, tm benchTimer, root string) mixResult {
 	defer func() { require.NoError(tb, store.Close()) }()
 	before := heapInUse()
 	tm.StartTimer()
-	t0 := time.Now()
+	cpu0, t0 := cpuTime(), time.Now()
 	st, err := store.Load(ctx, mixHeader().ID)
 	var l *session.Log
 	if err == nil {
 		l, err = session.Restore(st.Header, st.Events)
 	}
-	elapsed := time.Since(t0)
+	cpu, elapsed := cpuTime()-cpu0, time.Since(t0)
 	tm.StopTimer()
 	require.NoError(tb, err)
 	require.Empty(tb, st.Closers, "the written log ends balanced")
@@ -292,20 +293,22 @@ func runMixLoad(tb testing.TB, tm benchTimer, root string) mixResult {
 	retained := float64(heapInUse()) - float64(before)
 	n := int(l.Len())
 	mixLive = l
-	return mixResult{events: n, elapsed: elapsed, retained: retained}
+	return mixResult{events: n, elapsed: elapsed, cpu: cpu, retained: retained}
 }
 
 // report reports the mean rate and retained heap per event of runs.
 func (r mixResult) report(b *testing.B, runs []mixResult) {
 	var events int
-	var elapsed time.Duration
+	var elapsed, cpu time.Duration
 	var retained float64
 	for _, x := range runs {
 		events += x.events
 		elapsed += x.elapsed
+		cpu += x.cpu
 		retained += x.retained
 	}
 	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(events), "cpu-ns/event")
 	b.ReportMetric(retained/float64(events), "B/event")
 	b.ReportMetric(float64(events)/float64(len(runs)), "events/op")
 }
@@ -327,7 +330,9 @@ func (r mixResult) report(b *testing.B, runs []mixResult) {
 //
 // events/s is the workload's events over the wall time of the timed part;
 // B/event is the heap retained after a GC with the log (and for persist
-// the persister) still live, over the heap before, per event. The last
+// the persister) still live, over the heap before, per event; cpu-ns/event
+// is the process's CPU time over the timed part, per event, which other
+// load on the machine disturbs less than the wall time. The last
 // run's log stays live, so a heap profile shows where its bytes are:
 //
 //	go test -run '^$' -bench 'BenchmarkReferenceMix/append$' -benchtime=1x -memprofile mem.out ./bench/
