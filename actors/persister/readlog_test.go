@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -14,16 +13,6 @@ import (
 	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/internal/vfs"
 )
-
-// allocated returns the bytes fn allocates (the growth of TotalAlloc).
-func allocated(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
 
 // writeBomb puts at h's place in s a log of a few kilobytes: h's header
 // frame, then a frame of 100 MiB of newlines. It returns the path and the
@@ -53,7 +42,7 @@ func TestLoadNewlineBombIsBounded(t *testing.T) {
 
 	var got Stored
 	var err error
-	n := allocated(func() { got, err = s.Load(t.Context(), h.ID) })
+	n := testutil.Allocated(func() { got, err = s.Load(t.Context(), h.ID) })
 	require.Less(t, n, uint64(32<<20), "Load allocated %d MiB", n>>20)
 	require.NoError(t, err)
 	require.Equal(t, h, got.Header)
@@ -64,7 +53,7 @@ func TestLoadNewlineBombIsBounded(t *testing.T) {
 
 	path, head = writeBomb(t, s, session.Header{ID: "bomb2", CreatedAt: 1, Cwd: "/w"})
 	var r RepairReport
-	n = allocated(func() { r, err = RepairFile(vfs.OS(), path) })
+	n = testutil.Allocated(func() { r, err = RepairFile(vfs.OS(), path) })
 	require.Less(t, n, uint64(32<<20), "RepairFile allocated %d MiB", n>>20)
 	require.NoError(t, err)
 	require.Equal(t, head, r.SizeAfter)

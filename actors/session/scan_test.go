@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -13,17 +12,6 @@ import (
 
 	"github.com/dshgo/dsh/internal/testutil"
 )
-
-// allocated returns the bytes fn allocates (the growth of TotalAlloc):
-// what reading a file costs, whatever the garbage collector did meanwhile.
-func allocated(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
 
 // writeTemp writes data to a file named name in a fresh directory.
 func writeTemp(t *testing.T, name string, data []byte) string {
@@ -42,9 +30,9 @@ func readBoth(t *testing.T, name string, data []byte, limit uint64) (*File, stri
 	path := writeTemp(t, name, data)
 	var f, g *File
 	var err, gerr error
-	n := allocated(func() { f, err = ReadFile(path) })
+	n := testutil.Allocated(func() { f, err = ReadFile(path) })
 	require.Less(t, n, limit, "ReadFile allocated %d MiB", n>>20)
-	n = allocated(func() { g, gerr = ParseFile(data, path) })
+	n = testutil.Allocated(func() { g, gerr = ParseFile(data, path) })
 	require.Less(t, n, limit, "ParseFile allocated %d MiB", n>>20)
 	require.Equal(t, err, gerr)
 	require.Equal(t, f, g)
@@ -77,7 +65,7 @@ func TestReadZstdNewlineBombIsBounded(t *testing.T) {
 
 		// The header alone, as a store listing sessions reads it.
 		var h Header
-		require.Less(t, allocated(func() { h, err = ParseFileHeader(data, "session.jsonl.zstd") }), uint64(32<<20))
+		require.Less(t, testutil.Allocated(func() { h, err = ParseFileHeader(data, "session.jsonl.zstd") }), uint64(32<<20))
 		require.NoError(t, err)
 		require.Equal(t, fileHeader, h)
 	}
@@ -133,7 +121,7 @@ func TestReadPlainNewlinesCostNothing(t *testing.T) {
 	require.NoError(t, fh.Close())
 
 	var f *File
-	require.Less(t, allocated(func() { f, err = ReadFile(path) }), uint64(16<<20))
+	require.Less(t, testutil.Allocated(func() { f, err = ReadFile(path) }), uint64(16<<20))
 	require.NoError(t, err)
 	codecRequireEvents(t, fileEvents(t, lines[:3]), f.Events)
 	require.NotNil(t, f.Torn)
@@ -193,7 +181,7 @@ func TestReadRefusesRecordOverLimit(t *testing.T) {
 		require.NoError(t, w.Flush())
 		require.NoError(t, fh.Close())
 		var f *File
-		require.Less(t, allocated(func() { f, err = ReadFile(path) }), uint64(48<<20))
+		require.Less(t, testutil.Allocated(func() { f, err = ReadFile(path) }), uint64(48<<20))
 		require.Nil(t, f)
 		requireTooLarge(t, err, path, int64(len(fileHeaderLine())+1))
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,16 +13,6 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/testutil"
 )
-
-// allocated returns the bytes fn allocates (the growth of TotalAlloc).
-func allocated(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
 
 // TestLogCommandsReadHostileFilesInBoundedMemory: every dsh log command
 // on a zstd newline bomb (3 KB on disk, 100 MiB of newlines in its second
@@ -70,7 +59,7 @@ func TestLogCommandsReadHostileFilesInBoundedMemory(t *testing.T) {
 			t.Run(filepath.Base(c.path)+"/"+strings.Join(args[:1], " "), func(t *testing.T) {
 				var code int
 				var stdout, stderr string
-				n := allocated(func() {
+				n := testutil.Allocated(func() {
 					code, stdout, stderr = runDsh(append(append([]string{"log"}, args...), c.path)...)
 				})
 				require.Less(t, n, uint64(48<<20), "allocated %d MiB", n>>20)
@@ -84,7 +73,7 @@ func TestLogCommandsReadHostileFilesInBoundedMemory(t *testing.T) {
 	// Repair cuts the bomb's torn tail, reading it as boundedly.
 	var code int
 	var stderr string
-	n := allocated(func() { code, _, stderr = runDsh("log", "repair", bomb) })
+	n := testutil.Allocated(func() { code, _, stderr = runDsh("log", "repair", bomb) })
 	require.Less(t, n, uint64(48<<20), "repair allocated %d MiB", n>>20)
 	require.Equal(t, 0, code, stderr)
 	fi, err := os.Stat(bomb)

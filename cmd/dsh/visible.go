@@ -40,52 +40,49 @@ func visibleLine(s string) string { return render(s, "\t") }
 // render returns s with every control character not in keep escaped, or
 // s itself (no copy) when it has none, which is the common case.
 func render(s, keep string) string {
-	var b strings.Builder
-	done := 0 // s[:done] is in b (or clean, while b is empty)
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c < 0x7f {
-			i++
-			continue
-		}
-		r, size := rune(c), 1
-		if c >= utf8.RuneSelf {
-			r, size = utf8.DecodeRuneInString(s[i:])
-		}
-		var esc string
+	printable := func(c byte) bool { return c >= 0x20 && c < 0x7f }
+	return rewrite(s, printable, func(c byte, r rune, size int) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
-			esc = hexEscape(`\x`, rune(c), 2)
+			return hexEscape(`\x`, rune(c), 2)
 		case r < 0x20 || r == 0x7f:
 			if strings.IndexByte(keep, c) < 0 {
-				esc = hexEscape(`\x`, r, 2)
+				return hexEscape(`\x`, r, 2)
 			}
 		case isFormatControl(r):
-			esc = hexEscape(`\u`, r, 4)
+			return hexEscape(`\u`, r, 4)
 		}
-		if esc != "" {
-			b.WriteString(s[done:i])
-			b.WriteString(esc)
-			done = i + size
-		}
-		i += size
-	}
-	if done == 0 {
-		return s
-	}
-	b.WriteString(s[done:])
-	return b.String()
+		return ""
+	})
 }
 
 // visibleJSON escapes the DEL, C1 and bidi controls of the encoded JSON
 // value s (see above); a byte that is not UTF-8 becomes \ufffd, which is
 // what a decoder would make of it anyway.
 func visibleJSON(s string) string {
+	plain := func(c byte) bool { return c < utf8.RuneSelf && c != 0x7f }
+	return rewrite(s, plain, func(_ byte, r rune, size int) string {
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return `\ufffd`
+		case r == 0x7f || isFormatControl(r):
+			return hexEscape(`\u`, r, 4)
+		}
+		return ""
+	})
+}
+
+// rewrite returns s with each rune replaced by what escape makes of it
+// ("" keeps the rune), or s itself (no copy) when escape keeps them all.
+// escape is given the rune's first byte, the rune (utf8.RuneError with
+// size 1 for a byte that is not UTF-8) and its size; it is never asked
+// about a byte plain accepts, which is the fast path.
+func rewrite(s string, plain func(c byte) bool, escape func(c byte, r rune, size int) string) string {
 	var b strings.Builder
-	done := 0
+	done := 0 // s[:done] is in b (or clean, while b is empty)
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c < utf8.RuneSelf && c != 0x7f {
+		if plain(c) {
 			i++
 			continue
 		}
@@ -93,14 +90,7 @@ func visibleJSON(s string) string {
 		if c >= utf8.RuneSelf {
 			r, size = utf8.DecodeRuneInString(s[i:])
 		}
-		var esc string
-		switch {
-		case r == utf8.RuneError && size == 1:
-			esc = `\ufffd`
-		case r == 0x7f || isFormatControl(r):
-			esc = hexEscape(`\u`, r, 4)
-		}
-		if esc != "" {
+		if esc := escape(c, r, size); esc != "" {
 			b.WriteString(s[done:i])
 			b.WriteString(esc)
 			done = i + size

@@ -3,6 +3,7 @@ package testutil
 
 import (
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -31,4 +32,17 @@ func NewActorSystem(t testing.TB, opts ...actor.ConfigOption) *actor.ActorSystem
 	sys := QuietSystem(opts...)
 	t.Cleanup(sys.Shutdown)
 	return sys
+}
+
+// Allocated returns the bytes fn allocates (the growth of
+// runtime.MemStats.TotalAlloc, after a GC): what fn costs in memory,
+// whatever the garbage collector did meanwhile. The tests that bound a
+// reader's memory on hostile files use it.
+func Allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
