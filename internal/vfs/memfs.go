@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -224,6 +225,26 @@ func (m *MemFS) CrashCloneWith(keep func(synced, current []byte) []byte) *MemFS 
 		c.root.entries = map[string]*memNode{}
 	}
 	return c
+}
+
+// DropUnsynced returns a keep function for CrashCloneWith that models a
+// crash (or a power loss) under the usual contract of fsync: each file
+// keeps its synced bytes and the first keep(n) of the n bytes written
+// since its last sync, and loses the rest. So any suffix of the unsynced
+// bytes may be dropped, never bytes before a sync; keep chooses which
+// suffix, file by file (it is called once per file with unsynced bytes;
+// its result is clamped to 0..n). A file whose current bytes do not
+// extend its synced ones (truncated since its last sync) keeps its synced
+// bytes: an unsynced truncation may be lost as a whole.
+func DropUnsynced(keep func(unsynced int) int) func(synced, current []byte) []byte {
+	return func(synced, current []byte) []byte {
+		n := len(current) - len(synced)
+		if n <= 0 || !bytes.HasPrefix(current, synced) {
+			return synced
+		}
+		k := min(max(keep(n), 0), n)
+		return current[:len(synced)+k]
+	}
 }
 
 // split turns a path into its components from the root. Relative paths are

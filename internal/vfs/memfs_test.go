@@ -397,3 +397,39 @@ func TestMemCrashCloneWithTornTail(t *testing.T) {
 	require.Equal(t, "synced|uns", readString(t, c, "/f"))
 	require.Equal(t, "synced|uns", readString(t, c.CrashClone(), "/f"), "what the clone starts with is durable")
 }
+
+// DropUnsynced keeps a file's synced bytes and the prefix of its unsynced
+// ones that keep chooses, for every choice; a sync through another
+// descriptor covers bytes written through one closed since; a file
+// truncated since its last sync keeps its synced bytes.
+func TestMemDropUnsyncedSuffix(t *testing.T) {
+	m := NewMem()
+	w, err := m.OpenFile("/f", os.O_WRONLY|os.O_CREATE, 0o600)
+	require.NoError(t, err)
+	require.NoError(t, m.SyncDir("/"))
+	_, err = w.Write([]byte("ab"))
+	require.NoError(t, err)
+	require.NoError(t, w.Sync())
+	_, err = w.Write([]byte("cd"))
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	w, err = m.OpenFile("/f", os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = w.Write([]byte("ef"))
+	require.NoError(t, err)
+	for k := -1; k <= 5; k++ {
+		var saw []int
+		c := m.CrashCloneWith(DropUnsynced(func(n int) int { saw = append(saw, n); return k }))
+		require.Equal(t, []int{4}, saw, "called once, with the unsynced count")
+		require.Equal(t, "abcdef"[:2+min(max(k, 0), 4)], readString(t, c, "/f"), "keep %d", k)
+	}
+	require.NoError(t, Datasync(w), "a sync through the second descriptor")
+	c := m.CrashCloneWith(DropUnsynced(func(int) int { t.Fatal("nothing is unsynced"); return 0 }))
+	require.Equal(t, "abcdef", readString(t, c, "/f"))
+	require.NoError(t, w.Truncate(3))
+	_, err = w.Write([]byte("xyz"))
+	require.NoError(t, err)
+	c = m.CrashCloneWith(DropUnsynced(func(int) int { return 99 }))
+	require.Equal(t, "abcdef", readString(t, c, "/f"), "an unsynced truncation is not kept")
+	require.NoError(t, w.Close())
+}

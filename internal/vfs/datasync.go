@@ -1,0 +1,20 @@
+package vfs
+
+import "os"
+
+// Datasync makes f's contents durable like File.Sync, with fdatasync(2)
+// where the platform has it (Linux): it flushes the data and the metadata
+// needed to read it back (the size), not the timestamps, which saves a
+// journal write per call on most file systems. Elsewhere, and for files
+// other than *os.File (MemFS, wrappers), it is f.Sync.
+//
+// Like fsync, it flushes the file (the inode), not only what was written
+// through f: bytes written through another descriptor of the same file,
+// closed since, are made durable too. The JSONL store relies on that when
+// a barrier syncs through a handle opened after the one that wrote.
+func Datasync(f File) error {
+	if of, ok := f.(*os.File); ok {
+		return datasyncOS(of)
+	}
+	return f.Sync()
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package vfs
+
+import "os"
+
+// datasyncOS is f.Sync where fdatasync(2) is not used.
+func datasyncOS(f *os.File) error { return f.Sync() }
