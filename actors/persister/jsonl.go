@@ -110,6 +110,7 @@ type JSONLStore struct {
 	sessions map[session.SessionID]*jsonlSession // guarded by mu
 	handles  handleCache                         // guarded by mu
 	synced   map[string]bool                     // dirs whose entry in their parent was synced; guarded by mu
+	made     map[string]bool                     // dirs above the root this store may have created, entry not synced yet; guarded by mu
 	orphans  map[string]bool                     // every jsonlSession.orphan; guarded by mu
 }
 
@@ -172,6 +173,7 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 		sessions: map[session.SessionID]*jsonlSession{},
 		handles:  newHandleCache(cfg.MaxOpenFiles),
 		synced:   map[string]bool{},
+		made:     map[string]bool{},
 		orphans:  map[string]bool{},
 	}
 	if cfg.Plain {
@@ -413,12 +415,19 @@ func (s *JSONLStore) mkdirDurable(dir string) error {
 	}
 	if !s.isSynced(s.root) {
 		for d := filepath.Dir(s.root); filepath.Dir(d) != d; d = filepath.Dir(d) {
+			if s.isMade(d) {
+				// Created by an earlier call whose sync failed: it exists
+				// now, but its entry may not be durable.
+				chain = append(chain, d)
+				continue
+			}
 			if _, err := s.fs.Stat(d); err == nil {
 				break
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 			chain = append(chain, d)
+			s.markMade(d)
 		}
 	}
 	if err := s.fs.MkdirAll(dir, 0o700); err != nil {
@@ -529,6 +538,19 @@ func (s *JSONLStore) markSynced(dir string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.synced[dir] = true
+	delete(s.made, dir)
+}
+
+func (s *JSONLStore) isMade(dir string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.made[dir]
+}
+
+func (s *JSONLStore) markMade(dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.made[dir] = true
 }
 
 // settle brings st in line with the file before an append or a repair:

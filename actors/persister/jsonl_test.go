@@ -364,6 +364,31 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 	}
 }
 
+// A first append that creates the directories above the root and then
+// fails to sync the entry of the topmost one: the retry, which finds them
+// existing, still syncs that entry, so the log survives a crash.
+func TestJSONLRetriedFirstAppendSyncsTheDirectoriesItCreated(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{})
+	b := newJL(t, "above")
+	b.textTurn("hello", 3)
+	require.NoError(t, s.Create(b.header()))
+	failed := false
+	m.InjectError(func(op vfs.Op, p string) error {
+		if op == vfs.OpSyncDir && p == "/" && !failed {
+			failed = true
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events()), vfs.ErrInjected)
+	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	m.InjectError(nil)
+	got, err := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{}).Load(ctx, b.id())
+	require.NoError(t, err, "the acknowledged log is lost in a crash")
+	jlRequireEvents(t, b.events(), got.Events)
+}
+
 // A first append that fails at any step publishes nothing; the retry
 // publishes.
 func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
