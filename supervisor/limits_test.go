@@ -268,11 +268,11 @@ type failingStore struct {
 	failing atomic.Pointer[error]
 }
 
-func (f *failingStore) Append(ctx context.Context, id session.SessionID, events []session.Event) error {
+func (f *failingStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
 	if err := f.failing.Load(); err != nil {
 		return *err
 	}
-	return f.MemStore.Append(ctx, id, events)
+	return f.MemStore.Append(ctx, id, events, durable)
 }
 
 func TestFailClosedUntilFlushSucceeds(t *testing.T) {

@@ -19,8 +19,10 @@ import (
 // sessions and performs their effects:
 //
 //	effect            how
-//	write a batch     a job on the pool: Store.Append with a deadline, then
-//	                  writeDone back to the shard (never inside Receive)
+//	write a batch     a job on the pool: Store.Append with a deadline
+//	                  (durable for a barrier's batch, which goes ahead of
+//	                  background ones), then writeDone back to the shard
+//	                  (never inside Receive)
 //	release           a job on the pool once an Untrack drained the session:
 //	                  Store.Release, then released back to the shard, which
 //	                  answers the Untrack and forgets the session
@@ -138,11 +140,13 @@ type (
 		inc uint64
 		err error
 	}
-	// writeDone is the outcome of write gen of id.
+	// writeDone is the outcome of write gen of id; synced says the store
+	// synced it.
 	writeDone struct {
-		id  session.SessionID
-		gen uint64
-		err error
+		id     session.SessionID
+		gen    uint64
+		synced bool
+		err    error
 	}
 	// tick is the expiry of timer gen of incarnation inc of id.
 	tick struct {
@@ -186,6 +190,9 @@ type tracked struct {
 	subscribed bool
 	ready      bool
 	tracks     []waiter // Track requests waiting for ready
+	// job is the write in flight, nil if none: a background write can be
+	// promoted to a synced one until a worker starts it.
+	job *writeJob
 	// stopTimer stops the armed timer (gen timerGen); nil if none.
 	stopTimer func() bool
 	timerGen  uint64
@@ -240,7 +247,8 @@ func (s *shard) Receive(ctx actor.Context) {
 			ctx.Logger().Error("persister: write done for an untracked session", "session", string(m.id))
 			return
 		}
-		e, err := t.core.WriteDone(m.gen, m.err)
+		t.job = nil
+		e, err := t.core.WriteDone(m.gen, m.synced, m.err)
 		if err != nil {
 			ctx.Logger().Error("persister: stale write", "session", string(m.id), "err", err)
 			return
@@ -453,8 +461,12 @@ func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
 		t.timerGen = gen
 		t.stopTimer = s.cfg.AfterFunc(e.TimerAt.Sub(s.cfg.Now()), func() { g.send(tick{id: id, inc: inc, gen: gen}) })
 	}
-	if e.Write != nil {
-		s.write(t.id, e.WriteGen, e.Write)
+	if e.Promote && t.job != nil {
+		gen := e.WriteGen
+		s.pool.promote(t.job, func() []session.Event { return t.core.Fold(gen) })
+	}
+	if e.StartWrite {
+		t.job = s.write(t.id, e.WriteGen, e.Write, e.Sync)
 	}
 	untracked := false
 	var drained []flushReply[waiter]
@@ -600,15 +612,21 @@ func (s *shard) onReleased(ctx actor.Context, m released) {
 }
 
 // write runs Store.Append of batch on the pool and reports writeDone.
-// batch is owned by the core, which does not modify it until then.
-func (s *shard) write(id session.SessionID, gen uint64, batch []session.Event) {
+// batch is owned by the core, which does not modify it until then. A
+// synced write (a barrier's) goes ahead of every background write; a
+// background write can be promoted (pool.promote) until it starts.
+func (s *shard) write(id session.SessionID, gen uint64, batch []session.Event, sync bool) *writeJob {
 	store, g, timeout := s.cfg.Store, s.gate, s.cfg.WriteTimeout
-	s.pool.submit(func(base context.Context) {
+	j := &writeJob{batch: batch, sync: sync}
+	j.run = func(base context.Context) {
+		// Taken: batch and sync are final.
 		ctx, cancel := context.WithTimeout(base, timeout)
-		err := appendSafely(ctx, store, id, batch)
+		err := appendSafely(ctx, store, id, j.batch, j.sync)
 		cancel()
-		g.send(writeDone{id: id, gen: gen, err: err})
-	})
+		g.send(writeDone{id: id, gen: gen, synced: j.sync, err: err})
+	}
+	s.pool.submitJob(j, sync)
+	return j
 }
 
 // releaseSafely is Store.Release with a panic turned into an error, as in
@@ -625,7 +643,7 @@ func releaseSafely(store Writer, id session.SessionID) (err error) {
 // appendSafely is Store.Append with a panic turned into an error: a panic
 // on a pool goroutine would take the process down, and a store bug is a
 // write failure like any other to the session (its events stay queued).
-func appendSafely(ctx context.Context, store Writer, id session.SessionID, batch []session.Event) (err error) {
+func appendSafely(ctx context.Context, store Writer, id session.SessionID, batch []session.Event, durable bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("persister: append %s: store panicked: %v", id, r)
@@ -633,7 +651,7 @@ func appendSafely(ctx context.Context, store Writer, id session.SessionID, batch
 	}()
 	// The store's error names the append and the session already (see
 	// Writer.Append): wrapping it again would say so twice.
-	return store.Append(ctx, id, batch)
+	return store.Append(ctx, id, batch, durable)
 }
 
 // forget drops session t (drained by Untrack and released, its Track
@@ -733,15 +751,23 @@ func (g *gate) close() {
 }
 
 // pool runs jobs on a fixed set of goroutines: the bound on concurrent
-// store calls (FsyncWorkers). Jobs queue in an unbounded slice (a shard
-// never blocks on submit) and run in submission order. Safe for concurrent
-// use.
+// store calls (FsyncWorkers). Jobs queue in two unbounded queues (a shard
+// never blocks on submit): barrier work (synced writes, Create, Release)
+// and background work (write-behind batches, written but not synced). A
+// worker always takes barrier work first, so a turn end never waits
+// behind other sessions' background batches (it waits at most for the
+// FsyncWorkers calls in flight); within a queue jobs run in submission
+// order. A background write promoted to a synced one (promote) is queued
+// as barrier work too, and runs from whichever queue reaches it first.
+// Safe for concurrent use.
 //
 // Rejected alternative: a goroutine per write waiting on a semaphore. It
 // bounds the store calls just as well, but parks one goroutine per session
 // with a write due (thousands under load) and makes joining them on stop a
 // matter of counting; a fixed pool has exactly FsyncWorkers goroutines to
-// join.
+// join. Rejected too: one queue in submission order (what this was). Under
+// a thousand sessions a turn end queued behind every batch submitted
+// before it.
 type pool struct {
 	ctx    context.Context // cancelled by close: aborts the store calls in flight
 	cancel context.CancelFunc
@@ -749,11 +775,60 @@ type pool struct {
 	done   chan struct{} // closed by close
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex // guards jobs, head, closed
-	jobs   []func(context.Context)
-	head   int // jobs[head:] are pending
-	closed bool
+	mu      sync.Mutex // guards barrier, behind, closed
+	barrier jobQueue
+	behind  jobQueue
+	closed  bool
 }
+
+// writeJob is one queued job. taken makes sure it runs once, though a
+// promoted job sits in both queues. A write's batch and sync flag may be
+// changed (promote) until a worker takes it; then they are final.
+type writeJob struct {
+	run func(context.Context)
+
+	mu    sync.Mutex // guards taken, and batch and sync until taken
+	taken bool
+	batch []session.Event
+	sync  bool
+}
+
+// take marks j taken, reporting whether it was not already.
+func (j *writeJob) take() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.taken {
+		return false
+	}
+	j.taken = true
+	return true
+}
+
+// jobQueue is a FIFO of jobs.
+type jobQueue struct {
+	jobs []*writeJob
+	head int // jobs[head:] are pending
+}
+
+func (q *jobQueue) push(j *writeJob) { q.jobs = append(q.jobs, j) }
+
+// pop returns the oldest job not taken yet, nil if none.
+func (q *jobQueue) pop() *writeJob {
+	for q.head < len(q.jobs) {
+		j := q.jobs[q.head]
+		q.jobs[q.head] = nil
+		q.head++
+		if q.head == len(q.jobs) {
+			q.jobs, q.head = q.jobs[:0], 0
+		}
+		if j.take() {
+			return j
+		}
+	}
+	return nil
+}
+
+func (q *jobQueue) len() int { return len(q.jobs) - q.head }
 
 func newPool(workers int) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -764,16 +839,41 @@ func newPool(workers int) *pool {
 	return p
 }
 
-// submit queues a job; after close it is dropped.
+// submit queues job as barrier work; after close it is dropped.
 func (p *pool) submit(job func(context.Context)) {
+	p.submitJob(&writeJob{run: job}, true)
+}
+
+// submitJob queues j, as barrier work if first, else as background work;
+// after close it is dropped.
+func (p *pool) submitJob(j *writeJob, first bool) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return
 	}
-	p.jobs = append(p.jobs, job)
+	if first {
+		p.barrier.push(j)
+	} else {
+		p.behind.push(j)
+	}
 	p.mu.Unlock()
 	p.signal()
+}
+
+// promote makes background write j the barrier's, unless a worker has
+// taken it (then it runs as it started, and reports that it was not
+// synced): its batch becomes fold's, synced, and it moves ahead as
+// barrier work.
+func (p *pool) promote(j *writeJob, fold func() []session.Event) {
+	j.mu.Lock()
+	if j.taken {
+		j.mu.Unlock()
+		return
+	}
+	j.batch, j.sync = fold(), true
+	j.mu.Unlock()
+	p.submitJob(j, true)
 }
 
 func (p *pool) signal() {
@@ -797,25 +897,27 @@ func (p *pool) work() {
 		if more {
 			p.signal() // hand the rest to an idle worker
 		}
-		job(p.ctx)
+		job.run(p.ctx)
 	}
 }
 
-// take pops the oldest job. ok is false if there is none (or the pool is
-// closed); more says others remain.
-func (p *pool) take() (job func(context.Context), more, ok bool) {
+// take pops the oldest barrier job, or else the oldest background job. ok
+// is false if there is none (or the pool is closed); more says others
+// remain.
+func (p *pool) take() (job *writeJob, more, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.head == len(p.jobs) {
+	if p.closed {
 		return nil, false, false
 	}
-	job = p.jobs[p.head]
-	p.jobs[p.head] = nil
-	p.head++
-	if p.head == len(p.jobs) {
-		p.jobs, p.head = p.jobs[:0], 0
+	job = p.barrier.pop()
+	if job == nil {
+		job = p.behind.pop()
 	}
-	return job, p.head < len(p.jobs), true
+	if job == nil {
+		return nil, false, false
+	}
+	return job, p.barrier.len()+p.behind.len() > 0, true
 }
 
 // close drops the queued jobs, cancels the running ones' context and waits
@@ -827,7 +929,7 @@ func (p *pool) close() {
 	p.mu.Lock()
 	already := p.closed
 	p.closed = true
-	p.jobs, p.head = nil, 0
+	p.barrier, p.behind = jobQueue{}, jobQueue{}
 	p.mu.Unlock()
 	if already {
 		return

@@ -649,6 +649,72 @@ func TestActorGroupCommitAndBoundedWorkers(t *testing.T) {
 	require.Equal(t, 2, store.maxActive(), "at most FsyncWorkers store calls at once")
 }
 
+// TestActorTurnEndGoesAheadOfBackgroundBatches: with the one worker busy
+// and the background batches of many sessions queued behind it, the turn
+// end of another session is the next store call, and it is durable before
+// any of them is written. A session whose own background batch is still
+// queued when its turn ends writes the batch and the turn as one synced
+// write, right after. The background batches follow, written but not
+// synced: nobody hears Durable for them.
+func TestActorTurnEndGoesAheadOfBackgroundBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newHeldStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow, MaxBatchEvents: 2, FsyncWorkers: 1})
+		busy := r.track("s-busy")
+		var behind []session.SessionID
+		for i := range 8 {
+			behind = append(behind, r.track(fmt.Sprintf("s-behind-%d", i)))
+		}
+		turn := r.track("s-turn")
+		r.append(busy, wbUserDrafts(2)...) // the size bound: a background write
+		require.Equal(t, []session.SessionID{busy}, store.waitEntered(t, 1))
+		for _, id := range behind {
+			r.append(id, wbUserDrafts(2)...)
+			synctest.Wait() // its background write is queued behind busy's
+		}
+		evs := r.turn(turn, 3)
+		synctest.Wait() // its barrier is queued
+		folded := behind[3]
+		fevs := r.turn(folded, 2)
+		synctest.Wait()
+
+		store.release(busy)
+		require.Equal(t, []session.SessionID{turn}, store.waitEntered(t, 1), "the turn end goes first")
+		store.release(turn)
+		r.owner.waitDurable(t, turn, evs[len(evs)-1].Seq())
+		for _, id := range behind {
+			require.Empty(t, store.batchesOf(id), "%s: written before the turn end was durable", id)
+		}
+		require.Equal(t, []session.SessionID{folded}, store.waitEntered(t, 1), "the folded batch and turn end next")
+		store.release(folded)
+		r.owner.waitDurable(t, folded, fevs[len(fevs)-1].Seq())
+		var want []int64
+		for seq := range fevs[len(fevs)-1].Seq() + 1 {
+			want = append(want, seq)
+		}
+		require.Equal(t, [][]int64{want}, store.batchesOf(folded), "one write for the batch and the turn end")
+
+		var rest []session.SessionID
+		for _, id := range behind {
+			if id != folded {
+				rest = append(rest, id)
+				store.release(id)
+			}
+		}
+		require.Equal(t, rest, store.waitEntered(t, len(rest)), "background batches in the order they were queued")
+		synctest.Wait()
+		for _, id := range rest {
+			require.Equal(t, [][]int64{{0, 1}}, store.batchesOf(id))
+			_, ok := r.owner.durableOf(id)
+			require.False(t, ok, "%s: a background batch is not durable", id)
+		}
+		store.mu.Lock()
+		syncs := store.syncs
+		store.mu.Unlock()
+		require.Equal(t, 2, syncs, "two syncs: the turn end, and the folded batch with its turn end")
+	})
+}
+
 // TestActorStopAnswersWaitersAndJoinsWorkers stops the persister while a
 // write hangs in the store: the waiter hears ErrStopped, the store call is
 // cancelled, and the pool's goroutines are joined (goleak checks).
@@ -784,7 +850,9 @@ func TestConfigRetryDelay(t *testing.T) {
 type fakeStore struct {
 	mu              sync.Mutex // guards the fields below
 	logs            map[session.SessionID][]session.Event
+	synced          map[session.SessionID]int // events durable, per Writer.Append
 	batches         map[session.SessionID][][]int64
+	syncs           int // durable calls
 	released        []session.SessionID
 	created         int
 	calls           int
@@ -799,22 +867,30 @@ func (s *fakeStore) Create(h session.Header) error {
 	return nil
 }
 
-func (s *fakeStore) Append(ctx context.Context, id session.SessionID, events []session.Event) error {
+func (s *fakeStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
+	if s.logs == nil {
+		s.logs, s.batches, s.synced = map[session.SessionID][]session.Event{}, map[session.SessionID][][]int64{}, map[session.SessionID]int{}
+	}
 	if len(s.failures) > 0 {
 		err := s.failures[0]
 		s.failures = s.failures[1:]
+		s.logs[id] = s.logs[id][:s.synced[id]] // cut back to the last barrier
 		return err
 	}
-	if s.logs == nil {
-		s.logs, s.batches = map[session.SessionID][]session.Event{}, map[session.SessionID][][]int64{}
-	}
-	if want := int64(len(s.logs[id])); events[0].Seq() != want {
+	if want := int64(len(s.logs[id])); len(events) > 0 && events[0].Seq() != want {
 		return &FenceError{ID: id, Want: want, Got: events[0].Seq()}
 	}
 	s.logs[id] = append(s.logs[id], events...)
+	if durable {
+		s.synced[id] = len(s.logs[id])
+		s.syncs++
+	}
+	if len(events) == 0 {
+		return nil
+	}
 	var seqs []int64
 	for _, e := range events {
 		seqs = append(seqs, e.Seq())
@@ -906,7 +982,7 @@ func (s *heldStore) tokensOf(id session.SessionID) chan struct{} {
 	return ch
 }
 
-func (s *heldStore) Append(ctx context.Context, id session.SessionID, events []session.Event) error {
+func (s *heldStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
 	s.hmu.Lock()
 	s.running++
 	s.maxRunning = max(s.maxRunning, s.running)
@@ -922,7 +998,7 @@ func (s *heldStore) Append(ctx context.Context, id session.SessionID, events []s
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-	return s.fakeStore.Append(ctx, id, events)
+	return s.fakeStore.Append(ctx, id, events, durable)
 }
 
 // waitEntered waits for n Appends to start and returns their sessions.

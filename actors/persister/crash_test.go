@@ -1,7 +1,6 @@
 package persister
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,24 +13,30 @@ import (
 )
 
 // Crash tests of the JSONL store on MemFS (pebble's metamorphic/errorfs
-// style). A workload of appends to a few sessions runs against a store;
-// the file system "crashes" before its k-th mutating operation, for every
-// k: the crash clone (only what was synced, optionally plus a torn prefix
-// of what was not) is opened by a fresh store and every session loaded.
-// The check: the loaded log validates, obeys the session trace, holds
-// every event whose Append returned nil, holds nothing that was never
-// appended, and ends with exactly the closers of the prefix it kept.
+// style). A workload of appends to a few sessions, some durable (a
+// barrier), most not, runs against a store; the file system "crashes"
+// before its k-th mutating operation, for every k: the crash clone (what
+// was synced, plus a prefix of what was not: none of it, all of it, or a
+// random cut; vfs.DropUnsynced) is opened by a fresh store and every
+// session loaded. The check: the loaded log validates, obeys the session
+// trace, holds every event acknowledged durable byte for byte, holds
+// nothing that was never appended and nothing after a gap, and ends with
+// exactly the closers of the prefix it kept.
 
 // crashSession is one session of a workload: its whole log, and the
-// batches it is appended in.
+// batches it is appended in, each with its durable flag (an empty batch is
+// a barrier alone).
 type crashSession struct {
 	header  session.Header
 	events  []session.Event
 	batches [][]session.Event
+	durable []bool
 }
 
 // crashWorkload builds n sessions of a few turns each; about half end in
-// a turn a crash left open. Batches are random cuts of the log.
+// a turn a crash left open. Batches are random cuts of the log; one in
+// three is durable, as is the last, and one in four of the others is
+// followed by an empty durable batch (a sync alone).
 func crashWorkload(t testing.TB, rng *rand.Rand, n int) []*crashSession {
 	t.Helper()
 	w := make([]*crashSession, n)
@@ -49,7 +54,11 @@ func crashWorkload(t testing.TB, rng *rand.Rand, n int) []*crashSession {
 		cs := &crashSession{header: b.header(), events: b.events()}
 		for rest := cs.events; len(rest) > 0; {
 			k := min(1+rng.IntN(8), len(rest))
-			cs.batches, rest = append(cs.batches, rest[:k]), rest[k:]
+			durable := rng.IntN(3) == 0 || k == len(rest)
+			cs.batches, cs.durable, rest = append(cs.batches, rest[:k]), append(cs.durable, durable), rest[k:]
+			if !durable && rng.IntN(4) == 0 {
+				cs.batches, cs.durable = append(cs.batches, nil), append(cs.durable, true)
+			}
 		}
 		w[i] = cs
 	}
@@ -58,7 +67,9 @@ func crashWorkload(t testing.TB, rng *rand.Rand, n int) []*crashSession {
 
 // playCrashWorkload creates every session, then appends the batches
 // round-robin. It stops at the first error and reports, per session, the
-// number of events acknowledged and the number passed to Append.
+// number of events acknowledged durable (by a durable Append that returned
+// nil, which covers every event before it) and the number passed to
+// Append.
 func playCrashWorkload(t testing.TB, s Store, w []*crashSession) (acked, attempted []int) {
 	ctx := t.Context()
 	acked, attempted = make([]int, len(w)), make([]int, len(w))
@@ -76,10 +87,12 @@ func playCrashWorkload(t testing.TB, s Store, w []*crashSession) (acked, attempt
 			progress = true
 			batch := cs.batches[round]
 			attempted[i] += len(batch)
-			if err := s.Append(ctx, cs.header.ID, batch); err != nil {
+			if err := s.Append(ctx, cs.header.ID, batch, cs.durable[round]); err != nil {
 				return acked, attempted
 			}
-			acked[i] += len(batch)
+			if cs.durable[round] || round == 0 { // the first append is durable whatever its flag
+				acked[i] = attempted[i]
+			}
 		}
 		if !progress {
 			return acked, attempted
@@ -133,15 +146,64 @@ func (c *crasher) install() {
 // is in the last three bytes, inside the final zstd frame's checksum,
 // where every record of the frame is recoverable.
 func tornKeep(rng *rand.Rand) func(synced, current []byte) []byte {
-	return func(synced, current []byte) []byte {
-		ext := len(current) - len(synced)
-		if ext <= 0 || !bytes.HasPrefix(current, synced) {
-			return synced
-		}
+	return vfs.DropUnsynced(func(n int) int {
 		if rng.IntN(3) == 0 {
-			return current[:len(current)-1-rng.IntN(min(3, ext))]
+			return n - 1 - rng.IntN(min(3, n))
 		}
-		return current[:len(synced)+rng.IntN(ext+1)]
+		return rng.IntN(n + 1)
+	})
+}
+
+// TestJSONLCrashDropsEveryUnsyncedSuffix ends a workload with appends
+// that are not durable (after the last barrier of each session) and
+// crashes with every possible cut of the unsynced bytes: the same number
+// of them kept in every file (0, 1, 2, ... up to all of the largest), and
+// random cuts chosen file by file. Every cut loads, with every event
+// acknowledged durable intact and nothing after a gap.
+func TestJSONLCrashDropsEveryUnsyncedSuffix(t *testing.T) {
+	for _, enc := range crashConfigs {
+		t.Run(enc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, uint64(len(enc.name))))
+			w := crashWorkload(t, rng, 3)
+			for _, cs := range w {
+				// The last batches are not durable: they are what a crash
+				// may cut.
+				for i := len(cs.durable) - 1; i >= 0 && i >= len(cs.durable)-3; i-- {
+					cs.durable[i] = false
+				}
+			}
+			m := vfs.NewMem()
+			s := newJSONLOn(t, m, memRoot, enc.cfg)
+			acked, attempted := playCrashWorkload(t, s, w)
+			largest, files := 0, 0
+			m.CrashCloneWith(vfs.DropUnsynced(func(n int) int { largest, files = max(largest, n), files+1; return n }))
+			require.Positive(t, largest, "the workload leaves unsynced bytes")
+			t.Logf("%d files with unsynced bytes, the largest %d bytes unsynced", files, largest)
+			for cut := 0; cut <= largest; cut++ {
+				clone := m.CrashCloneWith(vfs.DropUnsynced(func(int) int { return cut }))
+				ok := t.Run(fmt.Sprintf("keep=%d", cut), func(t *testing.T) {
+					verifyRecovered(t, clone, enc.cfg, w, acked, attempted)
+				})
+				if !ok {
+					return
+				}
+			}
+			for i := range 50 {
+				clone := m.CrashCloneWith(vfs.DropUnsynced(func(n int) int { return rng.IntN(n + 1) }))
+				ok := t.Run(fmt.Sprintf("random=%d", i), func(t *testing.T) {
+					verifyRecovered(t, clone, enc.cfg, w, acked, attempted)
+				})
+				if !ok {
+					return
+				}
+			}
+			// Close is a barrier: after it nothing can be cut.
+			require.NoError(t, s.Close())
+			for i := range acked {
+				acked[i] = attempted[i]
+			}
+			verifyRecovered(t, m.CrashCloneWith(vfs.DropUnsynced(func(int) int { return 0 })), enc.cfg, w, acked, attempted)
+		})
 	}
 }
 
@@ -216,9 +278,12 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 			t.Logf("%d mutating operations", total)
 
 			for at := 0; at <= total; at++ {
-				for _, torn := range []bool{false, true} {
+				for _, mode := range []string{"none", "all", "torn"} {
 					c := &crasher{m: vfs.NewMem(), at: at}
-					if torn {
+					switch mode {
+					case "all":
+						c.keep = vfs.DropUnsynced(func(n int) int { return n })
+					case "torn":
 						c.keep = tornKeep(rng)
 					}
 					c.install()
@@ -226,9 +291,9 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 					acked, attempted := playCrashWorkload(t, s, w)
 					_ = s.Close()
 					if c.clone == nil {
-						c.clone = c.m.CrashClone() // at == total: no crash
+						c.clone = c.m.CrashCloneWith(c.keep) // at == total: no crash
 					}
-					ok := t.Run(fmt.Sprintf("crash=%d/torn=%v", at, torn), func(t *testing.T) {
+					ok := t.Run(fmt.Sprintf("crash=%d/unsynced=%s", at, mode), func(t *testing.T) {
 						// A crash during the recovery itself: at every
 						// operation of a Load of every session.
 						loads := &crasher{m: c.clone.CrashClone(), at: -1}
@@ -260,9 +325,11 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 }
 
 // Random write, sync, truncate, link, directory and read failures, with
-// every failed operation retried until it succeeds: no retry is ever
-// fenced (a failed append stored nothing), and in the end the store holds
-// exactly the workload, durably.
+// every failed operation retried until it succeeds, as the persister does:
+// a failed append is retried from the last barrier that succeeded (the
+// store cut back to it), as a durable append when the failed one was. No
+// retry is ever fenced (a failed append left nothing past the barrier),
+// and in the end the store holds exactly the workload, durably.
 func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 	for _, enc := range encodings {
 		for seed := range uint64(12) {
@@ -271,6 +338,8 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				w := crashWorkload(t, rng, 3)
 				m := vfs.NewMem()
+				s := newJSONLOn(t, m, memRoot, JSONLConfig{Plain: enc.plain, MaxOpenFiles: 2})
+				defer s.Close()
 				failures := 0
 				m.InjectError(func(op vfs.Op, _ string) error {
 					if rng.Float64() >= 0.12 {
@@ -282,8 +351,6 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 					}
 					return vfs.ErrInjected
 				})
-				s := newJSONLOn(t, m, memRoot, JSONLConfig{Plain: enc.plain, MaxOpenFiles: 2})
-				defer s.Close()
 				retry := func(what string, f func() error) {
 					t.Helper()
 					for attempt := 0; ; attempt++ {
@@ -300,7 +367,8 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 				for _, cs := range w {
 					retry("create", func() error { return s.Create(cs.header) })
 				}
-				acked := make([]int, len(w))
+				acked := make([]int, len(w))   // written, durable or not
+				durable := make([]int, len(w)) // acknowledged durable
 				for round := 0; ; round++ {
 					progress := false
 					for i, cs := range w {
@@ -308,9 +376,22 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 							continue
 						}
 						progress = true
-						batch := cs.batches[round]
-						retry("append", func() error { return s.Append(ctx, cs.header.ID, batch) })
-						acked[i] += len(batch)
+						end := acked[i] + len(cs.batches[round])
+						sync := cs.durable[round]
+						retry("append", func() error {
+							start := acked[i]
+							err := s.Append(ctx, cs.header.ID, cs.events[start:end], sync)
+							if err != nil {
+								// Cut back to the barrier: append from there.
+								acked[i] = durable[i]
+								return err
+							}
+							acked[i] = end
+							if sync || start == 0 { // the first append is durable whatever its flag
+								durable[i] = end
+							}
+							return nil
+						})
 						// A look at the session between appends sees exactly
 						// what was acknowledged.
 						retry("inspect", func() error {

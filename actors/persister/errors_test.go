@@ -39,7 +39,7 @@ func TestJSONLFailedWriteAndTruncateBackIsOneLine(t *testing.T) {
 	k := b.len()
 	b.textTurn("two", 5)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k]))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
 	path := s.Locate(b.header())
 	size := len(readRaw(t, m, path))
 	m.InjectError(func(op vfs.Op, p string) error {
@@ -48,7 +48,7 @@ func TestJSONLFailedWriteAndTruncateBackIsOneLine(t *testing.T) {
 		}
 		return nil
 	})
-	err := s.Append(ctx, b.id(), b.from(k))
+	err := s.Append(ctx, b.id(), b.from(k), true)
 	m.InjectError(nil)
 	require.ErrorIs(t, err, vfs.ErrInjected)
 	require.NotContains(t, err.Error(), "\n")
@@ -64,7 +64,7 @@ func TestJSONLLoadOfAnEmptyArtifactNamesThePathOnce(t *testing.T) {
 	b := newJL(t, "emptied")
 	b.textTurn("one", 2)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	path := s.Locate(b.header())
 	require.NoError(t, s.Release(b.id()))
 	f, err := m.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)

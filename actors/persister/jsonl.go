@@ -130,8 +130,16 @@ type jsonlSession struct {
 	known bool
 	next  int64
 	size  int64
-	// dirty says a failed append left bytes past size that truncating back
-	// failed to remove; they are removed before anything else is done.
+	// syncedNext and syncedSize (valid when known) are the next seq and
+	// the byte size as of the last fsync: bytes past syncedSize were
+	// written by appends without durable, and a crash may drop them. A
+	// failed append cuts the file back to syncedSize.
+	syncedNext int64
+	syncedSize int64
+	// dirty says the file may hold bytes past size that nobody
+	// acknowledged (a failed append left them, and truncating back failed
+	// or was not tried yet); they are removed before anything else is
+	// done.
 	dirty bool
 	// orphan is an artifact published by a first append that then failed
 	// (its directory sync did) and that could not be unlinked: it is
@@ -142,6 +150,27 @@ type jsonlSession struct {
 	// (when locking): bytes nobody acknowledged are removed, or the lock is
 	// kept, so that the next writer never finds them.
 	held vfs.Lock
+}
+
+// setKnown records that st's file holds next events in size bytes, read
+// from it or just written and synced. A file read anew counts as synced
+// up to its end, unless it is the size st knew already (then what st knew
+// unsynced stays so).
+func (st *jsonlSession) setKnown(next, size int64) {
+	if !st.known || st.size != size || st.next != next {
+		st.syncedNext, st.syncedSize = next, size
+	}
+	st.known, st.next, st.size = true, next, size
+}
+
+// markSynced records that everything written to st's file is durable.
+func (st *jsonlSession) markSynced() {
+	st.syncedNext, st.syncedSize = st.next, st.size
+}
+
+// unsynced reports whether st's file holds bytes written without an fsync.
+func (st *jsonlSession) unsynced() bool {
+	return st.known && st.syncedSize < st.size
 }
 
 // NewJSONLStore opens the store at cfg.Root. It checks the root's layout
@@ -244,24 +273,43 @@ func (s *JSONLStore) Create(h session.Header) error {
 	return nil
 }
 
-// Append durably appends events (see Writer). The first append publishes
-// the file with the header; later ones write one batch and fsync.
-func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []session.Event) error {
+// Append appends events (see Writer). The first append publishes the file
+// with the header, durably; later ones write one batch, and a durable one
+// then fsyncs the file (fdatasync on Linux), which covers the batches
+// written before it without durable, through whatever descriptor: the
+// cached handle may have been evicted and closed since. A failed append
+// cuts the file back to its size at the last fsync.
+func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
 	st, err := s.lock(id)
 	if err != nil {
 		return err
 	}
 	defer s.unlock(st)
-	if err := ctxErr(ctx); err != nil {
-		return fmt.Errorf("persister: append %s: %w", id, err)
+	err = ctxErr(ctx)
+	if err == nil {
+		err = s.appendLocked(ctx, st, events, durable)
 	}
-	if err := s.appendLocked(ctx, st, events); err != nil {
+	if err != nil {
+		if cerr := s.cutBack(st); cerr != nil {
+			err = fmt.Errorf("%w; then %w", err, cerr)
+		}
 		return fmt.Errorf("persister: append %s: %w", id, err)
 	}
 	return nil
 }
 
-func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events []session.Event) error {
+// cutBack truncates st's file back to its last synced size after a failed
+// append (see Writer.Append): the batch and what appends without durable
+// wrote since the last fsync go. If the truncation fails, st stays dirty
+// and the next operation on the id removes them first.
+func (s *JSONLStore) cutBack(st *jsonlSession) error {
+	if st.unsynced() {
+		st.size, st.next, st.dirty = st.syncedSize, st.syncedNext, true
+	}
+	return s.clean(st)
+}
+
+func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events []session.Event, durable bool) error {
 	found, err := s.find(ctx, st)
 	if err != nil {
 		return err
@@ -292,14 +340,33 @@ func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events 
 	if err := s.settle(st, f); err != nil {
 		return err
 	}
-	if err := fence(st.id, events, st.next); err != nil || len(events) == 0 {
+	if err := fence(st.id, events, st.next); err != nil {
 		keep = true
 		return err
 	}
-	if err := s.writeBatch(st, f, events); err != nil {
-		return err
+	if len(events) > 0 {
+		if err := s.writeBatch(st, f, events, durable); err != nil {
+			return err
+		}
+	} else if durable && st.unsynced() {
+		if err := s.sync(st, f); err != nil {
+			return err
+		}
 	}
 	keep = true
+	return nil
+}
+
+// sync fsyncs st's file through f: everything written to it is durable.
+// On failure st is dirty back to its last synced size, and f, whose page
+// cache can no longer be trusted, must not be reused: the caller closes
+// it (release without keep) and the next operation opens the file afresh.
+func (s *JSONLStore) sync(st *jsonlSession, f vfs.File) error {
+	if err := vfs.Datasync(f); err != nil {
+		st.size, st.next, st.dirty = st.syncedSize, st.syncedNext, true
+		return err
+	}
+	st.markSynced()
 	return nil
 }
 
@@ -394,7 +461,8 @@ func (s *JSONLStore) link(st *jsonlSession, path string, events []session.Event)
 	// is durable either way.
 	_ = s.fs.Remove(tmp)
 	st.registered, st.path = false, path
-	st.known, st.next, st.size = true, int64(len(events)), int64(len(data))
+	st.known = false
+	st.setKnown(int64(len(events)), int64(len(data)))
 	return nil
 }
 
@@ -480,8 +548,10 @@ func (s *JSONLStore) writerLock(st *jsonlSession, dir string) error {
 }
 
 // Release ends the store's hold on id (see Writer): it removes what a
-// failed append left (keeping the lock if that fails), releases the
-// writer lock, and drops the cached handle and what it knew of the file.
+// failed append left (keeping the lock if that fails), syncs what appends
+// without durable wrote (cutting it back and keeping the lock if that
+// fails), releases the writer lock, and drops the cached handle and what
+// it knew of the file.
 func (s *JSONLStore) Release(id session.SessionID) error {
 	st, err := s.lock(id)
 	if err != nil {
@@ -492,6 +562,9 @@ func (s *JSONLStore) Release(id session.SessionID) error {
 		return fmt.Errorf("persister: release %s: %w", id, err)
 	}
 	if err := s.clean(st); err != nil {
+		return fmt.Errorf("persister: release %s: %w", id, err)
+	}
+	if err := s.syncUnsynced(st); err != nil {
 		return fmt.Errorf("persister: release %s: %w", id, err)
 	}
 	st.known = false
@@ -509,6 +582,27 @@ func (s *JSONLStore) Release(id session.SessionID) error {
 		return fmt.Errorf("persister: release %s: %w", id, err)
 	}
 	return nil
+}
+
+// syncUnsynced is the barrier of Release and Close: it syncs st's file if
+// appends without durable wrote to it since the last fsync. On failure
+// the file is cut back to its last synced size (see Writer.Append).
+func (s *JSONLStore) syncUnsynced(st *jsonlSession) error {
+	if !st.unsynced() {
+		return nil
+	}
+	f, err := s.acquire(st.path)
+	if err != nil {
+		return err
+	}
+	err = s.sync(st, f)
+	s.release(st.path, f, err == nil)
+	if err != nil {
+		if cerr := s.clean(st); cerr != nil {
+			return fmt.Errorf("%w; then %w", err, cerr)
+		}
+	}
+	return err
 }
 
 // setOrphan records (path) or clears ("") st's orphan.
@@ -580,7 +674,8 @@ func (s *JSONLStore) settle(st *jsonlSession, f vfs.File) error {
 	if err != nil {
 		return err
 	}
-	st.known, st.next, st.size = file.Torn == nil, int64(len(file.Events)), size
+	st.setKnown(int64(len(file.Events)), size)
+	st.known = file.Torn == nil
 	if file.Torn != nil {
 		return s.repair(st, f, file.Torn, nil)
 	}
@@ -600,62 +695,35 @@ func (s *JSONLStore) repair(st *jsonlSession, f vfs.File, torn *session.TornTail
 		if err := f.Sync(); err != nil {
 			return err
 		}
-		st.known, st.size, st.next = true, torn.Offset, torn.NextSeq-int64(len(torn.Recovered))
+		st.known = false
+		st.setKnown(torn.NextSeq-int64(len(torn.Recovered)), torn.Offset)
 		batch = append(slices.Clip(torn.Recovered), extra...)
 	}
 	if len(batch) == 0 {
 		return nil
 	}
-	return s.writeBatch(st, f, batch)
+	return s.writeBatch(st, f, batch, true)
 }
 
-// writeBatch appends one encoded batch and fsyncs; on failure it truncates
-// the file back to st.size (and fsyncs) so that nothing of the batch
-// stays, or marks st dirty when even that fails.
-func (s *JSONLStore) writeBatch(st *jsonlSession, f vfs.File, events []session.Event) error {
+// writeBatch appends one encoded batch, and fsyncs if durable. On failure
+// st is dirty back to its last synced size (the caller must not reuse f,
+// and cuts the file back: see cutBack), so that nothing of the batch, nor
+// anything written since the last fsync, counts as stored.
+func (s *JSONLStore) writeBatch(st *jsonlSession, f vfs.File, events []session.Event, durable bool) error {
 	bp := getScratch()
 	defer putScratch(bp)
 	buf := s.encodeBatch((*bp)[:0], events)
 	*bp = buf
-	if err := appendSynced(f, st.size, buf); err != nil {
-		var tb *truncateBackError
-		if errors.As(err, &tb) {
-			st.dirty = true
-		}
+	if _, err := f.Write(buf); err != nil {
+		st.size, st.next, st.dirty = st.syncedSize, st.syncedNext, true
 		return err
 	}
 	st.size += int64(len(buf))
 	st.next += int64(len(events))
+	if durable {
+		return s.sync(st, f)
+	}
 	return nil
-}
-
-// truncateBackError marks an appendSynced failure whose truncation back
-// failed too: the file may hold part of the batch.
-type truncateBackError struct{ write, truncate error }
-
-// Error is one line (errors.Join would put each error on a line of its
-// own).
-func (e *truncateBackError) Error() string {
-	return fmt.Sprintf("%v; then %v", e.write, e.truncate)
-}
-
-func (e *truncateBackError) Unwrap() []error { return []error{e.write, e.truncate} }
-
-// appendSynced writes buf at the end of f, whose size is size, and fsyncs.
-// On failure it truncates f back to size (and fsyncs), so nothing of buf
-// stays; when even that fails the error is a *truncateBackError.
-func appendSynced(f vfs.File, size int64, buf []byte) error {
-	_, err := f.Write(buf)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		return nil
-	}
-	if terr := truncateBack(f, size); terr != nil {
-		return &truncateBackError{write: err, truncate: terr}
-	}
-	return err
 }
 
 // truncateBack cuts f to size and makes that durable.
@@ -773,7 +841,7 @@ func (s *JSONLStore) loadLocked(ctx context.Context, st *jsonlSession, mode repa
 		Revision: fileRevision(fi),
 	}
 	if file.Torn == nil {
-		st.known, st.next, st.size = true, n, size
+		st.setKnown(n, size)
 	}
 	if mode == memoryRepair || (file.Torn == nil && len(closers) == 0) {
 		return out, nil
@@ -782,7 +850,6 @@ func (s *JSONLStore) loadLocked(ctx context.Context, st *jsonlSession, mode repa
 	if err != nil {
 		return Stored{}, err
 	}
-	st.size = size
 	err = s.repair(st, f, file.Torn, closers)
 	s.release(st.path, f, err == nil)
 	if err != nil {
@@ -1115,8 +1182,9 @@ func (s *JSONLStore) walk(ctx context.Context, fn func(path string) error) error
 	return nil
 }
 
-// Close closes the cached handles and releases every writer lock. Later
-// calls, Close included, fail with ErrClosed. Operations in progress
+// Close syncs what appends without durable wrote (a barrier of every
+// session), closes the cached handles and releases every writer lock.
+// Later calls, Close included, fail with ErrClosed. Operations in progress
 // finish; their handles are closed as they return them, and a session's
 // lock is released only once the operation in progress on it has
 // finished: releasing it under a write would let another writer in while
@@ -1129,19 +1197,20 @@ func (s *JSONLStore) Close() error {
 	}
 	s.closed = true
 	files := s.handles.drain()
-	var sessions []*jsonlSession
-	if s.locking {
-		sessions = slices.Collect(maps.Values(s.sessions))
-	}
+	sessions := slices.Collect(maps.Values(s.sessions))
 	s.mu.Unlock()
 	var errs []error
 	for _, f := range files {
 		errs = append(errs, f.Close())
 	}
-	// A session not in the map holds no lock (unlock keeps those that
-	// do), and none is taken after closed is set (writerLock).
+	// A session not in the map holds no lock and nothing unsynced (unlock
+	// keeps those that do: they have a path), and no lock is taken after
+	// closed is set (writerLock).
 	for _, st := range sessions {
 		st.mu.Lock()
+		if st.unsynced() {
+			errs = append(errs, s.closeSync(st))
+		}
 		if st.held != nil {
 			errs = append(errs, st.held.Release())
 			st.held = nil
@@ -1152,6 +1221,25 @@ func (s *JSONLStore) Close() error {
 		return fmt.Errorf("persister: close: %w", err)
 	}
 	return nil
+}
+
+// closeSync syncs st's file for Close through a descriptor of its own
+// (the cache is closed). A failure is reported; the bytes past the last
+// sync are left as a crash would find them: a torn tail the next Load
+// truncates.
+func (s *JSONLStore) closeSync(st *jsonlSession) error {
+	f, err := s.fs.OpenFile(st.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	err = vfs.Datasync(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		st.markSynced()
+	}
+	return err
 }
 
 func (s *JSONLStore) isClosed() bool {
@@ -1216,7 +1304,10 @@ func (s *JSONLStore) dropHandle(path string) {
 	f := s.handles.take(path)
 	s.mu.Unlock()
 	if f != nil {
-		_ = f.Close() // a handle only ever appended and fsynced: nothing is lost
+		// Closing loses nothing: bytes not synced yet are in the page
+		// cache, st records them as unsynced, and the next barrier syncs
+		// the file through another descriptor.
+		_ = f.Close()
 	}
 }
 
@@ -1232,7 +1323,7 @@ func (s *JSONLStore) release(path string, f vfs.File, keep bool) {
 	}
 	s.mu.Unlock()
 	for _, e := range evicted {
-		_ = e.Close() // a handle only ever appended and fsynced: nothing is lost
+		_ = e.Close() // see dropHandle: a barrier syncs what it wrote
 	}
 }
 

@@ -223,14 +223,14 @@ func TestJSONLLazyMaterialization(t *testing.T) {
 	require.NoError(t, s.Create(b.header()))
 	_, err := m.Stat(memRoot)
 	require.ErrorIs(t, err, fs.ErrNotExist, "Create writes nothing, not even a directory")
-	require.NoError(t, s.Append(ctx, b.id(), nil))
+	require.NoError(t, s.Append(ctx, b.id(), nil, true))
 	_, err = m.Stat(memRoot)
 	require.ErrorIs(t, err, fs.ErrNotExist, "an empty append does not materialize")
 	listed, err := s.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, listed)
 
-	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	path := s.Locate(b.header())
 	require.Equal(t, filepath.Join(memRoot, "--work-proj--", "lazy", "session.jsonl.zstd"), path)
 	_, err = m.Stat(path)
@@ -278,7 +278,7 @@ func TestJSONLFailedAppendTruncates(t *testing.T) {
 				k := b.len()
 				b.textTurn("two", 5)
 				require.NoError(t, s.Create(b.header()))
-				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k]))
+				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
 				path := s.Locate(b.header())
 				before := readRaw(t, m, path)
 
@@ -292,13 +292,13 @@ func TestJSONLFailedAppendTruncates(t *testing.T) {
 					}
 					return nil
 				})
-				err := s.Append(ctx, b.id(), b.from(k))
+				err := s.Append(ctx, b.id(), b.from(k), true)
 				require.ErrorIs(t, err, vfs.ErrInjected)
 				m.InjectError(nil)
 				require.Equal(t, before, readRaw(t, m, path), "nothing of the failed batch stays")
 				require.Equal(t, before, readRaw(t, m.CrashClone(), path))
 
-				require.NoError(t, s.Append(ctx, b.id(), b.from(k)), "the retry of the same batch")
+				require.NoError(t, s.Append(ctx, b.id(), b.from(k), true), "the retry of the same batch")
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
 				jlRequireEvents(t, b.events(), got.Events)
@@ -334,7 +334,7 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 			k := b.len()
 			b.textTurn("two", 5)
 			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k]))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
 			path := s.Locate(b.header())
 			before := readRaw(t, m, path)
 
@@ -344,13 +344,13 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 				}
 				return nil
 			})
-			require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k)), vfs.ErrInjected)
+			require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), true), vfs.ErrInjected)
 			m.InjectError(nil)
 			require.Greater(t, len(readRaw(t, m, path)), len(before), "the batch is still there")
 
 			switch next {
 			case "append":
-				require.NoError(t, s.Append(ctx, b.id(), b.from(k)))
+				require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
 				jlRequireEvents(t, b.events(), got.Events)
@@ -381,8 +381,8 @@ func TestJSONLRetriedFirstAppendSyncsTheDirectoriesItCreated(t *testing.T) {
 		}
 		return nil
 	})
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.events()), vfs.ErrInjected)
-	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), vfs.ErrInjected)
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	m.InjectError(nil)
 	got, err := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{}).Load(ctx, b.id())
 	require.NoError(t, err, "the acknowledged log is lost in a crash")
@@ -407,7 +407,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 				}
 				return nil
 			})
-			require.ErrorIs(t, s.Append(ctx, b.id(), b.events()), vfs.ErrInjected)
+			require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), vfs.ErrInjected)
 			m.InjectError(nil)
 			_, err := m.Stat(path)
 			require.ErrorIs(t, err, fs.ErrNotExist)
@@ -420,7 +420,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 			_, err = s.Load(ctx, b.id())
 			require.ErrorIs(t, err, ErrNotFound)
 
-			require.NoError(t, s.Append(ctx, b.id(), b.events()))
+			require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 			got, err := s.Load(ctx, b.id())
 			require.NoError(t, err)
 			jlRequireEvents(t, b.events(), got.Events)
@@ -441,7 +441,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.events()), vfs.ErrInjected)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), vfs.ErrInjected)
 	m.InjectError(nil)
 	_, err := m.Stat(path)
 	require.NoError(t, err, "the unlink failed")
@@ -451,7 +451,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 	require.ErrorIs(t, s.Create(b.header()), ErrExists, "still registered")
 	_, err = s.Load(ctx, b.id())
 	require.ErrorIs(t, err, ErrNotFound)
-	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	got, err := s.Load(ctx, b.id())
 	require.NoError(t, err)
 	jlRequireEvents(t, b.events(), got.Events)
@@ -472,7 +472,7 @@ func TestJSONLFraming(t *testing.T) {
 				k2 := b.len()
 				b.openToolTurn("call-1")
 				require.NoError(t, s.Create(b.header()))
-				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1]))
+				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], true))
 				path := s.Locate(b.header())
 				if enc.plain {
 					require.True(t, strings.HasSuffix(path, "/session.jsonl"))
@@ -492,7 +492,7 @@ func TestJSONLFraming(t *testing.T) {
 				for _, batch := range [][2]int64{{k1, k2}, {k2, b.len()}} {
 					before := readRaw(t, m, path)
 					events := b.events()[batch[0]:batch[1]]
-					require.NoError(t, s.Append(ctx, b.id(), events))
+					require.NoError(t, s.Append(ctx, b.id(), events, true))
 					after := readRaw(t, m, path)
 					require.True(t, bytes.HasPrefix(after, before), "earlier bytes are never rewritten")
 					require.Equal(t, batchBytes(events, enc.plain, pack), after[len(before):], "one frame per batch")
@@ -519,8 +519,8 @@ func TestJSONLTornFrameIsRecovered(t *testing.T) {
 	k := b.len()
 	b.openToolTurn("call-1")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k]))
-	require.NoError(t, s.Append(ctx, b.id(), b.from(k)))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
+	require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
 	path := s.Locate(b.header())
 	whole := readRaw(t, m, path)
 	lastFrame := int64(len(whole) - len(batchBytes(b.from(k), false, true)))
@@ -576,7 +576,7 @@ func TestJSONLTornLineIsDropped(t *testing.T) {
 	b.textTurn("one", 5)
 	b.openToolTurn("call-1")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	path := s.Locate(b.header())
 	whole := readRaw(t, m, path)
 	writeRaw(t, m, path, whole[:len(whole)-9]) // the tool/call line is cut
@@ -609,7 +609,7 @@ func TestJSONLCompleteFrameWithTornRecordIsCorruption(t *testing.T) {
 	k := b.len()
 	b.textTurn("two", 5)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k]))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
 	path := s.Locate(b.header())
 	recs := session.AppendRecords(nil, b.from(k), true)
 	bad := append(readRaw(t, m, path), session.AppendZstdFrame(nil, recs[:len(recs)-10])...)
@@ -624,7 +624,7 @@ func TestJSONLCompleteFrameWithTornRecordIsCorruption(t *testing.T) {
 	require.True(t, IsCorruption(err))
 	_, err = s2.ReadFrom(ctx, b.id(), 0)
 	require.True(t, IsCorruption(err))
-	require.Error(t, s2.Append(ctx, b.id(), b.from(k)))
+	require.Error(t, s2.Append(ctx, b.id(), b.from(k), true))
 	require.Equal(t, bad, readRaw(t, m, path), "corruption is never repaired")
 }
 
@@ -636,7 +636,7 @@ func TestJSONLDamageBeforeTurnEndIsCorruption(t *testing.T) {
 	b.textTurn("one", 2)
 	b.textTurn("two", 2)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	path := s.Locate(b.header())
 	data := readRaw(t, m, path)
 	lines := bytes.SplitAfter(data, []byte("\n"))
@@ -714,8 +714,8 @@ func TestJSONLAppendAfterTornTail(t *testing.T) {
 			k := b.len()
 			b.textTurn("two", 5)
 			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k]))
-			require.NoError(t, s.Append(ctx, b.id(), b.from(k)))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
+			require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
 			path := s.Locate(b.header())
 			whole := readRaw(t, m, path)
 			writeRaw(t, m, path, whole[:len(whole)-2])
@@ -737,11 +737,11 @@ func TestJSONLAppendAfterTornTail(t *testing.T) {
 			}
 			c.turns = 2
 			c.textTurn("three", 3)
-			err := s2.Append(ctx, b.id(), c.from(next-1))
+			err := s2.Append(ctx, b.id(), c.from(next-1), true)
 			var fe *FenceError
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, next, fe.Want)
-			require.NoError(t, s2.Append(ctx, b.id(), c.from(next)))
+			require.NoError(t, s2.Append(ctx, b.id(), c.from(next), true))
 			got, err := s2.Load(ctx, b.id())
 			require.NoError(t, err)
 			require.Nil(t, got.Torn)
@@ -773,7 +773,7 @@ func TestJSONLPermissions(t *testing.T) {
 			b := newJL(t, "perm")
 			b.textTurn("hello", 3)
 			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(t.Context(), b.id(), b.events()))
+			require.NoError(t, s.Append(t.Context(), b.id(), b.events(), true))
 			path := s.Locate(b.header())
 			for _, dir := range []string{root, filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
 				fi, err := fsys.Stat(dir)
@@ -816,7 +816,7 @@ func TestJSONLPublishOrder(t *testing.T) {
 		}
 		return nil
 	})
-	require.NoError(t, s.Append(ctx, b.id(), b.events()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	m.InjectError(nil)
 	require.Equal(t, []string{
 		"mkdir " + dir,
@@ -853,7 +853,7 @@ func TestJSONLPublishOrder(t *testing.T) {
 				}
 				return nil
 			})
-			err := s.Append(ctx, b.id(), b.events())
+			err := s.Append(ctx, b.id(), b.events(), true)
 			if crashed == nil {
 				require.NoError(t, err)
 				crashed = m.CrashClone()
@@ -885,7 +885,7 @@ func TestJSONLLayoutRejections(t *testing.T) {
 			b := newJL(t, "s1")
 			b.textTurn("x", 1)
 			require.NoError(t, other.Create(b.header()))
-			require.NoError(t, other.Append(ctx, b.id(), b.events()))
+			require.NoError(t, other.Append(ctx, b.id(), b.events(), true))
 			_, err := NewJSONLStore(JSONLConfig{Root: memRoot, FS: m, Plain: enc.plain})
 			require.ErrorIs(t, err, ErrLayout, enc.name)
 		}
@@ -934,7 +934,7 @@ func TestJSONLListSkipsIncompleteFiles(t *testing.T) {
 			b := newJL(t, "good")
 			b.textTurn("hello", 3)
 			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(ctx, b.id(), b.events()))
+			require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 			full := headerBytes(jlHeader("x"), enc.plain)
 			for id, data := range map[string][]byte{
 				"empty":      nil,
@@ -961,7 +961,7 @@ func TestJSONLListSkipsIncompleteFiles(t *testing.T) {
 			lb := newJL(t, "long")
 			lb.l = mustNew(t, long)
 			lb.textTurn("x", 1)
-			require.NoError(t, s.Append(ctx, "long", lb.events()))
+			require.NoError(t, s.Append(ctx, "long", lb.events(), true))
 			listed, err = s.List(ctx)
 			require.NoError(t, err)
 			require.Len(t, listed, 2)
@@ -993,7 +993,7 @@ func TestJSONLBoundsOpenFiles(t *testing.T) {
 	const per = 8 // events per append
 	for round := int64(0); round*per < builders[0].len(); round++ {
 		for _, b := range builders {
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[round*per:min((round+1)*per, b.len())]))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[round*per:min((round+1)*per, b.len())], true))
 			require.LessOrEqual(t, m.OpenFiles(), maxOpen)
 		}
 	}
@@ -1019,18 +1019,18 @@ func TestJSONLNoticesAnotherWriter(t *testing.T) {
 	k2 := b.len()
 	b.textTurn("three", 3)
 	require.NoError(t, a.Create(b.header()))
-	require.NoError(t, a.Append(ctx, b.id(), b.events()[:k1]))
+	require.NoError(t, a.Append(ctx, b.id(), b.events()[:k1], true))
 
 	other := newJSONLOn(t, m, memRoot, JSONLConfig{})
 	defer other.Close()
 	require.ErrorIs(t, other.Create(b.header()), ErrExists)
-	require.NoError(t, other.Append(ctx, b.id(), b.events()[k1:k2]))
+	require.NoError(t, other.Append(ctx, b.id(), b.events()[k1:k2], true))
 
-	err := a.Append(ctx, b.id(), b.events()[k1:k2])
+	err := a.Append(ctx, b.id(), b.events()[k1:k2], true)
 	var fe *FenceError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, FenceError{ID: b.id(), Want: k2, Got: k1}, *fe)
-	require.NoError(t, a.Append(ctx, b.id(), b.from(k2)))
+	require.NoError(t, a.Append(ctx, b.id(), b.from(k2), true))
 	got, err := other.Load(ctx, b.id())
 	require.NoError(t, err)
 	jlRequireEvents(t, b.events(), got.Events)
@@ -1044,10 +1044,10 @@ func TestJSONLContextCancellation(t *testing.T) {
 	cause := errors.New("caller gave up")
 	ctx, cancel := context.WithCancelCause(t.Context())
 	cancel(cause)
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.events()), cause)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), cause)
 	_, err := m.Stat(memRoot)
 	require.ErrorIs(t, err, fs.ErrNotExist)
-	require.NoError(t, s.Append(t.Context(), b.id(), b.events()))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), true))
 	_, err = s.Load(ctx, b.id())
 	require.ErrorIs(t, err, cause)
 	_, err = s.Inspect(ctx, b.id())
@@ -1087,7 +1087,7 @@ func TestCorpusThroughJSONLStore(t *testing.T) {
 				// Batches of growing size: 1, 2, 4, ... so runs are packed
 				// within batches and cut at their edges.
 				for start, n := 0, 1; start < len(events); start, n = start+n, n*2 {
-					require.NoError(t, s.Append(ctx, file.Header.ID, events[start:min(start+n, len(events))]))
+					require.NoError(t, s.Append(ctx, file.Header.ID, events[start:min(start+n, len(events))], true))
 				}
 				listed, err := s.List(ctx)
 				require.NoError(t, err)
@@ -1172,7 +1172,7 @@ func BenchmarkJSONLAppend(b *testing.B) {
 		for i := range ids {
 			ids[i] = session.SessionID(fmt.Sprintf("bench-%04d", i))
 			require.NoError(b, s.Create(session.Header{ID: ids[i], CreatedAt: jlNow, Cwd: "/work/proj"}))
-			require.NoError(b, s.Append(ctx, ids[i], batches[0]))
+			require.NoError(b, s.Append(ctx, ids[i], batches[0], true))
 		}
 		// A session reaching the last turn starts over as a new session
 		// would; the count says where each one is.
@@ -1196,7 +1196,7 @@ func BenchmarkJSONLAppend(b *testing.B) {
 				b.StartTimer()
 			}
 			batch := batches[next[k]]
-			if err := s.Append(ctx, ids[k], batch); err != nil {
+			if err := s.Append(ctx, ids[k], batch, true); err != nil {
 				b.Fatal(err)
 			}
 			next[k]++

@@ -46,6 +46,10 @@ type memSession struct {
 	events []session.Event
 	// rev is the revision of the stored log; "" until the first append.
 	rev Revision
+	// synced is the number of events durable: those appended by a barrier
+	// or before it. A failed append cuts events back to it, as a file
+	// store truncates back to its last synced size.
+	synced int
 }
 
 // materialized reports whether anything is stored: the first Append with
@@ -62,7 +66,8 @@ func NewMemStore() *MemStore {
 
 // FailNext arms a simulated write failure: the next Append that reaches the
 // store (that is, not refused because the store is closed) fails with an
-// error wrapping err and stores nothing, before its fence is checked. Each
+// error wrapping err, before its fence is checked, and the log is cut back
+// to its last durable event (see Writer.Append). Each
 // call arms one more failure; they are consumed in order, one per Append.
 // A nil err disarms every pending failure. It exists for the tests of the
 // persister actor's write-error path.
@@ -96,20 +101,31 @@ func (m *MemStore) Create(h session.Header) error {
 	return nil
 }
 
-// Append stores events after the session's log. The first event's seq must
-// be the stored next seq and the rest contiguous, or the error is a
-// *FenceError naming the first offending seq; an unknown id is ErrNotFound;
-// a zero Event is refused with an error matching session.ErrInvalid. On any
-// error nothing is stored and the revision is unchanged. An empty batch
-// stores nothing and does not materialize the session. The events are
-// copied; the caller keeps ownership of the slice.
-func (m *MemStore) Append(ctx context.Context, id session.SessionID, events []session.Event) error {
+// Append stores events after the session's log; durable makes them and
+// every event before them durable (see Writer.Append). The first event's
+// seq must be the stored next seq and the rest contiguous, or the error is
+// a *FenceError naming the first offending seq; an unknown id is
+// ErrNotFound; a zero Event is refused with an error matching
+// session.ErrInvalid. On any error nothing of the batch is stored and the
+// log is cut back to its last durable event (the revision changes only if
+// that cut something). An empty batch stores nothing and does not
+// materialize the session. The events are copied; the caller keeps
+// ownership of the slice.
+func (m *MemStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) (err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, err := m.lookupLocked(ctx, "append", id, false)
 	if err != nil {
+		if s := m.sessions[id]; s != nil {
+			m.cutBackLocked(s)
+		}
 		return err
 	}
+	defer func() {
+		if err != nil {
+			m.cutBackLocked(s)
+		}
+	}()
 	if len(m.failures) > 0 {
 		injected := m.failures[0]
 		m.failures = m.failures[1:]
@@ -125,22 +141,50 @@ func (m *MemStore) Append(ctx context.Context, id session.SessionID, events []se
 			return &FenceError{ID: id, Want: want, Got: events[i].Seq()}
 		}
 	}
-	if len(events) == 0 {
-		return nil
+	first := len(s.events) == 0
+	if len(events) > 0 {
+		s.events = append(s.events, events...)
+		s.rev = m.tickLocked()
 	}
-	s.events = append(s.events, events...)
-	s.rev = m.tickLocked()
+	if durable || first {
+		s.synced = len(s.events)
+	}
 	return nil
 }
 
-// Release does nothing but check the store is open: a MemStore takes no
-// lock and caches nothing about a log, which lives in this process only.
-// It fails with ErrClosed after Close, nil otherwise (any id).
+// cutBackLocked drops the events of s appended since its last barrier.
+func (m *MemStore) cutBackLocked(s *memSession) {
+	if s.synced < len(s.events) {
+		clear(s.events[s.synced:])
+		s.events = s.events[:s.synced]
+		s.rev = m.tickLocked()
+	}
+}
+
+// Synced returns the number of events of id that are durable (appended by
+// a barrier or before one), and the number stored. For tests of what the
+// persister syncs when.
+func (m *MemStore) Synced(id session.SessionID) (synced, stored int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.sessions[id]; s != nil {
+		return s.synced, len(s.events)
+	}
+	return 0, 0
+}
+
+// Release makes what was appended without durable durable and checks the
+// store is open: a MemStore takes no lock and caches nothing about a log,
+// which lives in this process only. It fails with ErrClosed after Close,
+// nil otherwise (any id).
 func (m *MemStore) Release(id session.SessionID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return ErrClosed
+	}
+	if s := m.sessions[id]; s != nil {
+		s.synced = len(s.events)
 	}
 	return nil
 }
@@ -162,6 +206,7 @@ func (m *MemStore) Load(ctx context.Context, id session.SessionID) (Stored, erro
 		s.events = append(s.events, closers...)
 		s.rev = m.tickLocked()
 	}
+	s.synced = len(s.events) // a repair is durable, and covers what was before it
 	return Stored{Header: s.header, Events: slices.Clone(s.events), Closers: closers, Revision: s.rev}, nil
 }
 

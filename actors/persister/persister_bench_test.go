@@ -67,9 +67,9 @@ type countingWriter struct {
 	busy    atomic.Int64 // ns inside Append, summed over the workers
 }
 
-func (w *countingWriter) Append(ctx context.Context, id session.SessionID, events []session.Event) error {
+func (w *countingWriter) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
 	start := time.Now()
-	err := w.Writer.Append(ctx, id, events)
+	err := w.Writer.Append(ctx, id, events, durable)
 	w.busy.Add(int64(time.Since(start)))
 	w.appends.Add(1)
 	return err
@@ -448,7 +448,7 @@ func (s *rawFileStore) Create(session.Header) error { return nil }
 // Release has nothing to release: every Append opens and closes its file.
 func (s *rawFileStore) Release(session.SessionID) error { return nil }
 
-func (s *rawFileStore) Append(_ context.Context, id session.SessionID, events []session.Event) error {
+func (s *rawFileStore) Append(_ context.Context, id session.SessionID, events []session.Event, _ bool) error {
 	return appendSync(filepath.Join(s.dir, string(id)+".jsonl"), session.AppendRecords(nil, events, true))
 }
 

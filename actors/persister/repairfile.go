@@ -106,3 +106,32 @@ func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
 	r.SizeAfter = size
 	return r, nil
 }
+
+// truncateBackError marks an appendSynced failure whose truncation back
+// failed too: the file may hold part of the batch.
+type truncateBackError struct{ write, truncate error }
+
+// Error is one line (errors.Join would put each error on a line of its
+// own).
+func (e *truncateBackError) Error() string {
+	return fmt.Sprintf("%v; then %v", e.write, e.truncate)
+}
+
+func (e *truncateBackError) Unwrap() []error { return []error{e.write, e.truncate} }
+
+// appendSynced writes buf at the end of f, whose size is size, and fsyncs.
+// On failure it truncates f back to size (and fsyncs), so nothing of buf
+// stays; when even that fails the error is a *truncateBackError.
+func appendSynced(f vfs.File, size int64, buf []byte) error {
+	_, err := f.Write(buf)
+	if err == nil {
+		err = vfs.Datasync(f)
+	}
+	if err == nil {
+		return nil
+	}
+	if terr := truncateBack(f, size); terr != nil {
+		return &truncateBackError{write: err, truncate: terr}
+	}
+	return err
+}

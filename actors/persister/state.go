@@ -2,6 +2,7 @@ package persister
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dshgo/dsh/actors/session"
@@ -30,10 +31,23 @@ import (
 //   - At most one write is in flight. Everything that arrives during a
 //     write — events and flush requests — joins the next batch (group
 //     commit).
-//   - A flush barrier (Flush, a policy checkpoint, the size bound) cancels
-//     the timer and writes until the queue is empty; admission closes when
-//     the empty queue is observed, so later events start a fresh window.
-//   - A failed write puts its batch back at the front of the queue, pauses
+//   - A background write (the window, the size bound) is written but not
+//     synced: its events are written, not durable. A flush barrier (Flush,
+//     a policy checkpoint) cancels the timer and writes until the queue is
+//     empty, every write of it synced (a barrier with nothing queued but
+//     written events unsynced syncs them alone), so what was written before
+//     it is durable with it; admission closes when the empty queue is
+//     observed, so later events start a fresh window. Only a synced write
+//     advances the durable watermark.
+//   - A barrier that starts while a background write is in flight asks the
+//     shell to promote it (Promote). If the write has not started yet, the
+//     shell calls Fold: the queue joins the write's batch, which is then
+//     synced. So a session's pending background batch folds into its
+//     barrier write: one write, one fsync. WriteDone says whether the
+//     write was synced.
+//   - A failed write leaves the store at its last durable event (see
+//     Writer.Append): the events written since (unsynced), the batch and
+//     what arrived meanwhile go back to the queue, in order. It pauses
 //     automatic writing, fails the waiters of the barrier it belonged to
 //     and reports the error. The next enqueue resumes the timer and the
 //     retry covers the old events and the new ones; a Flush or checkpoint
@@ -48,15 +62,20 @@ type writeBehind[W any] struct {
 	window   time.Duration
 	maxBatch int
 
-	// durable is the highest seq written and fsynced; received the highest
-	// seq enqueued. Invariant (unless PolicyNone, where durable ==
-	// received): received == durable + len(inflight) + len(queue), and the
-	// seqs of inflight then queue are durable+1 ... received.
+	// durable is the highest seq written and fsynced; written the highest
+	// seq written (synced or not); received the highest seq enqueued.
+	// Invariant (unless PolicyNone, where all three are equal): received
+	// == durable + len(unsynced) + len(inflight) + len(queue), written ==
+	// durable + len(unsynced), and the seqs of unsynced, inflight then
+	// queue are durable+1 ... received.
 	durable  int64
+	written  int64
 	received int64
 
+	unsynced []session.Event // written, not synced: requeued if a write fails
 	queue    []session.Event // received, not in flight, in seq order
-	inflight []session.Event // the batch being written; nil if none
+	inflight []session.Event // the batch being written (may be empty: a sync)
+	writing  bool            // a write is in flight
 	spare    []session.Event // a cleared buffer to reuse for the queue
 	writeGen uint64          // names the write in flight
 	// inflightByBarrier says the write in flight was started by the
@@ -90,10 +109,17 @@ type flushWaiter[W any] struct {
 // notify the owner. Slices are owned by the shell afterwards, except Write,
 // which the core keeps (to requeue it on failure) and nobody may modify.
 type effects[W any] struct {
-	// Write, when non-nil, is a batch to append to the store in the
-	// background; its outcome comes back as WriteDone(WriteGen, err).
-	Write    []session.Event
-	WriteGen uint64
+	// StartWrite asks for a store write of the batch Write (empty: a sync
+	// of what was written before) in the background, synced if Sync; its
+	// outcome comes back as WriteDone(WriteGen, synced, err).
+	StartWrite bool
+	Write      []session.Event
+	WriteGen   uint64
+	Sync       bool
+	// Promote asks the shell to make the background write in flight
+	// (WriteGen of an earlier effects) the barrier's if it has not started
+	// (then the shell calls Fold and writes the batch Fold returns, synced).
+	Promote bool
 	// CancelTimer stops the armed timer (a later tick would be ignored
 	// anyway; this spares the wake-up).
 	CancelTimer bool
@@ -134,7 +160,7 @@ func (e *seqGapError) Error() string {
 // next (its stored length): durable and received are next-1.
 func newWriteBehind[W any](policy Policy, window time.Duration, maxBatch int, next int64) *writeBehind[W] {
 	return &writeBehind[W]{policy: policy, window: window, maxBatch: maxBatch,
-		durable: next - 1, received: next - 1}
+		durable: next - 1, written: next - 1, received: next - 1}
 }
 
 // Durable returns the highest durable seq (-1: none).
@@ -143,8 +169,12 @@ func (s *writeBehind[W]) Durable() int64 { return s.durable }
 // Received returns the highest received seq (-1: none).
 func (s *writeBehind[W]) Received() int64 { return s.received }
 
+// Written returns the highest seq written to the store, synced or not
+// (-1: none).
+func (s *writeBehind[W]) Written() int64 { return s.written }
+
 // Pending returns the number of received events not yet durable.
-func (s *writeBehind[W]) Pending() int { return len(s.queue) + len(s.inflight) }
+func (s *writeBehind[W]) Pending() int { return len(s.unsynced) + len(s.queue) + len(s.inflight) }
 
 // Enqueue takes committed events (a view; events at or below Received are
 // duplicates and skipped). If they do not continue Received it changes
@@ -183,7 +213,7 @@ func (s *writeBehind[W]) Enqueue(evs session.Events, now time.Time) (effects[W],
 	s.received = evs.At(n - 1).Seq()
 
 	if s.policy == PolicyNone {
-		s.durable = s.received
+		s.durable, s.written = s.received, s.received
 		if checkpoint {
 			e.Durable, e.HasDurable = s.durable, true
 		}
@@ -195,10 +225,19 @@ func (s *writeBehind[W]) Enqueue(evs session.Events, now time.Time) (effects[W],
 
 	s.admitArriving(&e)
 	switch {
-	case checkpoint || (len(s.queue) >= s.maxBatch && !s.failing):
+	case checkpoint:
 		s.startBarrier(&e)
 	case s.barrier:
 		// Joins the barrier's next write.
+	case len(s.queue) >= s.maxBatch && !s.failing:
+		// The size bound: a background write now, not a barrier.
+		s.paused = false
+		s.cancel(&e)
+		if s.writing {
+			s.deadlineExpired = true
+		} else {
+			s.startWrite(&e)
+		}
 	case s.paused:
 		// The next enqueue after a failure resumes the timer: a fresh
 		// window, after which the failed batch is retried with these.
@@ -220,7 +259,7 @@ func (s *writeBehind[W]) Tick(gen uint64) effects[W] {
 		return e
 	}
 	s.timerArmed = false
-	if s.inflight != nil {
+	if s.writing {
 		s.deadlineExpired = true
 		return e
 	}
@@ -229,22 +268,39 @@ func (s *writeBehind[W]) Tick(gen uint64) effects[W] {
 	return e
 }
 
-// WriteDone takes the outcome of write gen. A gen that is not the write in
-// flight is a broken invariant of the shell and returns an error.
-func (s *writeBehind[W]) WriteDone(gen uint64, err error) (effects[W], error) {
+// WriteDone takes the outcome of write gen; synced says whether the store
+// synced it (a barrier's write, or a background write promoted before it
+// started). A gen that is not the write in flight is a broken invariant of
+// the shell and returns an error.
+func (s *writeBehind[W]) WriteDone(gen uint64, synced bool, err error) (effects[W], error) {
 	var e effects[W]
-	if s.inflight == nil || gen != s.writeGen {
-		return e, invariants.Assertf(false, "persister: write %d done, but the write in flight is %d (in flight: %t)", gen, s.writeGen, s.inflight != nil)
+	if !s.writing || gen != s.writeGen {
+		return e, invariants.Assertf(false, "persister: write %d done, but the write in flight is %d (in flight: %t)", gen, s.writeGen, s.writing)
 	}
-	batch, byBarrier := s.inflight, s.inflightByBarrier
-	s.inflight, s.inflightByBarrier = nil, false
+	batch, byBarrier := s.inflight, s.inflightByBarrier || synced
+	s.inflight, s.inflightByBarrier, s.writing = nil, false, false
 	if err == nil {
-		s.durable = batch[len(batch)-1].Seq()
+		if len(batch) > 0 {
+			s.written = batch[len(batch)-1].Seq()
+		}
 		s.failing = false
-		e.Durable, e.HasDurable = s.durable, true
-		clear(batch) // drop the references; the store is done with it
-		if s.spare == nil {
-			s.spare = batch[:0]
+		if synced {
+			s.durable = s.written
+			e.Durable, e.HasDurable = s.durable, true
+			clear(s.unsynced)
+			s.unsynced = s.unsynced[:0]
+			clear(batch) // drop the references; the store is done with it
+			if s.spare == nil {
+				s.spare = batch[:0]
+			}
+		} else {
+			// Kept until a barrier syncs them: a failed write puts them
+			// back in the queue.
+			s.unsynced = append(s.unsynced, batch...)
+			clear(batch)
+			if s.spare == nil {
+				s.spare = batch[:0]
+			}
 		}
 		s.pump(&e)
 		s.replySatisfied(&e)
@@ -252,8 +308,12 @@ func (s *writeBehind[W]) WriteDone(gen uint64, err error) (effects[W], error) {
 		return e, nil
 	}
 
-	// The batch goes back in front of what arrived meanwhile, in order.
-	s.queue = append(batch, s.queue...)
+	// The store is back at the durable watermark: what was written since,
+	// the batch and what arrived meanwhile go back to the queue, in order.
+	s.queue = slices.Concat(s.unsynced, batch, s.queue)
+	clear(s.unsynced)
+	s.unsynced = s.unsynced[:0]
+	s.written = s.durable
 	s.failing = true
 	e.WriteFailed = err
 	if s.barrier && !byBarrier {
@@ -274,6 +334,24 @@ func (s *writeBehind[W]) WriteDone(gen uint64, err error) (effects[W], error) {
 	s.waiters = nil
 	s.check()
 	return e, nil
+}
+
+// Fold makes the write gen in flight, a background write not started yet,
+// the barrier's: what is queued joins its batch, which the shell writes
+// instead, synced. It returns the new batch (owned by the core, like
+// effects.Write). The shell calls it only after a Promote, before it
+// returns to the core, and only if the write has not started.
+func (s *writeBehind[W]) Fold(gen uint64) []session.Event {
+	if !s.writing || gen != s.writeGen || !s.barrier {
+		_ = invariants.Assertf(false, "persister: fold of write %d, but the write in flight is %d (in flight: %t, barrier: %t)", gen, s.writeGen, s.writing, s.barrier)
+		return s.inflight
+	}
+	s.inflight = append(s.inflight, s.queue...)
+	clear(s.queue)
+	s.queue = s.queue[:0]
+	s.inflightByBarrier = true
+	s.check()
+	return s.inflight
 }
 
 // Flush adds a waiter: answered once every event up to upTo (-1: up to
@@ -364,8 +442,12 @@ func (s *writeBehind[W]) admitArriving(e *effects[W]) {
 	}
 }
 
-// startBarrier makes the core write until the queue is empty.
+// startBarrier makes the core write until the queue is empty and sync.
+// A background write in flight is asked to be promoted (synced).
 func (s *writeBehind[W]) startBarrier(e *effects[W]) {
+	if s.writing && !s.inflightByBarrier && !s.barrier {
+		e.Promote, e.WriteGen = true, s.writeGen
+	}
 	s.barrier = true
 	s.paused = false
 	s.deadlineExpired = false
@@ -373,12 +455,16 @@ func (s *writeBehind[W]) startBarrier(e *effects[W]) {
 }
 
 // pump starts the next write if one is due and none is in flight. When it
-// finds the queue empty, barrier admission closes.
+// finds the queue empty and nothing unsynced, barrier admission closes.
 func (s *writeBehind[W]) pump(e *effects[W]) {
-	if s.inflight != nil {
+	if s.writing {
 		return
 	}
 	if len(s.queue) == 0 {
+		if s.barrier && s.written > s.durable {
+			s.startWrite(e) // a sync of what was written before
+			return
+		}
 		s.barrier = false
 		s.deadlineExpired = false
 		return
@@ -389,13 +475,15 @@ func (s *writeBehind[W]) pump(e *effects[W]) {
 	}
 }
 
-// startWrite hands the whole queue to a background write.
+// startWrite hands the whole queue to a write: synced under a barrier.
 func (s *writeBehind[W]) startWrite(e *effects[W]) {
 	s.inflight, s.queue = s.queue, s.spare
 	s.spare = nil
+	s.writing = true
 	s.inflightByBarrier = s.barrier
 	s.writeGen++
-	e.Write, e.WriteGen = s.inflight, s.writeGen
+	e.StartWrite, e.Write, e.WriteGen, e.Sync = true, s.inflight, s.writeGen, s.barrier
+	e.Promote = false
 }
 
 // arm starts the window of the queue's first event.
@@ -420,7 +508,7 @@ func (s *writeBehind[W]) satisfied(w flushWaiter[W]) bool {
 	if s.durable < w.target {
 		return false
 	}
-	return !w.drain || (len(s.queue) == 0 && s.inflight == nil)
+	return !w.drain || (len(s.queue) == 0 && !s.writing)
 }
 
 // replySatisfied answers every admitted waiter that is satisfied.
@@ -447,18 +535,20 @@ func (s *writeBehind[W]) check() {
 		return
 	}
 	_ = invariants.Assertf(!s.timerArmed || len(s.queue) > 0, "persister: timer armed on an empty queue")
-	_ = invariants.Assertf(!s.deadlineExpired || s.inflight != nil, "persister: deadline expired with no write in flight")
-	_ = invariants.Assertf(!s.barrier || s.inflight != nil, "persister: barrier active with no write in flight")
+	_ = invariants.Assertf(!s.deadlineExpired || s.writing, "persister: deadline expired with no write in flight")
+	_ = invariants.Assertf(!s.barrier || s.writing, "persister: barrier active with no write in flight")
 	_ = invariants.Assertf(!(s.barrier && s.timerArmed), "persister: timer armed during a barrier")
 	_ = invariants.Assertf(len(s.waiters) == 0 || s.barrier, "persister: %d waiters without a barrier", len(s.waiters))
 	if s.policy == PolicyNone {
 		_ = invariants.Assertf(s.durable == s.received && len(s.queue) == 0, "persister: PolicyNone queued events")
 		return
 	}
-	_ = invariants.Assertf(s.received == s.durable+int64(len(s.inflight)+len(s.queue)),
-		"persister: received %d != durable %d + %d in flight + %d queued", s.received, s.durable, len(s.inflight), len(s.queue))
+	_ = invariants.Assertf(s.written == s.durable+int64(len(s.unsynced)),
+		"persister: written %d != durable %d + %d unsynced", s.written, s.durable, len(s.unsynced))
+	_ = invariants.Assertf(s.received == s.written+int64(len(s.inflight)+len(s.queue)),
+		"persister: received %d != written %d + %d in flight + %d queued", s.received, s.written, len(s.inflight), len(s.queue))
 	next := s.durable + 1
-	for _, part := range [][]session.Event{s.inflight, s.queue} {
+	for _, part := range [][]session.Event{s.unsynced, s.inflight, s.queue} {
 		if len(part) > 0 {
 			_ = invariants.Assertf(part[0].Seq() == next, "persister: queue starts at seq %d, want %d", part[0].Seq(), next)
 			next += int64(len(part))

@@ -109,6 +109,10 @@ type coreHarness struct {
 	at    time.Duration // when the armed timer fires
 	gen   uint64        // the armed timer's gen
 	write uint64        // the write in flight, 0 if none
+	sync  bool          // the write in flight syncs (asked so, or promoted)
+	// started says the write in flight has started: a Promote then finds
+	// it too late, and it completes unsynced.
+	started bool
 }
 
 func newCoreHarness(t *testing.T, policy Policy) *coreHarness {
@@ -157,9 +161,9 @@ func (h *coreHarness) advance(ms int) []string {
 func (h *coreHarness) done(err error) []string {
 	h.t.Helper()
 	require.NotZero(h.t, h.write, "no write in flight")
-	gen := h.write
-	h.write = 0
-	e, werr := h.s.WriteDone(gen, err)
+	gen, sync := h.write, h.sync
+	h.write, h.sync, h.started = 0, false, false
+	e, werr := h.s.WriteDone(gen, sync, err)
 	require.NoError(h.t, werr)
 	return h.render(e)
 }
@@ -184,10 +188,24 @@ func (h *coreHarness) render(e effects[string]) []string {
 		h.armed, h.at, h.gen = true, e.TimerAt.Sub(h.base), e.TimerGen
 		out = append(out, fmt.Sprintf("arm timer @%dms", h.at.Milliseconds()))
 	}
-	if e.Write != nil {
+	if e.Promote {
+		require.NotZero(h.t, h.write, "promote without a write in flight")
+		require.Equal(h.t, h.write, e.WriteGen, "promote of another write")
+		if h.started {
+			out = append(out, "promote (too late)")
+		} else {
+			h.sync = true
+			out = append(out, "promote "+batchSeqs(h.s.Fold(e.WriteGen)))
+		}
+	}
+	if e.StartWrite {
 		require.Zero(h.t, h.write, "a second write while one is in flight")
-		h.write = e.WriteGen
-		out = append(out, "write "+batchSeqs(e.Write))
+		h.write, h.sync = e.WriteGen, e.Sync
+		if e.Sync {
+			out = append(out, "write+sync "+batchSeqs(e.Write))
+		} else {
+			out = append(out, "write "+batchSeqs(e.Write))
+		}
 	}
 	for _, r := range e.Replies {
 		if r.Err != nil {
@@ -223,7 +241,9 @@ func TestCoreUsesOneFixedWindowFromTheFirstQueuedEvent(t *testing.T) {
 	require.Empty(t, h.users(150, 1), "a later event does not move the window")
 	require.Empty(t, h.advance(199))
 	require.Equal(t, []string{"write [0 1]"}, h.advance(200))
-	require.Equal(t, []string{"owner durable 1"}, h.done(nil))
+	require.Empty(t, h.done(nil), "a background write is not synced: nothing is durable")
+	require.Equal(t, int64(1), h.s.Written())
+	require.Equal(t, int64(-1), h.s.Durable())
 }
 
 // Scenario 90, second case.
@@ -236,7 +256,7 @@ func TestCoreTwentyEventsTenMillisecondsApartAreOneBatch(t *testing.T) {
 	}
 	require.Equal(t, []string{"arm timer @200ms"}, out)
 	require.Equal(t, []string{"write [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19]"}, h.advance(200))
-	require.Equal(t, []string{"owner durable 19"}, h.done(nil))
+	require.Empty(t, h.done(nil))
 }
 
 // Scenario 90, third case.
@@ -249,7 +269,8 @@ func TestCorePausesAutomaticRetriesAfterFailure(t *testing.T) {
 	require.Equal(t, []string{"arm timer @5200ms"}, h.users(5000, 1), "the next enqueue resumes the timer")
 	require.Empty(t, h.advance(5199))
 	require.Equal(t, []string{"write [0 1]"}, h.advance(5200), "old and new together")
-	require.Equal(t, []string{"owner durable 1"}, h.done(nil))
+	require.Empty(t, h.done(nil))
+	require.Equal(t, int64(1), h.s.Written())
 }
 
 func TestCoreTailOfAWriteKeepsItsOwnTimer(t *testing.T) {
@@ -257,9 +278,9 @@ func TestCoreTailOfAWriteKeepsItsOwnTimer(t *testing.T) {
 	h.users(0, 1)
 	require.Equal(t, []string{"write [0]"}, h.advance(200))
 	require.Equal(t, []string{"arm timer @450ms"}, h.users(250, 1), "an enqueue onto the empty queue during a write")
-	require.Equal(t, []string{"owner durable 0"}, h.done(nil), "the unexpired tail keeps waiting")
+	require.Empty(t, h.done(nil), "the unexpired tail keeps waiting")
 	require.Equal(t, []string{"write [1]"}, h.advance(450))
-	require.Equal(t, []string{"owner durable 1"}, h.done(nil))
+	require.Empty(t, h.done(nil))
 }
 
 func TestCoreExpiredTailStartsWhenTheWriteFinishes(t *testing.T) {
@@ -269,18 +290,18 @@ func TestCoreExpiredTailStartsWhenTheWriteFinishes(t *testing.T) {
 	require.Equal(t, []string{"arm timer @450ms"}, h.users(250, 1))
 	require.Empty(t, h.users(300, 1))
 	require.Empty(t, h.advance(450), "the tail's deadline expires during the write")
-	require.Equal(t, []string{"write [1 2]", "owner durable 0"}, h.done(nil), "the tail starts immediately")
-	require.Equal(t, []string{"owner durable 2"}, h.done(nil))
+	require.Equal(t, []string{"write [1 2]"}, h.done(nil), "the tail starts immediately")
+	require.Empty(t, h.done(nil))
 }
 
 func TestCoreFlushCancelsTheTimerAndWritesUntilEmpty(t *testing.T) {
 	h := newCoreHarness(t, PolicyTurnEnd)
 	h.users(0, 2)
-	require.Equal(t, []string{"cancel timer", "write [0 1]"}, h.flush("a", -1))
+	require.Equal(t, []string{"cancel timer", "write+sync [0 1]"}, h.flush("a", -1))
 	// Events and flushes during the write join the next batch.
 	require.Empty(t, h.users(10, 1), "no timer during a barrier")
 	require.Empty(t, h.flush("b", -1))
-	require.Equal(t, []string{"write [2]", "flushed a durable=1", "owner durable 1"}, h.done(nil))
+	require.Equal(t, []string{"write+sync [2]", "flushed a durable=1", "owner durable 1"}, h.done(nil))
 	require.Equal(t, []string{"flushed b durable=2", "owner durable 2"}, h.done(nil))
 	// Admission closed on the empty queue: later events start a fresh window.
 	require.Equal(t, []string{"arm timer @300ms"}, h.users(100, 1))
@@ -291,18 +312,80 @@ func TestCoreFlushOfNothingAnswersAtOnce(t *testing.T) {
 	require.Equal(t, []string{"flushed a durable=-1"}, h.flush("a", -1))
 	h.users(0, 1)
 	h.advance(200)
-	// Already durable up to 0, though a write of nothing more is pending.
-	require.Equal(t, []string{"owner durable 0"}, h.done(nil))
-	require.Equal(t, []string{"flushed b durable=0"}, h.flush("b", 0))
+	require.Empty(t, h.done(nil))
+	// Written up to 0 but not synced: the barrier is a sync alone.
+	require.Equal(t, []string{"write+sync []"}, h.flush("b", 0))
+	require.Equal(t, []string{"flushed b durable=0", "owner durable 0"}, h.done(nil))
+	require.Equal(t, []string{"flushed c durable=0"}, h.flush("c", 0))
+}
+
+func TestCoreBarrierSyncsWhatBackgroundWritesWrote(t *testing.T) {
+	h := newCoreHarness(t, PolicyTurnEnd)
+	h.users(0, 2)
+	require.Equal(t, []string{"write [0 1]"}, h.advance(200))
+	require.Empty(t, h.done(nil))
+	h.users(300, 1)
+	require.Equal(t, []string{"write [2]"}, h.advance(500))
+	require.Empty(t, h.done(nil))
+	require.Equal(t, int64(-1), h.s.Durable())
+	require.Equal(t, 3, h.s.Pending(), "written, not durable")
+	require.Equal(t, []string{"write+sync []"}, h.drain("u"))
+	require.Equal(t, []string{"flushed u durable=2", "owner durable 2"}, h.done(nil))
+	require.Equal(t, 0, h.s.Pending())
+}
+
+// A barrier that fails takes back everything written since the last sync:
+// the store cut it off (Writer.Append), so it is written again.
+func TestCoreFailedBarrierRequeuesWhatWasWrittenUnsynced(t *testing.T) {
+	h := newCoreHarness(t, PolicyTurnEnd)
+	h.users(0, 2)
+	h.advance(200)
+	require.Empty(t, h.done(nil))
+	require.Equal(t, []string{"arm timer @500ms"}, h.users(300, 1))
+	require.Equal(t, []string{"cancel timer", "write+sync [2]"}, h.flush("a", -1))
+	require.Equal(t, []string{"flush-failed a durable=-1: disk on fire", "owner write-failed: disk on fire"}, h.done(errWriteDisk))
+	require.Equal(t, int64(-1), h.s.Written())
+	require.Equal(t, 3, h.s.Pending())
+	require.Equal(t, []string{"write+sync [0 1 2]"}, h.flush("b", -1))
+	require.Equal(t, []string{"flushed b durable=2", "owner durable 2"}, h.done(nil))
+}
+
+// A failed background write takes back what earlier ones wrote too.
+func TestCoreFailedBackgroundWriteRequeuesWhatWasWrittenUnsynced(t *testing.T) {
+	h := newCoreHarness(t, PolicyTurnEnd)
+	h.users(0, 1)
+	h.advance(200)
+	require.Empty(t, h.done(nil))
+	h.users(300, 1)
+	require.Equal(t, []string{"write [1]"}, h.advance(500))
+	require.Equal(t, []string{"owner write-failed: disk on fire"}, h.done(errWriteDisk))
+	require.Equal(t, []string{"arm timer @5200ms"}, h.users(5000, 1))
+	require.Equal(t, []string{"write [0 1 2]"}, h.advance(5200))
+	require.Empty(t, h.done(nil))
+}
+
+// A barrier that finds its session's background write queued, not started,
+// promotes it, and what arrived since folds into it: one write, one sync,
+// for the batch and the barrier.
+func TestCoreBarrierFoldsAQueuedBackgroundWrite(t *testing.T) {
+	h := newCoreHarness(t, PolicyTurnEnd)
+	h.users(0, 2)
+	require.Equal(t, []string{"write [0 1]"}, h.advance(200))
+	require.Equal(t, []string{"arm timer @450ms"}, h.users(250, 1))
+	require.Equal(t, []string{"cancel timer", "promote [0 1 2]"}, h.flush("a", -1))
+	require.Equal(t, []string{"flushed a durable=2", "owner durable 2"}, h.done(nil))
+	require.Equal(t, 0, h.s.Pending())
+	require.Empty(t, h.advance(1000), "nothing more to write")
 }
 
 func TestCoreFlushJoinsAnOverlappingBackgroundWrite(t *testing.T) {
 	h := newCoreHarness(t, PolicyTurnEnd)
 	h.users(0, 1)
 	require.Equal(t, []string{"write [0]"}, h.advance(200))
+	h.started = true
 	require.Equal(t, []string{"arm timer @410ms"}, h.users(210, 1))
-	require.Equal(t, []string{"cancel timer"}, h.flush("a", -1), "waits for the write in flight")
-	require.Equal(t, []string{"write [1]", "owner durable 0"}, h.done(nil))
+	require.Equal(t, []string{"cancel timer", "promote (too late)"}, h.flush("a", -1), "waits for the write in flight")
+	require.Equal(t, []string{"write+sync [1]"}, h.done(nil))
 	require.Equal(t, []string{"flushed a durable=1", "owner durable 1"}, h.done(nil))
 }
 
@@ -310,27 +393,28 @@ func TestCoreBarrierRetriesAFailedOverlappingWriteThenFails(t *testing.T) {
 	h := newCoreHarness(t, PolicyTurnEnd)
 	h.users(0, 1)
 	require.Equal(t, []string{"write [0]"}, h.advance(200))
-	require.Empty(t, h.flush("a", -1))
+	h.started = true
+	require.Equal(t, []string{"promote (too late)"}, h.flush("a", -1))
 	// The background write fails: the barrier retries it at once.
-	require.Equal(t, []string{"write [0]", "owner write-failed: disk on fire"}, h.done(errWriteDisk))
+	require.Equal(t, []string{"write+sync [0]", "owner write-failed: disk on fire"}, h.done(errWriteDisk))
 	// The barrier's own write fails: its waiter fails, the batch is kept.
 	require.Equal(t, []string{"flush-failed a durable=-1: disk on fire", "owner write-failed: disk on fire"}, h.done(errWriteDisk))
 	require.Equal(t, 1, h.s.Pending())
 	// A later flush retries and succeeds.
-	require.Equal(t, []string{"write [0]"}, h.flush("b", -1))
+	require.Equal(t, []string{"write+sync [0]"}, h.flush("b", -1))
 	require.Equal(t, []string{"flushed b durable=0", "owner durable 0"}, h.done(nil))
 }
 
 func TestCoreFailedFlushKeepsTheBatchInOrder(t *testing.T) {
 	h := newCoreHarness(t, PolicyTurnEnd)
 	h.users(0, 2)
-	require.Equal(t, []string{"cancel timer", "write [0 1]"}, h.flush("a", -1))
+	require.Equal(t, []string{"cancel timer", "write+sync [0 1]"}, h.flush("a", -1))
 	require.Empty(t, h.users(10, 1))
 	require.Equal(t, []string{"flush-failed a durable=-1: disk on fire", "owner write-failed: disk on fire"}, h.done(errWriteDisk))
 	require.Empty(t, h.advance(1000), "paused")
 	require.Equal(t, []string{"arm timer @1210ms"}, h.users(1010, 1))
 	require.Equal(t, []string{"write [0 1 2 3]"}, h.advance(1210), "the failed batch first, then the rest")
-	require.Equal(t, []string{"owner durable 3"}, h.done(nil))
+	require.Empty(t, h.done(nil))
 }
 
 func TestCoreFlushUpToWaitsForEventsToArrive(t *testing.T) {
@@ -338,7 +422,7 @@ func TestCoreFlushUpToWaitsForEventsToArrive(t *testing.T) {
 	h.users(0, 1)
 	require.Empty(t, h.flush("a", 2), "seq 2 has not arrived")
 	require.Empty(t, h.users(10, 1), "seq 1 is not enough")
-	require.Equal(t, []string{"cancel timer", "write [0 1 2]"}, h.users(20, 1))
+	require.Equal(t, []string{"cancel timer", "write+sync [0 1 2]"}, h.users(20, 1))
 	require.Equal(t, []string{"flushed a durable=2", "owner durable 2"}, h.done(nil))
 }
 
@@ -348,7 +432,7 @@ func TestCoreTurnEndIsACheckpoint(t *testing.T) {
 	ds := h.ts.next(2)                                                  // 11 events, seqs 0..10
 	require.Equal(t, []string{"arm timer @200ms"}, h.commit(ds[:4]...)) // up to request/header: no checkpoint
 	h.now = 10 * time.Millisecond
-	require.Equal(t, []string{"cancel timer", "write [0 1 2 3 4 5 6 7 8 9 10]"}, h.commit(ds[4:]...))
+	require.Equal(t, []string{"cancel timer", "write+sync [0 1 2 3 4 5 6 7 8 9 10]"}, h.commit(ds[4:]...))
 	require.Equal(t, []string{"owner durable 10"}, h.done(nil))
 }
 
@@ -357,23 +441,25 @@ func TestCoreStrictPolicyCheckpointsRequestHeaderAndToolCall(t *testing.T) {
 	h.s.maxBatch = 4096
 	ds := h.ts.next(2) // seqs: 3 request/header, 7 tool/call, 10 turn/end
 	require.Equal(t, []string{"arm timer @200ms"}, h.commit(ds[:3]...))
-	require.Equal(t, []string{"cancel timer", "write [0 1 2 3]"}, h.commit(ds[3]))
+	require.Equal(t, []string{"cancel timer", "write+sync [0 1 2 3]"}, h.commit(ds[3]))
 	require.Empty(t, h.commit(ds[4:7]...), "chunks join the barrier")
-	require.Equal(t, []string{"write [4 5 6]", "owner durable 3"}, h.done(nil))
+	require.Equal(t, []string{"write+sync [4 5 6]", "owner durable 3"}, h.done(nil))
 	require.Empty(t, h.commit(ds[7]), "tool/call: the barrier is still running")
-	require.Equal(t, []string{"write [7]", "owner durable 6"}, h.done(nil))
+	require.Equal(t, []string{"write+sync [7]", "owner durable 6"}, h.done(nil))
 	require.Equal(t, []string{"owner durable 7"}, h.done(nil))
 	require.Equal(t, []string{"arm timer @200ms"}, h.commit(ds[8]), "tool/result is not a checkpoint")
-	require.Equal(t, []string{"cancel timer", "write [8 9 10]"}, h.commit(ds[9:]...))
+	require.Equal(t, []string{"cancel timer", "write+sync [8 9 10]"}, h.commit(ds[9:]...))
 }
 
 func TestCoreSizeBoundWritesEarly(t *testing.T) {
 	h := newCoreHarness(t, PolicyTurnEnd) // maxBatch 8
 	require.Equal(t, []string{"arm timer @200ms"}, h.users(0, 5))
-	require.Equal(t, []string{"cancel timer", "write [0 1 2 3 4 5 6 7]"}, h.users(1, 3))
-	require.Empty(t, h.users(2, 1))
-	require.Equal(t, []string{"write [8]", "owner durable 7"}, h.done(nil))
-	require.Equal(t, []string{"owner durable 8"}, h.done(nil))
+	require.Equal(t, []string{"cancel timer", "write [0 1 2 3 4 5 6 7]"}, h.users(1, 3), "a background write: not synced")
+	require.Equal(t, []string{"arm timer @202ms"}, h.users(2, 1), "not a barrier: the tail waits for its window")
+	require.Empty(t, h.done(nil))
+	require.Equal(t, []string{"write [8]"}, h.advance(202))
+	require.Empty(t, h.done(nil))
+	require.Equal(t, int64(-1), h.s.Durable())
 }
 
 func TestCoreSizeBoundWaitsForTheWindowAfterAFailure(t *testing.T) {
@@ -384,16 +470,16 @@ func TestCoreSizeBoundWaitsForTheWindowAfterAFailure(t *testing.T) {
 	require.Equal(t, []string{"arm timer @210ms"}, h.users(10, 1))
 	require.Empty(t, h.users(20, 1))
 	require.Equal(t, []string{"write [0 1 2 3 4 5 6 7 8 9]"}, h.advance(210))
-	require.Equal(t, []string{"owner durable 9"}, h.done(nil))
+	require.Empty(t, h.done(nil))
 }
 
 func TestCoreUntrackDrainsEverything(t *testing.T) {
 	h := newCoreHarness(t, PolicyTurnEnd)
 	h.users(0, 1)
-	require.Equal(t, []string{"cancel timer", "write [0]"}, h.drain("u"))
+	require.Equal(t, []string{"cancel timer", "write+sync [0]"}, h.drain("u"))
 	require.Empty(t, h.users(10, 1), "arrived during the write")
 	// Seq 0 is durable but seq 1 is still queued: a drain waits for it.
-	require.Equal(t, []string{"write [1]", "owner durable 0"}, h.done(nil))
+	require.Equal(t, []string{"write+sync [1]", "owner durable 0"}, h.done(nil))
 	require.Equal(t, []string{"flushed u durable=1", "owner durable 1"}, h.done(nil))
 }
 
@@ -402,7 +488,7 @@ func TestCoreDrainFailureFailsTheWaiter(t *testing.T) {
 	h.users(0, 1)
 	h.drain("u")
 	require.Equal(t, []string{"flush-failed u durable=-1: disk on fire", "owner write-failed: disk on fire"}, h.done(errWriteDisk))
-	require.Equal(t, []string{"write [0]"}, h.drain("u2"))
+	require.Equal(t, []string{"write+sync [0]"}, h.drain("u2"))
 	require.Equal(t, []string{"flushed u2 durable=0", "owner durable 0"}, h.done(nil))
 }
 
@@ -475,16 +561,25 @@ func randomWalk(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0))
 	h := newCoreHarness(t, Policy(r.IntN(2))) // TurnEnd or Strict
 	var stored []int64                        // seqs "in the store"
+	synced := 0                               // of them durable
 	var inflight []session.Event
+	writing, sync := false, false
 	pendingW := map[string]int64{} // waiter → target
 	answered := map[string]bool{}
 	nw := 0
 	ts := newTurnScript()
 	var ds []session.Draft
 	check := func(out effects[string]) {
-		if out.Write != nil {
-			require.Nil(t, inflight, "two writes in flight")
-			inflight = out.Write
+		if out.Promote {
+			require.True(t, writing, "promote without a write in flight")
+			require.Equal(t, h.write, out.WriteGen)
+			if r.IntN(2) == 0 { // else the write had started
+				inflight, sync = h.s.Fold(out.WriteGen), true
+			}
+		}
+		if out.StartWrite {
+			require.False(t, writing, "two writes in flight")
+			inflight, writing, sync = out.Write, true, out.Sync
 			h.write = out.WriteGen
 		}
 		if out.ArmTimer {
@@ -498,7 +593,7 @@ func randomWalk(t *testing.T, seed uint64) {
 			answered[rep.W] = true
 			if rep.Err == nil {
 				require.GreaterOrEqual(t, rep.Durable, pendingW[rep.W], "flushed before its target")
-				require.Equal(t, int64(len(stored))-1, rep.Durable)
+				require.Equal(t, int64(synced)-1, rep.Durable, "answered before it was synced")
 			}
 			delete(pendingW, rep.W)
 		}
@@ -523,22 +618,30 @@ func randomWalk(t *testing.T, seed uint64) {
 				check(h.s.Tick(h.gen))
 			}
 		case op < 8: // the write in flight completes
-			if inflight == nil {
+			if !writing {
 				continue
 			}
 			var err error
 			if r.IntN(3) == 0 {
 				err = errWriteDisk
+				stored = stored[:synced] // the store cuts back to its last sync
 			} else {
 				for _, e := range inflight {
 					require.Equal(t, int64(len(stored)), e.Seq(), "written out of order")
 					stored = append(stored, e.Seq())
 				}
+				if sync {
+					synced = len(stored)
+				}
 			}
-			inflight = nil
+			inflight, writing = nil, false
 			gen := h.write
-			out, werr := h.s.WriteDone(gen, err)
+			out, werr := h.s.WriteDone(gen, sync, err)
 			require.NoError(t, werr)
+			if out.HasDurable {
+				require.True(t, sync, "durable without a sync")
+				require.Equal(t, int64(synced)-1, out.Durable)
+			}
 			check(out)
 		default: // a flush, sometimes ahead of what has arrived
 			nw++
@@ -561,28 +664,29 @@ func randomWalk(t *testing.T, seed uint64) {
 		}
 	}
 	// Settle: a final flush with a healthy store writes everything.
-	for inflight != nil {
-		for _, e := range inflight {
-			stored = append(stored, e.Seq())
-		}
-		inflight = nil
-		out, err := h.s.WriteDone(h.write, nil)
-		require.NoError(t, err)
-		check(out)
-	}
-	check(h.s.Drain("final"))
-	for inflight != nil {
+	complete := func() {
 		for _, e := range inflight {
 			require.Equal(t, int64(len(stored)), e.Seq())
 			stored = append(stored, e.Seq())
 		}
-		inflight = nil
-		out, err := h.s.WriteDone(h.write, nil)
+		if sync {
+			synced = len(stored)
+		}
+		inflight, writing = nil, false
+		out, err := h.s.WriteDone(h.write, sync, nil)
 		require.NoError(t, err)
 		check(out)
 	}
+	for writing {
+		complete()
+	}
+	check(h.s.Drain("final"))
+	for writing {
+		complete()
+	}
 	require.True(t, answered["final"])
 	require.Equal(t, h.l.Len(), int64(len(stored)), "every received event stored exactly once")
+	require.Equal(t, len(stored), synced, "a drain syncs everything")
 	for w, target := range pendingW {
 		require.Greater(t, target, h.s.Received(), "waiter %s still pending though its events arrived", w)
 	}

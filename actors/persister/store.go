@@ -23,21 +23,41 @@ type Writer interface {
 	// not show it) until its first Append. ErrExists if the id is already
 	// registered or stored.
 	Create(h session.Header) error
-	// Append durably appends events to a created or stored session. The
-	// first event's seq must be the stored next seq and the rest
-	// contiguous, or nothing is written and the error is a *FenceError
-	// (this is what keeps two writers from interleaving). On the first
-	// append the header and the batch are made durable together. When
-	// Append returns nil the events are durable (written and fsynced);
-	// on any error nothing of the batch is stored. The error names the
-	// operation and the session ("persister: append ID: ..."): the
-	// persister passes it on as it is.
-	Append(ctx context.Context, id session.SessionID, events []session.Event) error
+	// Append appends events to a created or stored session; durable says
+	// whether the call is a durability barrier. The first event's seq must
+	// be the stored next seq and the rest contiguous, or nothing is
+	// written and the error is a *FenceError (this is what keeps two
+	// writers from interleaving).
+	//
+	// Without durable the events are written (committed: a reader of the
+	// store sees them) but need not be durable yet: a crash may drop any
+	// suffix of what was appended since the last barrier. With durable the
+	// call is a barrier: when it returns nil, these events and every event
+	// appended before them are durable (written and fsynced), whichever
+	// call wrote them. An empty durable batch is a barrier alone (it syncs
+	// what earlier calls wrote). On the first append the header and the
+	// batch are made durable together, durable or not.
+	//
+	// On any error the session's stored log is cut back to its last
+	// durable event: nothing of the batch is stored, nor anything appended
+	// without durable since the last barrier that succeeded. The caller
+	// appends those again (the persister does: it keeps them until a
+	// barrier covers them). The error names the operation and the session
+	// ("persister: append ID: ..."): the persister passes it on as it is.
+	//
+	// A store may make a barrier cover more than it must (MemStore keeps
+	// nothing unsynced; a store may group the barriers of many sessions in
+	// one commit): the flag is what lets it leave the rest to the next
+	// barrier.
+	Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error
 	// Release ends this writer's hold on id: the writer lock, if the
 	// store takes one, is released and what the store cached about the
 	// file is dropped, so another process can take the session over. It
 	// is idempotent, and an id the store knows nothing about is released
-	// already. A later write takes the lock again (and reads the file
+	// already. It is a barrier: what was appended without durable is made
+	// durable first (if that fails, the log is cut back to its last
+	// durable event, as after a failed Append, and Release fails keeping
+	// the lock). A later write takes the lock again (and reads the file
 	// again). It fails, keeping the lock, only when it cannot leave the
 	// file as acknowledged (removing what a failed append left behind);
 	// after Close it fails with ErrClosed.
@@ -61,7 +81,9 @@ type Reader interface {
 	// List returns the sessions that have been materialized (appended to
 	// at least once), with their revisions, sorted by id.
 	List(ctx context.Context) ([]Listed, error)
-	// Close releases the store. Later calls fail with ErrClosed.
+	// Close releases the store, a barrier of every session first (what
+	// was appended without durable is made durable). Later calls fail
+	// with ErrClosed.
 	Close() error
 }
 
