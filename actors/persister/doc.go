@@ -10,13 +10,23 @@
 //
 //   - Create registers a header lazily. Nothing is stored before the first
 //     Append, and a session that was never appended to is not in List.
-//   - Append is durable and all or nothing. Its first event must carry the
-//     stored next seq and the rest must follow contiguously; otherwise
-//     nothing is written and the error is a [*FenceError]. The fence is what
-//     keeps two writers of one session from interleaving: the loser of a
-//     race learns it from the error, and the winner's events stand. On a
-//     session's first Append the header and the batch become durable
-//     together.
+//   - Append(ctx, id, events, durable) is all or nothing. Its first event
+//     must carry the stored next seq and the rest must follow
+//     contiguously; otherwise nothing is written and the error is a
+//     [*FenceError]. The fence is what keeps two writers of one session
+//     from interleaving: the loser of a race learns it from the error, and
+//     the winner's events stand. Without durable the events are written
+//     (committed: every reader sees them) but not yet durable. With
+//     durable the call is a barrier: when it returns nil, its events and
+//     every event appended before them are durable. An empty durable
+//     Append is a barrier alone. On a session's first Append the header
+//     and the batch become durable together, whatever the flag. A failed
+//     Append (any error) leaves the log at its last durable event: the
+//     batch, and what was appended without durable since the last
+//     barrier, are gone, and the caller appends them again. The flag
+//     rather than a separate Sync call is what lets a store group the
+//     barriers of many sessions (one transaction in a database store) and
+//     fold a pending batch into the barrier's write.
 //   - Load returns the log balanced and commits crash repair: a torn tail
 //     (records a crash left half written after the last turn/end) is cut
 //     off, and a turn left open is closed by appending the closers of
@@ -33,8 +43,10 @@
 //   - Release ends the writer's hold on a session: its writer lock, if
 //     the store takes one (see Writer fencing), and what the store cached
 //     about the file, so that another process can take the session over.
-//     Idempotent; a later write takes the lock again.
-//   - Close releases the store; every later call fails with [ErrClosed].
+//     It is a barrier first. Idempotent; a later write takes the lock
+//     again.
+//   - Close is a barrier of every session, then releases the store; every
+//     later call fails with [ErrClosed].
 //
 // Resuming a session goes through Load: the session actor is rebuilt with
 // [session.NewSeeded] from the loaded events, which appends a
@@ -44,6 +56,41 @@
 //
 // The same conformance suite (conformance_test.go) runs against every
 // Store implementation; a behaviour it pins is part of the contract.
+//
+// # What is durable when
+//
+// Events a session actor committed are, in order:
+//
+//	state       where                          a crash (or power loss)
+//	received    the persister's queue          loses them
+//	written     the file (the page cache)      may drop any suffix of them
+//	durable     the disk (fdatasync returned)  never loses them
+//
+// The persister writes a batch behind (the window, the size bound) without
+// an fsync: its events are written, and its Durable watermark does not
+// move. Only a barrier fsyncs: a turn/end (PolicyTurnEnd and
+// PolicyStrict), a request/header or tool/call (PolicyStrict), a Flush,
+// an Untrack (the host's passivation, eviction and close untrack), the
+// background retry of a failed write, and Store.Release and Store.Close.
+// A barrier writes what the session has pending and fsyncs the file,
+// which covers every byte written before it, by whatever descriptor; the
+// watermark then advances to its last event, and only then do Flushed,
+// Durable and the host's "turn ended" follow. A failed barrier (its write
+// or its fsync) cuts the file back to its size at the last fsync that
+// succeeded and never reuses that descriptor (after a failed fsync the
+// page cache no longer says what is on disk); the persister queues again
+// everything after the watermark, written or not, and retries it.
+//
+// Crash model: a crash drops any suffix of the bytes written since a
+// file's last fsync, and nothing before it. The loader sees what survived
+// as a torn tail (a record cut short, a zstd frame cut short or missing)
+// and Load truncates it; whole records that survived past the last fsync
+// are kept, as committed. So a loaded log holds every event that was
+// acknowledged durable, byte for byte, and after it at most a gapless run
+// of events that were written, then the closers of an interrupted turn.
+// crash_test.go checks this on vfs.MemFS, crashing before every operation
+// of a workload and dropping every possible suffix of the unsynced bytes,
+// in both encodings.
 //
 // # Errors
 //
@@ -93,23 +140,32 @@
 // Durability policies (Config.Policy):
 //
 //	policy          writes                                      a Flush answers
-//	PolicyTurnEnd   behind, one fixed window (200 ms) from the   when written and fsynced
-//	(default)       first buffered event or a size bound; every
-//	                turn/end at once (a durable checkpoint)
-//	PolicyStrict    as above, and at once on request/header      when written and fsynced
-//	                (before a model dispatch) and tool/call
-//	                (before a tool body)
+//	PolicyTurnEnd   behind, unsynced, one fixed window (200 ms)  when written and fsynced
+//	(default)       from the first buffered event or a size
+//	                bound; every turn/end at once, fsynced (a
+//	                durable checkpoint)
+//	PolicyStrict    as above, and at once, fsynced, on           when written and fsynced
+//	                request/header (before a model dispatch)
+//	                and tool/call (before a tool body)
 //	PolicyNone      nothing (memory only: tests, benchmarks)     at once
 //
 // Writes of all sessions share a bounded pool of FsyncWorkers goroutines;
 // a session has at most one write in flight, and whatever arrives during
-// it (events, flush requests) joins the next batch: group commit.
+// it (events, flush requests) joins the next batch: group commit. Barrier
+// work (a barrier's write, Create, Release) goes ahead of background
+// batches in the pool, so a turn end waits for at most the FsyncWorkers
+// calls in flight, never behind other sessions' batches; a session's
+// background batch still queued when its barrier starts takes the events
+// queued since and becomes the barrier's write: one write, one fsync.
 //
 // Stopping the persister fails pending barriers with ErrStopped and drops
-// unwritten events, so a host flushes (or untracks) every session first.
+// unwritten events (what was written unsynced stays in the file, for the
+// store's Close to sync), so a host flushes (or untracks) every session
+// first.
 //
 // A failed write is an expected failure: the events stay queued at the
-// front, in order, and are retried with the next write; no event is
+// front, in order (with the events written unsynced before it, which the
+// store cut off), and are retried with the next write; no event is
 // dropped while the process lives. Barrier waiters get FlushFailed with the
 // error and the watermark that was durable before it. Nobody has to flush
 // for the retry to happen: after the n-th consecutive failed write the
@@ -161,8 +217,8 @@
 //	+--------------+----------------+----------------+-----+----------------+
 //	frame = 28 B5 2F FD | frame header | blocks | xxhash64 checksum (4 bytes)
 //
-// Frame 0 holds exactly the header line; each later frame is one durable
-// append batch (one Append, or one repair), decoding to whole lines.
+// Frame 0 holds exactly the header line; each later frame is one append
+// batch (one Append, or one repair), decoding to whole lines.
 // Recovery: a final frame (plain: a final line) cut short by a crash is a
 // torn tail, as is damage after the last turn/end; Load truncates it (the
 // zstd truncation point is the start of the torn frame; the complete
@@ -177,11 +233,16 @@
 // directory is fsynced and the temp name removed. A crash at any point
 // leaves either no artifact or one holding header and batch; never a
 // header alone. Later appends write one encoded batch (one checksummed
-// zstd frame, or the plain lines) at the end and fsync. A failed write or
-// fsync truncates the file back to its size before the batch and fsyncs,
-// so a retry of the same batch cannot store its seqs twice. Bytes once
-// acknowledged are never rewritten; the only rewrite is crash repair
-// truncating a tail that was never acknowledged.
+// zstd frame, or the plain lines) at the end, and a durable one then
+// fdatasyncs the file. The store tracks the file's size at its last
+// fsync; a cached handle evicted (or a session's handle closed) with
+// bytes unsynced loses nothing, since the next barrier's fsync, through a
+// new descriptor, covers them. A failed append truncates the file back to
+// the last synced size (through a new descriptor) and fsyncs, so a retry
+// cannot store a seq twice. Bytes once acknowledged durable are never
+// rewritten; the only rewrites are crash repair truncating a tail that was
+// never acknowledged durable and a failed append cutting back what was
+// written since the last fsync.
 //
 // Read path. Load and Inspect (and RepairFile) stream the file through
 // session.Read and apply its scan rules: a torn tail (a final record
@@ -284,7 +345,8 @@
 //     keep locks local to one client, so every member would get the lock.
 //   - Close-to-open consistency (the NFS default): a new writer opens the
 //     file after taking the lock and sees everything the old writer wrote
-//     and closed (and fsynced: every acknowledged append was).
+//     and closed (and fsynced: Release, which the persister calls before
+//     it lets a session go, is a barrier).
 //   - With NFSv4 leases, a member cut off from the server for longer than
 //     the lease loses its lock, and another member may take the session.
 //     The Linux client then fails the cut-off member's later I/O on that
