@@ -38,6 +38,22 @@ const (
 // the row's own envelope would cost more than it saves.
 const minRun = 3
 
+// MaxRowBytes bounds one packed row (without its newline): a run whose row
+// would be longer is cut into consecutive rows, each at most this long, so
+// a long model stream in one batch never makes a line the reader refuses
+// (DefaultMaxRecordBytes, sixteen times this). A member longer than the
+// bound on its own is written verbatim (its record is bounded by the log's
+// append check, not by this).
+const MaxRowBytes = 1 << 20
+
+// rowFixedBytes bounds a row's bytes other than the members' shared values
+// and each member's text and gap: the keys, the tag, seq0 and time0.
+const rowFixedBytes = 160
+
+// rowMemberBytes bounds what member m adds to a row: its text, a gap of at
+// most 17 characters (a signed safe integer) and two commas.
+func rowMemberBytes(m chunkMember) int { return len(m.text) + 19 }
+
 // chunkMember is one packable assistant/chunk event, with its values as
 // JSON text.
 type chunkMember struct {
@@ -152,7 +168,10 @@ func continues(a, b chunkMember) bool {
 // followed by "\n", and returns the extended buffer. With pack, every run of
 // at least three consecutive packable chunk events becomes one row (spec
 // §2.13); without, every event is written verbatim by AppendEvent. Runs do
-// not cross batches: a batch is the unit the persister writes. dst is owned
+// not cross batches: a batch is the unit the persister writes. A row stops
+// before it would exceed MaxRowBytes and the run goes on in the next row
+// (a first member over the bound on its own, or a remainder shorter than
+// three, is written verbatim). dst is owned
 // by the caller before and after; events are only read.
 func AppendRecords(dst []byte, events []Event, pack bool) []byte {
 	var run []chunkMember
@@ -173,10 +192,15 @@ func AppendRecords(dst []byte, events []Event, pack bool) []byte {
 			run = run[:0]
 			if m, ok := packable(events[i]); ok {
 				run = append(run, m)
+				size := rowFixedBytes + len(m.turn) + len(m.step) + len(m.index) +
+					len(m.id) + len(m.name) + rowMemberBytes(m)
 				for j := i + 1; j < len(events); j++ {
 					n, ok := packable(events[j])
 					if !ok || !continues(run[len(run)-1], n) {
 						break
+					}
+					if size += rowMemberBytes(n); size > MaxRowBytes {
+						break // the rest of the run starts the next row
 					}
 					run = append(run, n)
 				}

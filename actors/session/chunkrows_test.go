@@ -325,3 +325,38 @@ func TestChunkRowsRoundTripProperty(t *testing.T) {
 		require.Greater(t, rows[tag], 25, "the generator must exercise %s rows", tag)
 	}
 }
+
+// TestChunkRowsAreBoundedInSize: a model stream of more than 20 MiB in one
+// batch is one run; it packs into consecutive rows each at most
+// MaxRowBytes (well under the reader's DefaultMaxRecordBytes), which
+// decode back to the same events, and packing them again gives the same
+// rows. Members so large that a row holds fewer than three are written
+// verbatim, also under the limit.
+func TestChunkRowsAreBoundedInSize(t *testing.T) {
+	for _, piece := range []int{64 << 10, 600 << 10, MaxRowBytes + 10} {
+		t.Run(strconv.Itoa(piece), func(t *testing.T) {
+			text := strings.Repeat("x", piece-1) + "\n" // one escaped byte
+			var events []Event
+			total := 0
+			for seq := int64(0); total <= 20<<20; seq++ {
+				events = append(events, codecDecode(t, codecChunkLine(seq, 1000+seq, 1, 1, codecTextDelta(0, text))))
+				total += len(text)
+			}
+			packed := AppendRecords(nil, events, true)
+			got, lines := codecDecodeRecords(t, packed)
+			codecRequireEvents(t, events, got)
+			rows := 0
+			for _, ln := range lines {
+				if strings.HasPrefix(ln, `{"type":"`+rowText+`"`) {
+					rows++
+					require.LessOrEqual(t, len(ln), MaxRowBytes)
+				}
+				require.LessOrEqual(t, len(ln), DefaultMaxRecordBytes)
+			}
+			if piece < MaxRowBytes/3 {
+				require.Greater(t, rows, 20, "the run must be cut into many rows")
+			}
+			require.Equal(t, string(packed), string(AppendRecords(nil, got, true)))
+		})
+	}
+}
