@@ -33,13 +33,21 @@
 // turn/end follows, and the lines after it are only searched for a
 // turn/end, keeping nothing); and one line (the header or a record) may
 // be at most [ReadOptions].MaxRecordBytes long, [DefaultMaxRecordBytes]
-// (16 MiB) by default, well above the largest real record (a packed
-// chunk row of about 1.2 MB). A longer complete line is corruption: a
+// (16 MiB) by default. A longer complete line is corruption: a
 // [*CorruptError] naming the file, the line and the seq, wrapping a
 // [*RecordTooLargeError] naming the offset and the limit. The reader
 // holds at most the limit of such a line, never the line. So a file of a
 // few kilobytes that decompresses to a hundred MiB of newlines costs a
 // few MiB to read, and a 50 MB line costs what a 17 MiB one does.
+//
+// The writer keeps to the same limit, so what dsh writes it can read
+// back: a packed chunk row is at most [MaxRowBytes] (1 MiB; a longer run
+// goes on in the next row), and [Log.Append] refuses an event whose
+// record would be longer than [DefaultMaxRecordBytes] (a user message, a
+// tool result, an assistant message of that size) with an [*EventError]
+// wrapping a [*TooLargeError] (errors.Is [ErrTooLarge] and [ErrInvalid]),
+// changing nothing. The surfaces above turn that into a refused send, an
+// error tool result or an ended turn (actors/agent/doc.go).
 //
 // # The actor
 //

@@ -13,6 +13,41 @@ import (
 // bad data, a surface rule, a legacy or unknown type. Use errors.Is.
 var ErrInvalid = errors.New("session: invalid event")
 
+// ErrTooLarge marks an event refused because its record would be longer
+// than a reader accepts (DefaultMaxRecordBytes): written, it would make
+// the log unreadable. It also matches ErrInvalid. Use errors.Is.
+var ErrTooLarge = errors.New("session: event too large")
+
+// TooLargeError is the rule an event too large to record broke; it comes
+// wrapped in an *EventError. errors.Is(err, ErrTooLarge) holds for it.
+type TooLargeError struct {
+	// Size is the length in bytes of the event's record (its storage
+	// line, without the newline); Limit the most a record may have.
+	Size, Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("its record of %d bytes is longer than the limit of %d bytes on one record", e.Size, e.Limit)
+}
+
+// Is makes every TooLargeError match ErrTooLarge.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// checkRecordSize refuses e when its verbatim record (AppendEvent) would
+// be longer than DefaultMaxRecordBytes, the longest line the reader
+// accepts. The bound below is cheap (lengths only) and only an event near
+// the limit is encoded to measure it exactly.
+func checkRecordSize(e *Event) error {
+	bound := e.data.Len() + 6*len(e.typ) + 21*len(e.sources) + 256
+	if bound <= DefaultMaxRecordBytes {
+		return nil
+	}
+	if n := len(AppendEvent(nil, *e)); n > DefaultMaxRecordBytes {
+		return &TooLargeError{Size: n, Limit: DefaultMaxRecordBytes}
+	}
+	return nil
+}
+
 // EventError is a refused event: its seq (where it would have been
 // committed, or where it sits in a seed), its type and the rule it broke.
 // errors.Is(err, ErrInvalid) holds for it.
@@ -238,6 +273,9 @@ func (l *Log) admit(e *Event, prior []Event) (transition, error) {
 		return fail(fmt.Errorf("event carries no data"))
 	case e.time < -maxSafe || e.time > maxSafe:
 		return fail(fmt.Errorf("time %d is not a safe integer", e.time))
+	}
+	if err := checkRecordSize(e); err != nil {
+		return fail(err)
 	}
 	if e.payload == nil && class&classCore != 0 {
 		// A seed event built outside a log (hand-made, or by a decoder

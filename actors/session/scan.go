@@ -27,11 +27,13 @@ import (
 // entry, and each frame was decoded whole into memory.
 
 // DefaultMaxRecordBytes is the default bound on one line of a log file
-// (the header, or one storage record), without its newline: 16 MiB. The
-// largest record a real log holds is a packed chunk row of about 1.2 MB;
-// a longer line is refused as corruption (a *CorruptError wrapping a
-// *RecordTooLargeError) rather than buffered, so a hostile file cannot
-// make a reader hold more than this much of one line.
+// (the header, or one storage record), without its newline: 16 MiB. A
+// packed chunk row is at most MaxRowBytes (1 MiB) and Log.Append refuses
+// an event whose record would be longer than this, so dsh never writes a
+// line it refuses to read. A longer line is refused as corruption (a
+// *CorruptError wrapping a *RecordTooLargeError) rather than buffered, so
+// a hostile file cannot make a reader hold more than this much of one
+// line.
 const DefaultMaxRecordBytes = 16 << 20
 
 // maxFrameWindow bounds the history window a zstd frame may ask of the
