@@ -584,21 +584,21 @@ func (s *JSONLStore) Release(id session.SessionID) error {
 	return nil
 }
 
-// syncUnsynced is the barrier of Release and Close: it syncs st's file if
-// appends without durable wrote to it since the last fsync. On failure
-// the file is cut back to its last synced size (see Writer.Append).
+// syncUnsynced is the barrier of Release: it syncs st's file if appends
+// without durable wrote to it since the last fsync. On failure the file is
+// cut back to its last synced size (see Writer.Append), or marked dirty
+// for the next operation to cut back.
 func (s *JSONLStore) syncUnsynced(st *jsonlSession) error {
 	if !st.unsynced() {
 		return nil
 	}
 	f, err := s.acquire(st.path)
-	if err != nil {
-		return err
+	if err == nil {
+		err = s.sync(st, f)
+		s.release(st.path, f, err == nil)
 	}
-	err = s.sync(st, f)
-	s.release(st.path, f, err == nil)
 	if err != nil {
-		if cerr := s.clean(st); cerr != nil {
+		if cerr := s.cutBack(st); cerr != nil {
 			return fmt.Errorf("%w; then %w", err, cerr)
 		}
 	}

@@ -364,6 +364,40 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 	}
 }
 
+// Release and Close are barriers: what appends without durable wrote,
+// through a cached handle evicted and closed since, survives a crash after
+// them. Before them a crash may cut it (here: all of it).
+func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{MaxOpenFiles: 1})
+	var bs []*jlBuilder
+	for _, id := range []session.SessionID{"rel", "clo"} {
+		b := newJL(t, id)
+		b.textTurn("one", 2)
+		k := b.len()
+		b.textTurn("two", 2)
+		require.NoError(t, s.Create(b.header()))
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false)) // the first append: durable anyway
+		require.NoError(t, s.Append(ctx, b.id(), b.from(k), false))
+		bs = append(bs, b)
+	}
+	dropAll := vfs.DropUnsynced(func(int) int { return 0 })
+	crashed := func() *JSONLStore { return newJSONLOn(t, m.CrashCloneWith(dropAll), memRoot, JSONLConfig{}) }
+	for _, b := range bs {
+		got, err := crashed().Load(ctx, b.id())
+		require.NoError(t, err)
+		require.Less(t, len(got.Events), int(b.len()), "%s: the unsynced turn is lost in a crash", b.id())
+	}
+	require.NoError(t, s.Release(bs[0].id()))
+	got, err := crashed().Load(ctx, bs[0].id())
+	require.NoError(t, err)
+	jlRequireEvents(t, bs[0].events(), got.Events)
+	require.NoError(t, s.Close())
+	got, err = crashed().Load(ctx, bs[1].id())
+	require.NoError(t, err)
+	jlRequireEvents(t, bs[1].events(), got.Events)
+}
+
 // A first append that creates the directories above the root and then
 // fails to sync the entry of the topmost one: the retry, which finds them
 // existing, still syncs that entry, so the log survives a crash.
