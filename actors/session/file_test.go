@@ -610,7 +610,8 @@ const fuzzMaxRecord = 64 << 10
 
 // FuzzScanLog feeds arbitrary bytes to the scanner: it never panics, and
 // what it accepts is a header and events contiguous from seq 0. It reads
-// with a record limit of fuzzMaxRecord (see bombSeeds).
+// with a record limit of fuzzMaxRecord (see bombSeeds). Run it with
+// -fuzzminimizetime=10x (see FuzzParseFileMatchesReference).
 func FuzzScanLog(f *testing.F) {
 	_, paths := fixtureFiles(f)
 	for _, p := range paths {

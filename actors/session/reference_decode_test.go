@@ -486,7 +486,9 @@ func (f *File) referenceParseZstd(data []byte) ([]refLine, tail, error) {
 	if err != nil {
 		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame: %w", err))
 	}
-	if nl := bytes.IndexByte(content, '\n'); nl != len(content)-1 {
+	// An empty frame is refused too (the reader as it was sliced
+	// content[:-1] and panicked; the fuzz target found it).
+	if nl := bytes.IndexByte(content, '\n'); len(content) == 0 || nl != len(content)-1 {
 		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame does not hold exactly one line"))
 	}
 	if err := f.parseHeader(content[:len(content)-1]); err != nil {
