@@ -269,7 +269,13 @@ func (m *Client) Inject(ctx context.Context, id session.SessionID, msg messages.
 	return m.send(ctx, id, clusterpb.SendKind_SEND_KIND_INJECT, msg)
 }
 
+// send sends msg to the session's grain. A message too large to record
+// (session.CheckMessageSize) is refused here, with session.ErrTooLarge,
+// before anything goes over the network.
 func (m *Client) send(ctx context.Context, id session.SessionID, kind clusterpb.SendKind, msg messages.Message) error {
+	if err := session.CheckMessageSize(msg); err != nil {
+		return fmt.Errorf("cluster: send to %s: %w", id, err)
+	}
 	b, err := msg.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("cluster: encode message: %w", err)

@@ -577,27 +577,34 @@ func (h *Host) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 }
 
 // Followup queues msg as its own later turn (spec §4.3). When the session
-// was idle, the turn has started by the time Followup returns.
+// was idle, the turn has started by the time Followup returns. A message
+// too large to record is refused (session.ErrTooLarge), as by Steer and
+// Inject.
 func (h *Host) Followup(ctx context.Context, id session.SessionID, msg messages.Message) error {
-	return h.send(ctx, id, true, func(ref uint64) any { return agent.Followup{Ref: ref, Message: msg} })
+	return h.send(ctx, id, true, msg, func(ref uint64) any { return agent.Followup{Ref: ref, Message: msg} })
 }
 
 // Steer queues msg for the next step boundary of the running turn, or
 // starts a turn when idle.
 func (h *Host) Steer(ctx context.Context, id session.SessionID, msg messages.Message) error {
-	return h.send(ctx, id, true, func(ref uint64) any { return agent.Steer{Ref: ref, Message: msg} })
+	return h.send(ctx, id, true, msg, func(ref uint64) any { return agent.Steer{Ref: ref, Message: msg} })
 }
 
 // Inject stages msg without waking the session: it rides with the next
 // waking input.
 func (h *Host) Inject(ctx context.Context, id session.SessionID, msg messages.Message) error {
-	return h.send(ctx, id, false, func(ref uint64) any { return agent.Inject{Ref: ref, Message: msg} })
+	return h.send(ctx, id, false, msg, func(ref uint64) any { return agent.Inject{Ref: ref, Message: msg} })
 }
 
 // send forwards a send to the agent. A waking send is refused with
 // ErrNotDurable while the session's last write failed (fail closed): until
-// a write succeeds, the persister's background retry or a Flush.
-func (h *Host) send(ctx context.Context, id session.SessionID, wakes bool, mk func(uint64) any) error {
+// a write succeeds, the persister's background retry or a Flush. A message
+// too large to record (session.CheckMessageSize) is refused first, with
+// session.ErrTooLarge, before the session is even loaded.
+func (h *Host) send(ctx context.Context, id session.SessionID, wakes bool, msg messages.Message, mk func(uint64) any) error {
+	if err := session.CheckMessageSize(msg); err != nil {
+		return fmt.Errorf("supervisor: send to %s: %w", id, err)
+	}
 	e, err := h.live(ctx, id)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/dshgo/dsh/internal/invariants"
+	"github.com/dshgo/dsh/messages"
 )
 
 // ErrInvalid marks every refusal of an event by the log: a bad envelope,
@@ -15,11 +16,13 @@ var ErrInvalid = errors.New("session: invalid event")
 
 // ErrTooLarge marks an event refused because its record would be longer
 // than a reader accepts (DefaultMaxRecordBytes): written, it would make
-// the log unreadable. It also matches ErrInvalid. Use errors.Is.
+// the log unreadable. An error matching it also matches ErrInvalid. Use
+// errors.Is.
 var ErrTooLarge = errors.New("session: event too large")
 
 // TooLargeError is the rule an event too large to record broke; it comes
-// wrapped in an *EventError. errors.Is(err, ErrTooLarge) holds for it.
+// wrapped in an *EventError (or, from CheckMessageSize, in an error naming
+// the message). errors.Is(err, ErrTooLarge) holds for it.
 type TooLargeError struct {
 	// Size is the length in bytes of the event's record (its storage
 	// line, without the newline); Limit the most a record may have.
@@ -30,8 +33,9 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("its record of %d bytes is longer than the limit of %d bytes on one record", e.Size, e.Limit)
 }
 
-// Is makes every TooLargeError match ErrTooLarge.
-func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+// Is makes every TooLargeError match ErrTooLarge, and ErrInvalid, which
+// marks every refusal of an event.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge || target == ErrInvalid }
 
 // checkRecordSize refuses e when its verbatim record (AppendEvent) would
 // be longer than DefaultMaxRecordBytes, the longest line the reader
@@ -46,6 +50,39 @@ func checkRecordSize(e *Event) error {
 		return &TooLargeError{Size: n, Limit: DefaultMaxRecordBytes}
 	}
 	return nil
+}
+
+// CheckMessageSize refuses m, a message sent to a session (a followup,
+// steering, an injection), when a record holding it would be longer than
+// DefaultMaxRecordBytes: Append would refuse it, so a surface says so at
+// once instead of queueing what cannot be recorded. The measure is the
+// largest record a sent message takes, its inbox splice (the user message
+// a turn later records holds less around it). The error wraps a
+// *TooLargeError (errors.Is ErrTooLarge and ErrInvalid) and names the
+// message.
+func CheckMessageSize(m messages.Message) error {
+	if m.JSON().Len()+512 <= DefaultMaxRecordBytes {
+		return nil
+	}
+	d := NewInboxSpliced("next-turn", maxSafe, messages.OptInt{}, []messages.Message{m}, "").Draft()
+	if err := CheckDraftSize(d); err != nil {
+		return fmt.Errorf("session: message %s is too large: %w", m.ID(), err)
+	}
+	return nil
+}
+
+// CheckDraftSize returns a *TooLargeError (errors.Is ErrTooLarge) when the
+// record of d, appended at any seq and time, would be longer than
+// DefaultMaxRecordBytes, so that Append would refuse it: a caller that
+// builds an event from outside input (a tool's output, a model's message)
+// checks it before it asks for the append. Cheap unless d is near the
+// limit.
+func CheckDraftSize(d Draft) error {
+	// The longest seq and time a record can carry, so the measure holds
+	// wherever d lands.
+	e := Event{typ: d.typ, seq: maxSafe, time: -maxSafe, data: d.data, op: d.op,
+		sources: d.sources, hasSources: d.hasSources, ignorable: d.ignorable}
+	return checkRecordSize(&e)
 }
 
 // EventError is a refused event: its seq (where it would have been
