@@ -90,7 +90,15 @@
 // is the call's error result (TOOL_HOOK_ERROR), not a turn error; a
 // denial is TOOL_DENIED (Ask without an Approver is a denial that says
 // so), a post-execute block TOOL_RESULT_BLOCKED.
-// Send failures (a full inbox, a duplicate id) are answered SendFailed.
+// Send failures (a full inbox, a duplicate id, a message too large to
+// record) are answered SendFailed.
+// What the log could not hold is never asked of it (a record may be at
+// most session.DefaultMaxRecordBytes, see actors/session/doc.go): a tool
+// result that large becomes the call's error result
+// TOOL_OUTPUT_TOO_LARGE, naming its size and the limit, and the turn goes
+// on; a stream chunk or an assembled assistant message that large is not
+// recorded and ends the turn {error} (CodeMessageTooLarge), so a model's
+// output never crashes the agent into a restart loop.
 // A hook's panic (PreStep, TurnStopping, StepEnd, Request, RequestError) is
 // recovered and treated as its error: the turn ends {error} and the
 // observer gets TurnFailed. So is a panic of the other embedder callbacks

@@ -411,17 +411,20 @@ type turnState struct {
 	// failedFinish: the attempt's stream delivered an error or aborted
 	// finish before any abort.
 	failedFinish bool
-	cfg          messages.CallConfig
-	timerGen     uint64
-	calls        []toolCall
-	next         int // first unscheduled call
-	commitIdx    int
-	running      int
-	exclusive    bool // an exclusive call is in flight
-	concludes    bool
-	pushes       map[uint64]bool // context pushes not answered yet
-	firstClaim   bool
-	overflows    int // context-overflow compactions of the step
+	// tooLarge: the attempt's stream delivered a chunk whose record the
+	// log would refuse (not recorded); the step ends in error.
+	tooLarge   error
+	cfg        messages.CallConfig
+	timerGen   uint64
+	calls      []toolCall
+	next       int // first unscheduled call
+	commitIdx  int
+	running    int
+	exclusive  bool // an exclusive call is in flight
+	concludes  bool
+	pushes     map[uint64]bool // context pushes not answered yet
+	firstClaim bool
+	overflows  int // context-overflow compactions of the step
 
 	// The step-end hook (stepend.go): the boundary's claimed batch, held
 	// while its contributions are performed; the ones left; the inbox
@@ -920,7 +923,15 @@ func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
 			t.failedFinish = true
 		}
 	}
-	d.appendDrafts(appendTag{chunk: true}, session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft())
+	draft := session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft()
+	if t.tooLarge != nil {
+		return d.flush() // the step ends in error at the stream's end
+	}
+	if err := session.CheckDraftSize(draft); err != nil {
+		t.tooLarge = fmt.Errorf("a stream chunk is too large to record: %w", err)
+		return d.flush()
+	}
+	d.appendDrafts(appendTag{chunk: true}, draft)
 	t.asm.Push(c)
 	return d.flush()
 }
@@ -1269,6 +1280,7 @@ func (d *Driver) dispatch() {
 	t.asm.Reset()
 	t.chunkSeqs = nil
 	t.failedFinish = false
+	t.tooLarge = nil
 	t.streamRef = d.ref()
 	d.phase = phStream
 	d.emit(StartStreamEffect{Ref: t.streamRef, Request: req})
@@ -1290,11 +1302,18 @@ func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 		if blocks := t.asm.InterruptedBlocks(); len(blocks) > 0 && !t.failedFinish {
 			m, err := messages.NewAssistantMessage(blocks, src)
 			if err == nil {
-				d.appendDrafts(appendTag{}, session.AssistantMessage{Turn: t.turn, Step: t.step, Message: m,
-					Usage: usage, HasUsage: hasUsage, Interrupted: true}.Draft().WithSources(t.chunkSeqs))
+				draft := session.AssistantMessage{Turn: t.turn, Step: t.step, Message: m,
+					Usage: usage, HasUsage: hasUsage, Interrupted: true}.Draft().WithSources(t.chunkSeqs)
+				if session.CheckDraftSize(draft) == nil {
+					d.appendDrafts(appendTag{}, draft)
+				}
 			}
 		}
 		d.finishStep(outAborted, messages.LlmFailure{})
+		return
+	}
+	if t.tooLarge != nil {
+		d.finishStep(outError, tooLargeFailure(t.tooLarge))
 		return
 	}
 	if finish.Kind == messages.FinishError || finish.Kind == messages.FinishAborted {
@@ -1308,8 +1327,15 @@ func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 		d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
 		return
 	}
-	d.appendDrafts(appendTag{}, session.AssistantMessage{Turn: t.turn, Step: t.step, Message: m,
-		Usage: usage, HasUsage: hasUsage}.Draft().WithSources(t.chunkSeqs))
+	draft := session.AssistantMessage{Turn: t.turn, Step: t.step, Message: m,
+		Usage: usage, HasUsage: hasUsage}.Draft().WithSources(t.chunkSeqs)
+	if err := session.CheckDraftSize(draft); err != nil {
+		// The log could not hold the message (its reader would refuse the
+		// record): the step ends without it, the turn in error.
+		d.finishStep(outError, tooLargeFailure(fmt.Errorf("the assistant message is too large to record: %w", err)))
+		return
+	}
+	d.appendDrafts(appendTag{}, draft)
 	var calls []toolCall
 	if finish.Kind != messages.FinishMaxTokens {
 		for _, b := range blocks {
@@ -1336,6 +1362,16 @@ func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 			d.commitTools()
 		})
 	}
+}
+
+// CodeMessageTooLarge is the failure code of a turn that ended because
+// the model's output could not be recorded: a stream chunk or the
+// assistant message assembled from a stream was longer than a log record
+// may be (session.DefaultMaxRecordBytes).
+const CodeMessageTooLarge = "MESSAGE_TOO_LARGE"
+
+func tooLargeFailure(err error) messages.LlmFailure {
+	return messages.LlmFailure{Code: CodeMessageTooLarge, Message: "agent: " + err.Error()}
 }
 
 // failedAttempt is §4.6 step 4 and §4.10: retry inside the step, or end
@@ -1495,8 +1531,18 @@ func (d *Driver) commitTools() {
 		}
 		r := c.result
 		msg := messages.NewToolResultMessage(c.block.ID(), r.Content, r.IsError)
-		d.appendDrafts(appendTag{}, session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
-			Meta: r.Meta}.Draft().WithSources([]int64{c.seq}))
+		draft := session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
+			Meta: r.Meta}.Draft().WithSources([]int64{c.seq})
+		if err := session.CheckDraftSize(draft); err != nil {
+			// The log could not hold this result (its reader would refuse
+			// the record): the model is told so instead, and the turn goes
+			// on. The result's contexts still ride.
+			r = tooLargeResult(c.block.Name(), r, err)
+			msg = messages.NewToolResultMessage(c.block.ID(), r.Content, r.IsError)
+			draft = session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
+				Meta: r.Meta}.Draft().WithSources([]int64{c.seq})
+		}
+		d.appendDrafts(appendTag{}, draft)
 		for _, m := range r.AdditionalContexts {
 			ref := d.ref()
 			if t.pushes == nil {

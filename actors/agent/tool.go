@@ -162,6 +162,18 @@ func errorResult(name, code string, err error) Result {
 		IsError: true, Error: session.ToolError{Name: name, Code: code}}
 }
 
+// tooLargeResult replaces r, a result of tool name whose record the log
+// would refuse (err, a *session.TooLargeError), with the error result
+// TOOL_OUTPUT_TOO_LARGE that names the size and the limit. Its
+// AdditionalContexts and ConcludesTurn are kept; its Meta is dropped (it
+// may be what made the record too large).
+func tooLargeResult(name string, r Result, err error) Result {
+	out := errorResult("ToolOutputTooLargeError", "TOOL_OUTPUT_TOO_LARGE",
+		fmt.Errorf("the output of tool %q is too large to record: %w", name, err))
+	out.AdditionalContexts, out.ConcludesTurn = r.AdditionalContexts, r.ConcludesTurn
+	return out
+}
+
 // runTool executes call with t (nil when unknown), turning every failure
 // into an error result. It runs in a goroutine owned by the agent shell.
 func runTool(ctx context.Context, t Tool, call Call) (res Result) {
