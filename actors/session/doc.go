@@ -46,8 +46,10 @@
 // record would be longer than [DefaultMaxRecordBytes] (a user message, a
 // tool result, an assistant message of that size) with an [*EventError]
 // wrapping a [*TooLargeError] (errors.Is [ErrTooLarge] and [ErrInvalid]),
-// changing nothing. The surfaces above turn that into a refused send, an
-// error tool result or an ended turn (actors/agent/doc.go).
+// changing nothing. [CheckDraftSize] and [CheckMessageSize] tell a caller
+// beforehand: Host and the cluster client refuse such a message at once
+// (ErrTooLarge), and the agent turns such a tool result into an error
+// result and such a model output into an ended turn (actors/agent/doc.go).
 //
 // # The actor
 //
