@@ -121,10 +121,11 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	lines := make(chan string)
 	quit := make(chan struct{})
 	defer close(quit)
+	var readErr error // set before lines is closed
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(stdin)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		sc.Buffer(make([]byte, 64<<10), maxChatLine)
 		for sc.Scan() {
 			select {
 			case lines <- sc.Text():
@@ -132,14 +133,25 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 				return
 			}
 		}
+		readErr = sc.Err()
+		if errors.Is(readErr, bufio.ErrTooLong) {
+			readErr = fmt.Errorf("an input line is longer than %d MiB", maxChatLine>>20)
+		}
 	}()
 	c.prompt()
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				// End of input: leave once idle.
-				return c.wait(ctx)
+				// End of input: leave once idle. Input that could not be
+				// read is an error, not an end.
+				if err := c.wait(ctx); err != nil {
+					return err
+				}
+				if readErr != nil {
+					return fmt.Errorf("chat: reading input: %w", readErr)
+				}
+				return nil
 			}
 			if err := c.handle(ctx, line); err != nil {
 				if errors.Is(err, errQuit) {
@@ -292,6 +304,10 @@ func (c *chat) send(ctx context.Context, kind, text string) error {
 	}
 	return c.t.be.Followup(ctx, c.t.id, m)
 }
+
+// maxChatLine bounds one line of chat input: a longer one ends the chat
+// with an error (the reader cannot go on past it).
+const maxChatLine = 16 << 20
 
 // report prints a command's failure as one line and goes on, unless the
 // host is gone.

@@ -39,3 +39,28 @@ func TestChatRefusesAPromptTooLargeToRecord(t *testing.T) {
 	require.Contains(t, refusals[0], "limit of 16777216 bytes")
 	require.Less(t, len(refusals[0]), 300)
 }
+
+// TestChatLineLongerThanItsReaderTakesIsAnError: an input line longer
+// than the chat reads (16 MiB) ends the chat with one error line instead
+// of silently as if the input had ended.
+func TestChatLineLongerThanItsReaderTakesIsAnError(t *testing.T) {
+	ctx := testContext(t)
+	pr, pw := io.Pipe()
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan error, 1)
+	go func() {
+		done <- runChat(ctx, []string{"--dir", t.TempDir(), "--workdir", t.TempDir()}, pr, stdout, stderr, nil, slowModel(t, 5, 0))
+	}()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = io.WriteString(pw, strings.Repeat("x", 17<<20)+"\n/messages\n")
+		_ = pw.Close()
+	}()
+	err := <-done
+	require.NoError(t, pr.Close()) // the chat stopped reading: unblock the writer
+	<-wrote
+	require.Error(t, err)
+	require.Equal(t, "chat: reading input: an input line is longer than 16 MiB", err.Error())
+	require.Empty(t, messageLines(t, stdout.String()))
+}
