@@ -258,8 +258,9 @@
 // frame is decoded as a stream with a window of at most 16 MiB (whatever
 // its header asks for), an empty line costs nothing, and one line (the
 // header or a record) may be at most JSONLConfig.MaxRecordBytes long,
-// session.DefaultMaxRecordBytes (16 MiB) by default, well above the
-// largest record dsh writes (a packed chunk row of about 1.2 MB). A longer
+// session.DefaultMaxRecordBytes (16 MiB) by default, the most dsh ever
+// writes on one line (its packed rows stay under 1 MiB, and the session
+// refuses a longer event at append; see session's doc.go). A longer
 // line makes the log corrupt (a *session.CorruptError wrapping a
 // *session.RecordTooLargeError that names the limit), never repaired.
 // So a file of a few kilobytes that decompresses to a hundred MiB of
