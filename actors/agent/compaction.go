@@ -670,7 +670,14 @@ func (d *Driver) compactionStreamDone(finish messages.FinishReason, cancelled bo
 	if u, ok := c.asm.Usage(); ok {
 		o.Raw("usage", u.JSON())
 	}
-	d.appendDrafts(appendTag{compaction: compSummary}, session.NewDraft(session.TypeCompactionSum, o.Build()))
+	sum := session.NewDraft(session.TypeCompactionSum, o.Build())
+	if err := session.CheckDraftSize(sum); err != nil {
+		// The log could not hold the summary (its reader would refuse
+		// the record): the compaction fails, the surface untouched.
+		d.endCompaction(CompactFailed, "compaction summary is too large to record: "+err.Error())
+		return
+	}
+	d.appendDrafts(appendTag{compaction: compSummary}, sum)
 	d.settle(func() {
 		content := make([]messages.ContentBlock, 0, len(summary)+2)
 		content = append(content, messages.TextBlock(CompactionPreamble))

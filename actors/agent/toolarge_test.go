@@ -116,3 +116,27 @@ func TestStreamChunkTooLargeToRecordEndsTheTurn(t *testing.T) {
 	require.Equal(t, CodeMessageTooLarge, ends[0].Error.Code)
 	require.Contains(t, ends[0].Error.Message, "stream chunk is too large to record")
 }
+
+// TestCompactionSummaryTooLargeToRecordFails: a compaction whose summary
+// the log could not hold fails (compaction/end {error}), leaving the
+// surface as it was, instead of a refused append crashing the agent.
+func TestCompactionSummaryTooLargeToRecordFails(t *testing.T) {
+	big := strings.Repeat("s", 9<<20) // the summary record holds it twice (summary, rawOutput)
+	sum := entry{chunks: []messages.StreamChunk{messages.BlockStartChunk(0, messages.BlockText),
+		messages.TextDeltaChunk(0, big), messages.BlockEndChunk(0, messages.TextBlock(big)), finishChunk(messages.FinishStop)}}
+	h := newHarness(t, newMock(textResponse("ok"), sum), nil, withCompaction(CompactionConfig{NewID: fixedIDs("cmp-big")}))
+	h.followup(longPremise)
+	waitIdleSlow(h)
+	h.refs++
+	res, err := h.sys.Root.RequestFuture(h.agent, Compact{Ref: h.refs}, time.Minute).Result()
+	require.NoError(t, err)
+	r := res.(Compacted)
+	require.Equal(t, CompactFailed, r.Outcome)
+	require.Contains(t, r.Error, "compaction summary is too large to record")
+	es := h.events()
+	requireRecordable(t, es)
+	require.Empty(t, ofType(es, session.TypeCompactionSum))
+	end := ofType(es, session.TypeCompactionEnd)
+	require.Len(t, end, 1)
+	require.Contains(t, end[0].Data().String(), "limit of 16777216 bytes")
+}
