@@ -98,8 +98,10 @@
 // TOOL_OUTPUT_TOO_LARGE, naming its size and the limit, and the turn goes
 // on; a stream chunk or an assembled assistant message that large is not
 // recorded and ends the turn {error} (CodeMessageTooLarge); a compaction
-// summary that large fails the compaction (compaction/end {error}). So a
-// model's or a tool's output never crashes the agent into a restart.
+// summary that large fails the compaction (compaction/end {error}); an
+// event a running tool emits that large is refused to the tool by
+// Call.Emit (session.ErrTooLarge) and not appended. So a model's or a
+// tool's output never crashes the agent into a restart.
 // A hook's panic (PreStep, TurnStopping, StepEnd, Request, RequestError) is
 // recovered and treated as its error: the turn ends {error} and the
 // observer gets TurnFailed. So is a panic of the other embedder callbacks

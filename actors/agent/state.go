@@ -962,9 +962,11 @@ func (d *Driver) RetryTimerFired(gen uint64) Effects {
 	return d.flush()
 }
 
-// ToolEmitted appends a draft a running tool asked for.
+// ToolEmitted appends a draft a running tool asked for. Call.Emit has
+// refused a draft too large to record; one that got here anyway is
+// dropped rather than refused by the session, which would crash the agent.
 func (d *Driver) ToolEmitted(ref uint64, dr session.Draft) Effects {
-	if d.t == nil {
+	if d.t == nil || session.CheckDraftSize(dr) != nil {
 		return d.flush()
 	}
 	for _, c := range d.t.calls {

@@ -38,11 +38,17 @@ type Call struct {
 // Emit asks the agent to append d to the session log now: after the
 // call's tool/call and before its tool/result (todo_write's todo/write).
 // Safe to call from the tool's goroutine until Execute returns; later
-// calls are dropped.
-func (c Call) Emit(d session.Draft) {
+// calls are dropped. A draft whose record would be longer than the log
+// reader accepts is refused here, and nothing is appended: the error is
+// a *session.TooLargeError (errors.Is session.ErrTooLarge).
+func (c Call) Emit(d session.Draft) error {
+	if err := session.CheckDraftSize(d); err != nil {
+		return fmt.Errorf("agent: tool %q emits an event: %w", c.Name, err)
+	}
 	if c.emit != nil {
 		c.emit(d)
 	}
+	return nil
 }
 
 // Result is what a tool call produced. Content is the tool-result
@@ -239,7 +245,9 @@ func (TodoWrite) Execute(ctx context.Context, call Call) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	call.Emit(session.NewTodoWrite(todos).Draft())
+	if err := call.Emit(session.NewTodoWrite(todos).Draft()); err != nil {
+		return Result{}, err
+	}
 	return Result{Content: []messages.ContentBlock{messages.TextBlock("Todos updated.")}}, nil
 }
 

@@ -140,3 +140,26 @@ func TestCompactionSummaryTooLargeToRecordFails(t *testing.T) {
 	require.Len(t, end, 1)
 	require.Contains(t, end[0].Data().String(), "limit of 16777216 bytes")
 }
+
+// TestToolEmitTooLargeToRecordIsRefusedToTheTool: a running tool that
+// emits an event the log could not hold gets ErrTooLarge from Emit,
+// nothing is appended, and the turn goes on (the session refused such an
+// append before, and the agent crashed into a restart).
+func TestToolEmitTooLargeToRecordIsRefusedToTheTool(t *testing.T) {
+	huge := strings.Repeat("t", 17<<20)
+	emitted := make(chan error, 1)
+	tool := fakeTool{name: "plan", fn: func(_ context.Context, call Call) (Result, error) {
+		err := call.Emit(session.NewTodoWrite([]session.Todo{{Content: huge, Status: "pending"}}).Draft())
+		emitted <- err
+		return Result{Content: []messages.ContentBlock{messages.TextBlock("planned")}}, nil
+	}}
+	h := newHarness(t, newMock(toolCallResponse(tc{"c1", "plan", `{}`}), textResponse("ok")), nil, withTools(t, tool))
+	h.followup("plan it")
+	waitIdleSlow(h)
+	require.ErrorIs(t, <-emitted, session.ErrTooLarge)
+	es := h.events()
+	requireRecordable(t, es)
+	require.Empty(t, ofType(es, session.TypeTodoWrite))
+	require.Len(t, ofType(es, session.TypeToolResult), 1)
+	require.Equal(t, []session.TurnEndReason{{Kind: session.EndCompleted}}, turnEnds(es))
+}

@@ -243,7 +243,11 @@ func (t *replayTool) Execute(_ context.Context, call agent.Call) (agent.Result, 
 		return agent.Result{}, fmt.Errorf("replay: no recorded result for call %q", call.ID)
 	}
 	for _, d := range rt.emits {
-		call.Emit(d)
+		// A recorded emit was read from a log, so it fits one: a refusal
+		// would be a bug, reported as the call's error.
+		if err := call.Emit(d); err != nil {
+			return agent.Result{}, fmt.Errorf("replay: %w", err)
+		}
 	}
 	r := agent.Result{Error: rt.result.Error, Meta: rt.result.Meta, AdditionalContexts: rt.contexts}
 	m := rt.result.Message
