@@ -34,13 +34,7 @@ func TestActorPassesTheStoreErrorOnOnce(t *testing.T) {
 func TestJSONLFailedWriteAndTruncateBackIsOneLine(t *testing.T) {
 	ctx := t.Context()
 	s, m := newMemJSONL(t, JSONLConfig{})
-	b := newJL(t, "dirty")
-	b.textTurn("one", 5)
-	k := b.len()
-	b.textTurn("two", 5)
-	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
-	path := s.Locate(b.header())
+	b, k, path := twoTurnsFirstStored(t, s, "dirty")
 	size := len(readRaw(t, m, path))
 	m.InjectError(func(op vfs.Op, p string) error {
 		if p == path && (op == vfs.OpSync || op == vfs.OpTruncate) {

@@ -96,6 +96,20 @@ func newJL(t testing.TB, id session.SessionID) *jlBuilder {
 	return &jlBuilder{t: t, l: l, now: jlNow}
 }
 
+// twoTurnsFirstStored builds a log of two five-chunk text turns with id and
+// stores the first turn in s, durably: b.from(k) is the second, which the
+// test then writes, fails or damages. path is the session's log file.
+func twoTurnsFirstStored(t testing.TB, s *JSONLStore, id session.SessionID) (b *jlBuilder, k int64, path string) {
+	t.Helper()
+	b = newJL(t, id)
+	b.textTurn("one", 5)
+	k = b.len()
+	b.textTurn("two", 5)
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events()[:k], true))
+	return b, k, s.Locate(b.header())
+}
+
 func (b *jlBuilder) id() session.SessionID          { return b.l.ID() }
 func (b *jlBuilder) header() session.Header         { return b.l.Header() }
 func (b *jlBuilder) len() int64                     { return b.l.Len() }
@@ -273,13 +287,7 @@ func TestJSONLFailedAppendTruncates(t *testing.T) {
 			t.Run(enc.name+"/"+name, func(t *testing.T) {
 				ctx := t.Context()
 				s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain})
-				b := newJL(t, "retry")
-				b.textTurn("one", 5)
-				k := b.len()
-				b.textTurn("two", 5)
-				require.NoError(t, s.Create(b.header()))
-				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
-				path := s.Locate(b.header())
+				b, k, path := twoTurnsFirstStored(t, s, "retry")
 				before := readRaw(t, m, path)
 
 				armed := true
@@ -329,13 +337,7 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 		t.Run(next, func(t *testing.T) {
 			ctx := t.Context()
 			s, m := newMemJSONL(t, JSONLConfig{})
-			b := newJL(t, "dirty")
-			b.textTurn("one", 5)
-			k := b.len()
-			b.textTurn("two", 5)
-			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
-			path := s.Locate(b.header())
+			b, k, path := twoTurnsFirstStored(t, s, "dirty")
 			before := readRaw(t, m, path)
 
 			m.InjectError(func(op vfs.Op, p string) error {
@@ -638,13 +640,7 @@ func TestJSONLTornLineIsDropped(t *testing.T) {
 func TestJSONLCompleteFrameWithTornRecordIsCorruption(t *testing.T) {
 	ctx := t.Context()
 	s, m := newMemJSONL(t, JSONLConfig{})
-	b := newJL(t, "bad-frame")
-	b.textTurn("one", 5)
-	k := b.len()
-	b.textTurn("two", 5)
-	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
-	path := s.Locate(b.header())
+	b, k, path := twoTurnsFirstStored(t, s, "bad-frame")
 	recs := session.AppendRecords(nil, b.from(k), true)
 	bad := append(readRaw(t, m, path), session.AppendZstdFrame(nil, recs[:len(recs)-10])...)
 	writeRaw(t, m, path, bad)
@@ -743,12 +739,7 @@ func TestJSONLAppendAfterTornTail(t *testing.T) {
 		t.Run(enc.name, func(t *testing.T) {
 			ctx := t.Context()
 			s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain})
-			b := newJL(t, "continue")
-			b.textTurn("one", 5)
-			k := b.len()
-			b.textTurn("two", 5)
-			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
+			b, k, _ := twoTurnsFirstStored(t, s, "continue")
 			require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
 			path := s.Locate(b.header())
 			whole := readRaw(t, m, path)
