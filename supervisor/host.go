@@ -494,13 +494,20 @@ func (e *entry) fold(h *Host, ev session.Event, live bool) {
 	}
 }
 
+// entryOf returns session id's entry as it stands, nil if the host has
+// none: unlike resident, it neither waits for the session to be ready nor
+// refuses after Close (a notice may arrive for a session going away).
+func (h *Host) entryOf(id session.SessionID) *entry {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
 // onNotice receives the persister's notices for every session.
 func (h *Host) onNotice(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case persister.Durable:
-		h.mu.Lock()
-		e := h.sessions[m.ID]
-		h.mu.Unlock()
+		e := h.entryOf(m.ID)
 		if e == nil {
 			return
 		}
@@ -515,9 +522,7 @@ func (h *Host) onNotice(ctx actor.Context) {
 		// The one place a host hears of write failures and retries (a
 		// logger, once the host has one, logs here: the session, m.Err,
 		// m.Attempt and m.RetryIn; and the Retrying case below).
-		h.mu.Lock()
-		e := h.sessions[m.ID]
-		h.mu.Unlock()
+		e := h.entryOf(m.ID)
 		if e != nil {
 			e.writeFailures.Add(1)
 			e.setFailure(m.Err, e.durable.Load())
@@ -526,9 +531,7 @@ func (h *Host) onNotice(ctx actor.Context) {
 			h.cfg.OnWriteFailed(m.ID, m.Err)
 		}
 	case persister.Retrying:
-		h.mu.Lock()
-		e := h.sessions[m.ID]
-		h.mu.Unlock()
+		e := h.entryOf(m.ID)
 		if e != nil {
 			e.writeRetries.Add(1)
 		}
