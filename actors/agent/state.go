@@ -923,10 +923,10 @@ func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
 			t.failedFinish = true
 		}
 	}
-	draft := session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft()
 	if t.tooLarge != nil {
 		return d.flush() // the step ends in error at the stream's end
 	}
+	draft := session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft()
 	if err := session.CheckDraftSize(draft); err != nil {
 		t.tooLarge = fmt.Errorf("a stream chunk is too large to record: %w", err)
 		return d.flush()
@@ -1531,18 +1531,19 @@ func (d *Driver) commitTools() {
 		if !c.done || c.seq < 0 {
 			return
 		}
+		resultDraft := func(r Result) session.Draft {
+			msg := messages.NewToolResultMessage(c.block.ID(), r.Content, r.IsError)
+			return session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
+				Meta: r.Meta}.Draft().WithSources([]int64{c.seq})
+		}
 		r := c.result
-		msg := messages.NewToolResultMessage(c.block.ID(), r.Content, r.IsError)
-		draft := session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
-			Meta: r.Meta}.Draft().WithSources([]int64{c.seq})
+		draft := resultDraft(r)
 		if err := session.CheckDraftSize(draft); err != nil {
 			// The log could not hold this result (its reader would refuse
 			// the record): the model is told so instead, and the turn goes
 			// on. The result's contexts still ride.
 			r = tooLargeResult(c.block.Name(), r, err)
-			msg = messages.NewToolResultMessage(c.block.ID(), r.Content, r.IsError)
-			draft = session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
-				Meta: r.Meta}.Draft().WithSources([]int64{c.seq})
+			draft = resultDraft(r)
 		}
 		d.appendDrafts(appendTag{}, draft)
 		for _, m := range r.AdditionalContexts {
