@@ -13,7 +13,7 @@ import (
 )
 
 // This file holds the types of a log file read whole and writes whole
-// files (spec §3.8; scan.go reads them): the header line,
+// files (the format is in doc.go; scan.go reads them): the header line,
 // then one storage record per line (an event, or a packed chunk row), as
 // plain JSONL or as a concatenation of independent checksummed zstd frames.
 //

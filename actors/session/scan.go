@@ -273,8 +273,9 @@ func (r *lineReader) skipNewlines() int {
 // newlines is a block of empty lines for skipNewlines to compare with.
 var newlines = bytes.Repeat([]byte{'\n'}, 256)
 
-// scanner applies the record rules of spec §3.8 to the lines after the
-// header, one at a time, and builds Events.
+// scanner applies the record rules of a log file (doc.go: contiguous
+// seqs, torn tails, corruption) to the lines after the header, one at a
+// time, and builds Events.
 type scanner struct {
 	f   *File
 	max int
