@@ -1,0 +1,197 @@
+package persister
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// pool runs jobs on a fixed set of goroutines: the bound on concurrent
+// store calls (FsyncWorkers). Jobs queue in two unbounded queues (a shard
+// never blocks on submit): barrier work (synced writes, Create, Release)
+// and background work (write-behind batches, written but not synced). A
+// worker always takes barrier work first, so a turn end never waits
+// behind other sessions' background batches (it waits at most for the
+// FsyncWorkers calls in flight); within a queue jobs run in submission
+// order. A background write promoted to a synced one (promote) is queued
+// as barrier work too, and runs from whichever queue reaches it first.
+// Safe for concurrent use.
+//
+// Rejected alternative: a goroutine per write waiting on a semaphore. It
+// bounds the store calls just as well, but parks one goroutine per session
+// with a write due (thousands under load) and makes joining them on stop a
+// matter of counting; a fixed pool has exactly FsyncWorkers goroutines to
+// join. Rejected too: one queue in submission order (what this was). Under
+// a thousand sessions a turn end queued behind every batch submitted
+// before it.
+type pool struct {
+	ctx    context.Context // cancelled by close: aborts the store calls in flight
+	cancel context.CancelFunc
+	wake   chan struct{} // 1-buffered: "there may be jobs"
+	done   chan struct{} // closed by close
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex // guards barrier, behind, closed
+	barrier jobQueue
+	behind  jobQueue
+	closed  bool
+}
+
+// writeJob is one queued job. taken makes sure it runs once, though a
+// promoted job sits in both queues. A write's batch and sync flag may be
+// changed (promote) until a worker takes it; then they are final.
+type writeJob struct {
+	run func(context.Context)
+
+	mu    sync.Mutex // guards taken, and batch and sync until taken
+	taken bool
+	batch []session.Event
+	sync  bool
+}
+
+// take marks j taken, reporting whether it was not already.
+func (j *writeJob) take() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.taken {
+		return false
+	}
+	j.taken = true
+	return true
+}
+
+// jobQueue is a FIFO of jobs.
+type jobQueue struct {
+	jobs []*writeJob
+	head int // jobs[head:] are pending
+}
+
+func (q *jobQueue) push(j *writeJob) { q.jobs = append(q.jobs, j) }
+
+// pop returns the oldest job not taken yet, nil if none.
+func (q *jobQueue) pop() *writeJob {
+	for q.head < len(q.jobs) {
+		j := q.jobs[q.head]
+		q.jobs[q.head] = nil
+		q.head++
+		if q.head == len(q.jobs) {
+			q.jobs, q.head = q.jobs[:0], 0
+		}
+		if j.take() {
+			return j
+		}
+	}
+	return nil
+}
+
+func (q *jobQueue) len() int { return len(q.jobs) - q.head }
+
+func newPool(workers int) *pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pool{ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	for range workers {
+		p.wg.Go(p.work)
+	}
+	return p
+}
+
+// submit queues job as barrier work; after close it is dropped.
+func (p *pool) submit(job func(context.Context)) {
+	p.submitJob(&writeJob{run: job}, true)
+}
+
+// submitJob queues j, as barrier work if first, else as background work;
+// after close it is dropped.
+func (p *pool) submitJob(j *writeJob, first bool) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	if first {
+		p.barrier.push(j)
+	} else {
+		p.behind.push(j)
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+// promote makes background write j the barrier's, unless a worker has
+// taken it (then it runs as it started, and reports that it was not
+// synced): its batch becomes fold's, synced, and it moves ahead as
+// barrier work.
+func (p *pool) promote(j *writeJob, fold func() []session.Event) {
+	j.mu.Lock()
+	if j.taken {
+		j.mu.Unlock()
+		return
+	}
+	j.batch, j.sync = fold(), true
+	j.mu.Unlock()
+	p.submitJob(j, true)
+}
+
+func (p *pool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) work() {
+	for {
+		job, more, ok := p.take()
+		if !ok {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.done:
+				return
+			}
+		}
+		if more {
+			p.signal() // hand the rest to an idle worker
+		}
+		job.run(p.ctx)
+	}
+}
+
+// take pops the oldest barrier job, or else the oldest background job. ok
+// is false if there is none (or the pool is closed); more says others
+// remain.
+func (p *pool) take() (job *writeJob, more, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, false, false
+	}
+	job = p.barrier.pop()
+	if job == nil {
+		job = p.behind.pop()
+	}
+	if job == nil {
+		return nil, false, false
+	}
+	return job, p.barrier.len()+p.behind.len() > 0, true
+}
+
+// close drops the queued jobs, cancels the running ones' context and waits
+// for the workers to return. Idempotent.
+func (p *pool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	already := p.closed
+	p.closed = true
+	p.barrier, p.behind = jobQueue{}, jobQueue{}
+	p.mu.Unlock()
+	if already {
+		return
+	}
+	p.cancel()
+	close(p.done)
+	p.wg.Wait()
+}
