@@ -789,28 +789,35 @@ func (h *Host) Fork(ctx context.Context, id session.SessionID, boundary int64) (
 type Info struct {
 	Header   session.Header
 	Resident bool
+	// Running says the session is resident with a turn open.
+	Running bool
+	// Passivated says the session is not resident and was passivated by
+	// this host (it is stored; the next call naming it resumes it).
+	Passivated bool
 }
 
-// List names the sessions stored or resident, sorted by id.
+// List names the sessions stored or resident, sorted by id. It resumes
+// nothing: a stored session is read from the store's listing only.
 func (h *Host) List(ctx context.Context) ([]Info, error) {
 	stored, err := h.store.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	byID := map[session.SessionID]Info{}
-	for _, s := range stored {
-		byID[s.Header.ID] = Info{Header: s.Header}
-	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return nil, ErrClosed
 	}
+	for _, s := range stored {
+		_, parked := h.parked[s.Header.ID]
+		byID[s.Header.ID] = Info{Header: s.Header, Passivated: parked}
+	}
 	for id, e := range h.sessions {
 		select {
 		case <-e.ready:
 			if e.err == nil {
-				byID[id] = Info{Header: e.header, Resident: true}
+				byID[id] = Info{Header: e.header, Resident: true, Running: e.open.Load()}
 			}
 		default:
 		}
@@ -830,6 +837,47 @@ func (h *Host) List(ctx context.Context) ([]Info, error) {
 		return 0
 	})
 	return out, nil
+}
+
+// Peek returns the session's events from seq from on without resuming
+// it: a resident session's from its actor, a stored one's as the store
+// inspects it (an open turn closed in memory only; nothing is written and
+// no lock is taken). A session neither resident nor stored is
+// ErrNoSession.
+func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (session.Events, error) {
+	e, err := h.lockSettled(ctx, id)
+	if err != nil {
+		return session.Events{}, err
+	}
+	if e != nil {
+		e.inflight++
+	}
+	h.mu.Unlock()
+	if e != nil {
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			h.unuse(e)
+			return session.Events{}, context.Cause(ctx)
+		}
+		if e.err == nil {
+			defer h.unuse(e)
+			res, err := h.ask(ctx, e.session, session.QueryEvents{Ref: h.refs.Add(1), From: from})
+			if err != nil {
+				return session.Events{}, err
+			}
+			return res.(session.EventsReply).Events, nil
+		}
+	}
+	st, err := h.store.Inspect(ctx, id)
+	if err != nil {
+		if errors.Is(err, persister.ErrNotFound) {
+			err = fmt.Errorf("%w: %s", ErrNoSession, id)
+		}
+		return session.Events{}, err
+	}
+	from = min(max(from, 0), int64(len(st.Events)))
+	return session.EventsOf(st.Events[from:]), nil
 }
 
 // Stats are a session's counters. Chunks, Turns and Usage cover the whole
