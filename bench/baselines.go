@@ -33,7 +33,9 @@ type Baselines struct {
 	RawFsync       Latency `json:"raw_fsync"`
 	RawFsyncPerSec float64 `json:"raw_fsyncs_per_sec"`
 	// ProviderCPUPerChunkNs: CPU per chunk of the synthetic model alone,
-	// streaming the same kind of responses on one goroutine.
+	// streaming the same kind of responses: on one goroutine unpaced; paced,
+	// as many concurrent streams as the run's sessions at the run's pace,
+	// one goroutine each.
 	ProviderCPUPerChunkNs float64 `json:"provider_cpu_per_chunk_ns"`
 }
 
@@ -212,10 +214,14 @@ func appendSync(path string, data []byte) error {
 }
 
 // providerBaseline streams responses from a synthetic model configured as
-// the run's, on one goroutine, and returns the CPU per chunk.
+// the run's and returns its CPU per chunk. Unpaced, 200 responses on one
+// goroutine. Paced (Options.TokensPerSecond), as many concurrent streams
+// as the run has sessions, one goroutine each, at the run's pace, one
+// response each: a paced chunk costs the model a timer wake-up, and that
+// cost depends on how many streams wake at once.
 func providerBaseline(ctx context.Context, o Options) (float64, error) {
 	syn, err := synthetic.New(synthetic.Config{Seed: o.Seed, TextChunks: o.Chunks, ReasoningChunks: o.ReasoningChunks,
-		ToolCallRate: o.ToolRate, ReasoningRate: o.ReasoningRate})
+		ToolCallRate: o.ToolRate, ReasoningRate: o.ReasoningRate, TokensPerSecond: o.TokensPerSecond})
 	if err != nil {
 		return 0, err
 	}
@@ -224,19 +230,35 @@ func providerBaseline(ctx context.Context, o Options) (float64, error) {
 		return 0, err
 	}
 	cfg := messages.CallConfig{Provider: syn.Name(), Model: syn.Model()}
-	var chunks int64
-	cpu0 := cpuTime()
-	for i := range 200 {
+	stream := func(i int) (n int64) {
 		req := llm.NewRequest(cfg, "", []messages.Message{user}, nil).WithSession(fmt.Sprintf("baseline-%d", i))
 		for _, err := range syn.Stream(ctx, req) {
 			if err != nil {
 				break
 			}
-			chunks++
+			n++
+		}
+		return n
+	}
+	var chunks atomic.Int64
+	cpu0 := cpuTime()
+	if o.TokensPerSecond > 0 {
+		var wg sync.WaitGroup
+		for i := range o.Sessions {
+			wg.Go(func() { chunks.Add(stream(i)) })
+		}
+		wg.Wait()
+	} else {
+		for i := range 200 {
+			chunks.Add(stream(i))
 		}
 	}
-	if chunks == 0 {
+	cpu := cpuTime() - cpu0
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if chunks.Load() == 0 {
 		return 0, nil
 	}
-	return float64(cpuTime()-cpu0) / float64(chunks), nil
+	return float64(cpu) / float64(chunks.Load()), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -69,4 +70,22 @@ func TestTinyBenchJSONL(t *testing.T) {
 	require.Positive(t, r.Baselines.EncodeEventsPerSec)
 	require.Equal(t, 40, r.Baselines.RawFsync.Count, "one raw write+fsync per turn")
 	require.Positive(t, r.Baselines.ProviderCPUPerChunkNs)
+}
+
+// TestPacedProviderBaselineIsConcurrent: paced, the model-alone baseline
+// streams as many responses at once as the run has sessions, each at the
+// run's pace (in fake time: fifty 10-delta responses at 100 tokens/s take
+// about a tenth of a second together, five seconds one after another,
+// and no time at all unpaced).
+func TestPacedProviderBaselineIsConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := Options{Sessions: 50, Chunks: 10, ToolRate: -1, ReasoningRate: -1, TokensPerSecond: 100, Seed: 3}.withDefaults()
+		start := time.Now()
+		cpu, err := providerBaseline(t.Context(), o)
+		require.NoError(t, err)
+		el := time.Since(start)
+		require.GreaterOrEqual(t, el, 50*time.Millisecond, "paced at the run's speed")
+		require.Less(t, el, time.Second, "the streams run concurrently")
+		require.Positive(t, cpu)
+	})
 }
