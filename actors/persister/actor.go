@@ -22,7 +22,9 @@ import (
 //	write a batch     a job on the pool: Store.Append with a deadline
 //	                  (durable for a barrier's batch, which goes ahead of
 //	                  background ones), then writeDone back to the shard
-//	                  (never inside Receive)
+//	                  (never inside Receive); with a GroupWriter store, the
+//	                  writes due of many sessions in one AppendGroup
+//	                  (group.go)
 //	release           a job on the pool once an Untrack drained the session:
 //	                  Store.Release, then released back to the shard, which
 //	                  answers the Untrack and forgets the session
@@ -94,7 +96,10 @@ type rootActor struct {
 func (r *rootActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		r.pool = newPool(r.cfg.FsyncWorkers)
+		// A store that commits many sessions at once gets their writes
+		// in groups (group.go).
+		group, _ := r.cfg.Store.(GroupWriter)
+		r.pool = newPool(r.cfg.FsyncWorkers, group, r.cfg.WriteTimeout)
 		r.shards = make([]*actor.PID, r.cfg.Shards)
 		cfg, p := r.cfg, r.pool
 		props := actor.PropsFromProducer(func() actor.Actor { return &shard{cfg: cfg, pool: p} })
@@ -617,13 +622,14 @@ func (s *shard) onReleased(ctx actor.Context, m released) {
 // background write can be promoted (pool.promote) until it starts.
 func (s *shard) write(id session.SessionID, gen uint64, batch []session.Event, sync bool) *writeJob {
 	store, g, timeout := s.cfg.Store, s.gate, s.cfg.WriteTimeout
-	j := &writeJob{batch: batch, sync: sync}
+	j := &writeJob{id: id, batch: batch, sync: sync}
+	j.done = func(synced bool, err error) { g.send(writeDone{id: id, gen: gen, synced: synced, err: err}) }
 	j.run = func(base context.Context) {
 		// Taken: batch and sync are final.
 		ctx, cancel := context.WithTimeout(base, timeout)
 		err := appendSafely(ctx, store, id, j.batch, j.sync)
 		cancel()
-		g.send(writeDone{id: id, gen: gen, synced: j.sync, err: err})
+		j.done(j.sync, err)
 	}
 	s.pool.submitJob(j, sync)
 	return j

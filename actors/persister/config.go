@@ -86,7 +86,8 @@ type Config struct {
 	// Default 4096.
 	MaxBatchEvents int
 	// FsyncWorkers bounds the goroutines running Store.Append, across all
-	// shards. Default 4.
+	// shards. Default 4. A GroupWriter store is written by one more
+	// goroutine, a group at a time; the workers run its other calls.
 	FsyncWorkers int
 	// Shards is the number of shard actors; a session lives on the shard
 	// chosen by a hash of its id. Default 8.

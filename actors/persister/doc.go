@@ -158,6 +158,17 @@
 // background batch still queued when its barrier starts takes the events
 // queued since and becomes the barrier's write: one write, one fsync.
 //
+// A store that implements [GroupWriter] (one database file for every
+// session) gets group commit across sessions as well: its writes go to
+// one committer goroutine instead of the workers, and each commit takes
+// every write queued while the one before ran (barriers first, then
+// background batches, at most 1024) in one AppendGroup call, one
+// transaction and one sync. Each session still has its own watermark: a
+// batch refused inside the commit fails that session only, a commit that
+// fails fails every session in it, and each failed session is retried as
+// any failed write is. A background batch in a commit that held a barrier
+// is durable with it.
+//
 // Stopping the persister fails pending barriers with ErrStopped and drops
 // unwritten events (what was written unsynced stays in the file, for the
 // store's Close to sync), so a host flushes (or untracks) every session

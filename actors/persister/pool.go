@@ -3,6 +3,7 @@ package persister
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/dshgo/dsh/actors/session"
 )
@@ -25,6 +26,11 @@ import (
 // join. Rejected too: one queue in submission order (what this was). Under
 // a thousand sessions a turn end queued behind every batch submitted
 // before it.
+//
+// With a GroupWriter store (group set) the writes go to a third pair of
+// queues, gBarrier and gBehind, that one more goroutine, the committer,
+// empties a group at a time (group.go); the workers run the other jobs
+// (Create, Release).
 type pool struct {
 	ctx    context.Context // cancelled by close: aborts the store calls in flight
 	cancel context.CancelFunc
@@ -32,10 +38,19 @@ type pool struct {
 	done   chan struct{} // closed by close
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex // guards barrier, behind, closed
+	mu      sync.Mutex // guards barrier, behind, gBarrier, gBehind, closed
 	barrier jobQueue
 	behind  jobQueue
 	closed  bool
+
+	// group, when set, commits the writes (group.go): gBarrier and gBehind
+	// are its queues, gwake (1-buffered) wakes the committer, and timeout
+	// is the deadline of each commit.
+	group    GroupWriter
+	gBarrier jobQueue
+	gBehind  jobQueue
+	gwake    chan struct{}
+	timeout  time.Duration
 }
 
 // writeJob is one queued job. taken makes sure it runs once, though a
@@ -43,6 +58,11 @@ type pool struct {
 // changed (promote) until a worker takes it; then they are final.
 type writeJob struct {
 	run func(context.Context)
+	// id and done are set for a write: a group commit writes its batch
+	// for session id and reports the outcome through done (synced: the
+	// store synced it) instead of calling run.
+	id   session.SessionID
+	done func(synced bool, err error)
 
 	mu    sync.Mutex // guards taken, and batch and sync until taken
 	taken bool
@@ -87,11 +107,17 @@ func (q *jobQueue) pop() *writeJob {
 
 func (q *jobQueue) len() int { return len(q.jobs) - q.head }
 
-func newPool(workers int) *pool {
+// newPool starts workers workers, and a group committer if group is not
+// nil (each commit with the deadline timeout).
+func newPool(workers int, group GroupWriter, timeout time.Duration) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pool{ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &pool{ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		group: group, gwake: make(chan struct{}, 1), timeout: timeout}
 	for range workers {
 		p.wg.Go(p.work)
+	}
+	if group != nil {
+		p.wg.Go(p.commit)
 	}
 	return p
 }
@@ -107,6 +133,19 @@ func (p *pool) submitJob(j *writeJob, first bool) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		return
+	}
+	if p.group != nil && j.done != nil {
+		if first {
+			p.gBarrier.push(j)
+		} else {
+			p.gBehind.push(j)
+		}
+		p.mu.Unlock()
+		select {
+		case p.gwake <- struct{}{}:
+		default:
+		}
 		return
 	}
 	if first {
@@ -187,6 +226,7 @@ func (p *pool) close() {
 	already := p.closed
 	p.closed = true
 	p.barrier, p.behind = jobQueue{}, jobQueue{}
+	p.gBarrier, p.gBehind = jobQueue{}, jobQueue{}
 	p.mu.Unlock()
 	if already {
 		return

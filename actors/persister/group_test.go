@@ -1,0 +1,328 @@
+package persister
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// Tests of group commit (group.go): the persister over a GroupWriter store
+// writes the writes due of many sessions in one AppendGroup. They run in
+// synctest bubbles: the store holds each commit until the test hands it a
+// token, so what queues meanwhile is known exactly.
+
+// groupStore is a fakeStore that also commits groups. Each AppendGroup
+// reports its sessions on entered and waits for a token; the next commit
+// can be made to fail whole, or one session's batch in it. Append (a write
+// outside a group) is counted apart: a GroupWriter store should not get
+// any. Safe for concurrent use.
+type groupStore struct {
+	fakeStore
+	entered chan []session.SessionID
+	tokens  chan struct{}
+
+	gmu          sync.Mutex // guards the fields below
+	commits      [][]session.SessionID
+	durables     []bool // per commit: did it hold a barrier
+	direct       int    // Append calls
+	failCommits  []error
+	failSessions map[session.SessionID]error
+}
+
+func newGroupStore() *groupStore {
+	return &groupStore{entered: make(chan []session.SessionID, 1024), tokens: make(chan struct{}, 1024),
+		failSessions: map[session.SessionID]error{}}
+}
+
+func (s *groupStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+	s.gmu.Lock()
+	s.direct++
+	s.gmu.Unlock()
+	return s.fakeStore.Append(ctx, id, events, durable)
+}
+
+func (s *groupStore) AppendGroup(ctx context.Context, batches []Batch) []error {
+	ids := make([]session.SessionID, len(batches))
+	durable := false
+	for i, b := range batches {
+		ids[i] = b.ID
+		durable = durable || b.Durable
+	}
+	errs := make([]error, len(batches))
+	s.entered <- ids
+	select {
+	case <-s.tokens:
+	case <-ctx.Done():
+		for i := range errs {
+			errs[i] = context.Cause(ctx)
+		}
+		return errs
+	}
+	s.gmu.Lock()
+	s.commits = append(s.commits, ids)
+	s.durables = append(s.durables, durable)
+	var commitErr error
+	if len(s.failCommits) > 0 {
+		commitErr, s.failCommits = s.failCommits[0], s.failCommits[1:]
+	}
+	failed := map[session.SessionID]error{}
+	for _, id := range ids {
+		if err := s.failSessions[id]; err != nil {
+			failed[id] = err
+			delete(s.failSessions, id)
+		}
+	}
+	s.gmu.Unlock()
+	for i, b := range batches {
+		err := commitErr
+		if err == nil {
+			err = failed[b.ID]
+		}
+		if err != nil {
+			s.cutBack(b.ID)
+			errs[i] = fmt.Errorf("persister: append %s: %w", b.ID, err)
+			continue
+		}
+		errs[i] = s.fakeStore.Append(ctx, b.ID, b.Events, durable)
+	}
+	return errs
+}
+
+// cutBack drops what id has written since its last durable event, as a
+// failed transaction leaves it.
+func (s *groupStore) cutBack(id session.SessionID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.logs != nil {
+		s.logs[id] = s.logs[id][:s.synced[id]]
+	}
+}
+
+// waitCommit waits for the next AppendGroup to start and returns its
+// sessions.
+func (s *groupStore) waitCommit(t *testing.T) []session.SessionID {
+	t.Helper()
+	select {
+	case ids := <-s.entered:
+		return ids
+	case <-time.After(futureTimeout):
+		require.FailNow(t, "timed out waiting for a group commit")
+		return nil
+	}
+}
+
+// release lets n commits (running or future) complete.
+func (s *groupStore) release(n int) {
+	for range n {
+		s.tokens <- struct{}{}
+	}
+}
+
+func (s *groupStore) failNextCommit(err error) {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	s.failCommits = append(s.failCommits, err)
+}
+
+func (s *groupStore) failSession(id session.SessionID, err error) {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	s.failSessions[id] = err
+}
+
+func (s *groupStore) stats() (commits [][]session.SessionID, durables []bool, direct int) {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	return slices.Clone(s.commits), slices.Clone(s.durables), s.direct
+}
+
+func lastSeqOf(evs []session.Event) int64 { return evs[len(evs)-1].Seq() }
+
+// TestActorGroupCommitCoversManyTurnEnds: while one group commits, the
+// turn ends of eight sessions and another session's write-behind batch
+// queue up; the next commit takes them all at once (barriers first), and
+// that one commit makes each session durable up to its own last event,
+// the write-behind batch included. Nothing goes through Append.
+func TestActorGroupCommitCoversManyTurnEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newGroupStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow, MaxBatchEvents: 2})
+		first := r.track("s-first")
+		var ids []session.SessionID
+		for i := range 8 {
+			ids = append(ids, r.track(fmt.Sprintf("s-turn-%d", i)))
+		}
+		behind := r.track("s-behind")
+
+		fevs := r.turn(first, 2)
+		require.Equal(t, []session.SessionID{first}, store.waitCommit(t))
+		bevs := r.append(behind, wbUserDrafts(2)...) // the size bound: a write-behind batch
+		synctest.Wait()
+		last := map[session.SessionID]int64{}
+		for _, id := range ids {
+			last[id] = lastSeqOf(r.turn(id, 3))
+			synctest.Wait()
+		}
+
+		store.release(1)
+		r.owner.waitDurable(t, first, lastSeqOf(fevs))
+		require.Equal(t, append(slices.Clone(ids), behind), store.waitCommit(t),
+			"one commit for everything queued meanwhile, barriers first")
+		store.release(1)
+		for _, id := range ids {
+			r.owner.waitDurable(t, id, last[id])
+			require.Equal(t, last[id], store.lastSeq(id))
+		}
+		r.owner.waitDurable(t, behind, lastSeqOf(bevs))
+		synctest.Wait()
+
+		commits, durables, direct := store.stats()
+		require.Len(t, commits, 2, "two commits for nine sessions' turn ends")
+		require.Equal(t, []bool{true, true}, durables)
+		require.Zero(t, direct, "no write outside a group")
+		for _, id := range append(slices.Clone(ids), first) {
+			require.Len(t, store.batchesOf(id), 1, "%s: one batch", id)
+		}
+	})
+}
+
+// TestActorGroupCommitWriteBehindAloneIsNotDurable: a commit of
+// write-behind batches only holds no barrier: the batches are written, and
+// nobody hears Durable for them.
+func TestActorGroupCommitWriteBehindAloneIsNotDurable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newGroupStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow, MaxBatchEvents: 2})
+		a, b := r.track("s-bg-a"), r.track("s-bg-b")
+		r.append(a, wbUserDrafts(2)...)
+		require.Equal(t, []session.SessionID{a}, store.waitCommit(t))
+		r.append(b, wbUserDrafts(2)...)
+		synctest.Wait()
+		store.release(2)
+		require.Equal(t, []session.SessionID{b}, store.waitCommit(t))
+		synctest.Wait()
+		require.Equal(t, int64(1), store.lastSeq(a))
+		require.Equal(t, int64(1), store.lastSeq(b))
+		for _, id := range []session.SessionID{a, b} {
+			_, ok := r.owner.durableOf(id)
+			require.False(t, ok, "%s: a write-behind batch is not durable", id)
+		}
+		_, durables, _ := store.stats()
+		require.Equal(t, []bool{false, false}, durables)
+	})
+}
+
+// TestActorGroupCommitFailsOnlyTheRefusedSession: one session's batch is
+// refused inside a commit; the other session in it is durable, the refused
+// one hears WriteFailed and is retried on the backoff, alone, until it is
+// durable too.
+func TestActorGroupCommitFailsOnlyTheRefusedSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newGroupStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow})
+		first, a, b := r.track("s-first"), r.track("s-refused"), r.track("s-fine")
+		r.turn(first, 1)
+		require.Equal(t, []session.SessionID{first}, store.waitCommit(t))
+		aevs := r.turn(a, 2)
+		synctest.Wait()
+		bevs := r.turn(b, 2)
+		synctest.Wait()
+		store.failSession(a, errWriteDisk)
+		store.release(2)
+		require.Equal(t, []session.SessionID{a, b}, store.waitCommit(t))
+
+		r.owner.waitDurable(t, b, lastSeqOf(bevs))
+		r.owner.waitFor(t, "a's failure", func() bool { return len(r.owner.failuresOf(a)) == 1 })
+		require.ErrorIs(t, r.owner.failuresOf(a)[0], errWriteDisk)
+		require.Empty(t, r.owner.failuresOf(b))
+		_, ok := r.owner.durableOf(a)
+		require.False(t, ok)
+
+		start := time.Now()
+		require.Equal(t, []session.SessionID{a}, store.waitCommit(t), "the retry commits the refused session alone")
+		require.Equal(t, 100*time.Millisecond, time.Since(start), "on the first backoff step")
+		store.release(1)
+		r.owner.waitDurable(t, a, lastSeqOf(aevs))
+		require.Equal(t, lastSeqOf(aevs), store.lastSeq(a))
+		require.Len(t, store.batchesOf(a), 1, "nothing of the refused batch was stored")
+	})
+}
+
+// TestActorGroupCommitFailedCommitFailsEverySessionInIt: a commit that
+// fails whole fails each session in it, and only those: each is retried
+// and becomes durable; a session committed before is untouched.
+func TestActorGroupCommitFailedCommitFailsEverySessionInIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newGroupStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow})
+		first, a, b := r.track("s-first"), r.track("s-a"), r.track("s-b")
+		fevs := r.turn(first, 1)
+		require.Equal(t, []session.SessionID{first}, store.waitCommit(t))
+		aevs := r.turn(a, 2)
+		bevs := r.turn(b, 2)
+		synctest.Wait()
+		store.failNextCommit(nil) // the first commit succeeds
+		store.failNextCommit(errWriteDisk)
+		store.release(1)
+		r.owner.waitDurable(t, first, lastSeqOf(fevs))
+		require.ElementsMatch(t, []session.SessionID{a, b}, store.waitCommit(t))
+		store.release(1024)
+		for _, id := range []session.SessionID{a, b} {
+			r.owner.waitFor(t, string(id)+"'s failure", func() bool { return len(r.owner.failuresOf(id)) >= 1 })
+			require.ErrorIs(t, r.owner.failuresOf(id)[0], errWriteDisk)
+		}
+		r.owner.waitDurable(t, a, lastSeqOf(aevs))
+		r.owner.waitDurable(t, b, lastSeqOf(bevs))
+		require.Empty(t, r.owner.failuresOf(first))
+		for _, id := range []session.SessionID{a, b} {
+			require.Len(t, r.owner.failuresOf(id), 1, "%s failed once", id)
+			require.Len(t, store.batchesOf(id), 1, "%s: stored once, by the retry", id)
+		}
+		commits, _, direct := store.stats()
+		require.GreaterOrEqual(t, len(commits), 3)
+		require.Zero(t, direct)
+	})
+}
+
+// badGroupStore returns the wrong number of results, or panics.
+type badGroupStore struct {
+	fakeStore
+	panics bool
+}
+
+func (s *badGroupStore) AppendGroup(ctx context.Context, batches []Batch) []error {
+	if s.panics {
+		panic("store bug")
+	}
+	return nil
+}
+
+// TestAppendGroupSafelyFailsEveryBatchOfABrokenStore: a store that panics
+// or answers with the wrong number of results fails every batch of the
+// group, each error naming its session.
+func TestAppendGroupSafelyFailsEveryBatchOfABrokenStore(t *testing.T) {
+	batches := []Batch{{ID: "s-x"}, {ID: "s-y", Durable: true}}
+	for _, g := range []*badGroupStore{{}, {panics: true}} {
+		errs := appendGroupSafely(context.Background(), g, batches)
+		require.Len(t, errs, 2)
+		for i, err := range errs {
+			require.Error(t, err)
+			require.Contains(t, err.Error(), string(batches[i].ID))
+		}
+		if g.panics {
+			require.Contains(t, errs[0].Error(), "panicked")
+		} else {
+			require.Contains(t, errs[0].Error(), "returned 0 results")
+		}
+	}
+	require.False(t, errors.Is(appendGroupSafely(context.Background(), &badGroupStore{}, batches)[0], ErrFenced))
+}
