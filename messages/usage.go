@@ -33,6 +33,10 @@ type TokenUsage struct {
 	CacheReadTokens  OptInt
 	CacheWriteTokens OptInt
 	ReasoningTokens  OptInt
+	// TotalTokens is the optional total a later format-0 writer of the
+	// reference records beside the counts (docs/log-format.md): kept as
+	// reported, never computed.
+	TotalTokens OptInt
 }
 
 // JSON returns the usage in the harness's shape.
@@ -47,6 +51,9 @@ func (u TokenUsage) JSON() JSON {
 	}
 	if v, ok := u.ReasoningTokens.Get(); ok {
 		o.Int("reasoningTokens", v)
+	}
+	if v, ok := u.TotalTokens.Get(); ok {
+		o.Int("totalTokens", v)
 	}
 	return o.Build()
 }
@@ -69,6 +76,7 @@ func (u TokenUsage) Add(o TokenUsage) TokenUsage {
 		CacheReadTokens:  sum(u.CacheReadTokens, o.CacheReadTokens),
 		CacheWriteTokens: sum(u.CacheWriteTokens, o.CacheWriteTokens),
 		ReasoningTokens:  sum(u.ReasoningTokens, o.ReasoningTokens),
+		TotalTokens:      sum(u.TotalTokens, o.TotalTokens),
 	}
 }
 
@@ -109,6 +117,9 @@ func ParseTokenUsage(j JSON) (TokenUsage, error) {
 		return TokenUsage{}, err
 	}
 	if u.ReasoningTokens, err = count("reasoningTokens", false); err != nil {
+		return TokenUsage{}, err
+	}
+	if u.TotalTokens, err = count("totalTokens", false); err != nil {
 		return TokenUsage{}, err
 	}
 	return u, nil

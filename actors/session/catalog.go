@@ -3,8 +3,9 @@ package session
 import "slices"
 
 // EventType names an event. The log's vocabulary is the reference's
-// KNOWN_SESSION_EVENT_TYPES (48 names); dsh produces the core subset and
-// keeps the rest verbatim as foreign events.
+// KNOWN_SESSION_EVENT_TYPES (48 names) plus the three log-only types its
+// later format-0 releases added (51 names, docs/log-format.md); dsh
+// produces the core subset and keeps the rest verbatim as foreign events.
 type EventType string
 
 // The core event types dsh produces (DESIGN §3).
@@ -31,15 +32,20 @@ const (
 	TypeCompactionEnd    EventType = "compaction/end"
 )
 
-// knownTypes is the reference's whole known vocabulary, sorted.
+// knownTypes is the reference's whole known vocabulary, sorted: the 48
+// names of the release the corpus comes from, and model/selection,
+// subagent/model-selection-policy and
+// session-log-deepseek/delivery-accepted, which later releases write
+// without a version bump (docs/log-format.md).
 var knownTypes = []EventType{
 	"agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided",
 	"approval/policy", "assistant/chunk", "assistant/message", "command/done", "command/run",
 	"compaction/end", "compaction/prune", "compaction/start", "compaction/summary",
 	"feedback/record", "goal/change", "hook/invoked", "hook/result", "llm/retry",
-	"llm/retry-started", "permission/preset", "plan/mode", "request/context", "request/header",
-	"sandbox/mode", "schedule/change", "session/end-seed", "session/title",
-	"session/title-llm-request", "step/end", "step/start", "subagent/descriptor", "team/member",
+	"llm/retry-started", "model/selection", "permission/preset", "plan/mode", "request/context", "request/header",
+	"sandbox/mode", "schedule/change", "session-log-deepseek/delivery-accepted",
+	"session/end-seed", "session/title", "session/title-llm-request", "step/end", "step/start",
+	"subagent/descriptor", "subagent/model-selection-policy", "team/member",
 	"team/message/delivered", "team/message/queued", "team/task", "todo/write",
 	"tool-workflow/agent-end", "tool-workflow/agent-start", "tool-workflow/run-end",
 	"tool-workflow/run-start", "tool/call", "tool/code-dispatch", "tool/code-dispatch-start",
@@ -58,7 +64,7 @@ var coreTypes = []EventType{
 // (spec §2.2, §3.7).
 var legacyTypes = []EventType{"request/header-delta", "mode/set", "steering/message"}
 
-// KnownTypes returns the reference's known vocabulary (48 names), sorted.
+// KnownTypes returns the reference's known vocabulary (51 names), sorted.
 // The slice is owned by the caller.
 func KnownTypes() []EventType { return slices.Clone(knownTypes) }
 

@@ -19,7 +19,7 @@ func TestTypeClassesFollowTheLists(t *testing.T) {
 		require.Equal(t, slices.Contains(rowTags, n), n.isRowTag(), n)
 		require.Equal(t, n.IsKnown() && !n.IsCore(), n.IsForeign(), n)
 	}
-	require.Len(t, knownTypes, 48)
+	require.Len(t, knownTypes, 51)
 	require.True(t, slices.IsSorted(knownTypes))
 	for _, c := range coreTypes {
 		require.True(t, c.IsKnown(), "core type %s is known", c)

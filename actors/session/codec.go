@@ -188,17 +188,27 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 			return fail("sourceEventSeqs is not an array")
 		}
 		e.hasSources = true
-		if text := srcJ.String(); text != "[]" {
-			// An assistant message cites its whole stream: size the list
-			// once (compact JSON, so one comma between elements).
-			e.sources = make([]int64, 0, strings.Count(text, ",")+1)
-		}
-		for v := range srcJ.Elements() {
-			n, ok := v.AsInt()
-			if !ok || n < 0 {
-				return fail("sourceEventSeqs holds %s, not a non-negative safe integer", v)
+		text := srcJ.String()
+		if strings.IndexByte(text[1:], '[') >= 0 {
+			// A later writer's range-encoded list (docs/log-format.md).
+			src, err := expandSources(srcJ, seq)
+			if err != nil {
+				return fail("%w", err)
 			}
-			e.sources = append(e.sources, n)
+			e.sources = src
+		} else {
+			if text != "[]" {
+				// An assistant message cites its whole stream: size the
+				// list once (compact JSON, so one comma between elements).
+				e.sources = make([]int64, 0, strings.Count(text, ",")+1)
+			}
+			for v := range srcJ.Elements() {
+				n, ok := v.AsInt()
+				if !ok || n < 0 {
+					return fail("sourceEventSeqs holds %s, not a non-negative safe integer", v)
+				}
+				e.sources = append(e.sources, n)
+			}
 		}
 	}
 	if hasIgn {
@@ -213,4 +223,65 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 	}
 	e.setPayload(p)
 	return e, nil
+}
+
+// MaxExpandedSources bounds what the range-encoded sourceEventSeqs of one
+// event may expand to: more cited seqs than this is refused, so that a
+// short line cannot make the reader allocate without bound (a plain list
+// of that many seqs would take over 2 MiB to write).
+const MaxExpandedSources = 1 << 20
+
+// expandSources reads a sourceEventSeqs list whose entries are seqs or
+// inclusive [start, end] ranges (docs/log-format.md): each range has
+// start < end and stands for every seq in it; neither neighbour of a
+// range may fall inside it; every cited seq is earlier than seq, the
+// event's own. The expansion is at most MaxExpandedSources seqs.
+func expandSources(list messages.JSON, seq int64) ([]int64, error) {
+	type entry struct{ lo, hi int64 }
+	var entries []entry
+	total := int64(0)
+	for v := range list.Elements() {
+		if v.Kind() != messages.KindArray {
+			n, ok := v.AsInt()
+			if !ok || n < 0 {
+				return nil, fmt.Errorf("sourceEventSeqs holds %s, not a non-negative safe integer or a [start, end] range", v)
+			}
+			entries = append(entries, entry{n, n})
+			total++
+			continue
+		}
+		var ends []int64
+		for b := range v.Elements() {
+			n, ok := b.AsInt()
+			if !ok || n < 0 || len(ends) == 2 {
+				return nil, fmt.Errorf("sourceEventSeqs range %s is not a pair of non-negative safe integers", v)
+			}
+			ends = append(ends, n)
+		}
+		switch {
+		case len(ends) != 2:
+			return nil, fmt.Errorf("sourceEventSeqs range %s is not a pair of non-negative safe integers", v)
+		case ends[0] >= ends[1]:
+			return nil, fmt.Errorf("sourceEventSeqs range %s is not increasing", v)
+		case ends[1] >= seq:
+			return nil, fmt.Errorf("sourceEventSeqs range %s cites seq %d, not an earlier one", v, ends[1])
+		}
+		entries = append(entries, entry{ends[0], ends[1]})
+		if total += ends[1] - ends[0] + 1; total > MaxExpandedSources {
+			return nil, fmt.Errorf("sourceEventSeqs ranges expand to more than %d seqs", MaxExpandedSources)
+		}
+	}
+	for i := 1; i < len(entries); i++ {
+		a, b := entries[i-1], entries[i]
+		if (a.lo != a.hi || b.lo != b.hi) && a.lo <= b.hi && b.lo <= a.hi {
+			return nil, fmt.Errorf("sourceEventSeqs entries %d and %d overlap", i-1, i)
+		}
+	}
+	out := make([]int64, 0, total)
+	for _, r := range entries {
+		for n := r.lo; n <= r.hi; n++ {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }

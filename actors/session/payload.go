@@ -135,12 +135,18 @@ const (
 	ReasonInitial HeaderReason = "initial"
 	ReasonResume  HeaderReason = "resume"
 	ReasonChange  HeaderReason = "change"
+	// ReasonSeries is written by later format-0 releases of the reference
+	// (docs/log-format.md); dsh reads it and never writes it.
+	ReasonSeries HeaderReason = "series"
 )
 
-// RequestHeader logs a full snapshot of the request header.
+// RequestHeader logs a full snapshot of the request header. StartsSeries
+// is the optional startsSeries: true a later writer puts on a "series"
+// header (docs/log-format.md).
 type RequestHeader struct {
-	Header EpochHeader
-	Reason HeaderReason
+	Header       EpochHeader
+	Reason       HeaderReason
+	StartsSeries bool
 }
 
 // RequestContext logs the route and context window of requests.
@@ -298,6 +304,9 @@ func (p RequestHeader) Draft() Draft {
 	p.Header = p.Header.Canonical()
 	var o messages.ObjectBuilder
 	o.Raw("header", p.Header.JSON()).String("reason", string(p.Reason))
+	if p.StartsSeries {
+		o.Bool("startsSeries", true)
+	}
 	return Draft{typ: TypeRequestHeader, data: o.Build(), payload: p}
 }
 
@@ -390,7 +399,7 @@ func checkPayload(p payload) error {
 		return checkToolResultMessage(p.Message)
 	case RequestHeader:
 		switch p.Reason {
-		case ReasonInitial, ReasonResume, ReasonChange:
+		case ReasonInitial, ReasonResume, ReasonChange, ReasonSeries:
 		case "fallback":
 			return fmt.Errorf("request/header reason \"fallback\" was removed from the format")
 		default:
@@ -515,19 +524,26 @@ func decodePayload(t EventType, data messages.JSON) (payload, error) {
 	case TypeRequestHeader:
 		reason := HeaderReason(d.str("reason"))
 		switch reason {
-		case ReasonInitial, ReasonResume, ReasonChange:
+		case ReasonInitial, ReasonResume, ReasonChange, ReasonSeries:
 		case "fallback":
 			return nil, fmt.Errorf("request/header reason \"fallback\" was removed from the format")
 		default:
 			if d.err == nil {
-				return nil, fmt.Errorf("request/header reason %q is not initial, resume or change", reason)
+				return nil, fmt.Errorf("request/header reason %q is not initial, resume, change or series", reason)
 			}
 		}
 		h, err := ParseEpochHeader(d.field("header"))
 		if err != nil {
 			return nil, err
 		}
-		p = RequestHeader{Header: h, Reason: reason}
+		rh := RequestHeader{Header: h, Reason: reason}
+		if v, has := data.Field("startsSeries"); has {
+			if b, _ := v.AsBool(); !b {
+				return nil, fmt.Errorf("request/header startsSeries must be true when present")
+			}
+			rh.StartsSeries = true
+		}
+		p = rh
 	case TypeRequestContext:
 		c := RequestContext{Provider: d.str("provider"), Model: d.str("model")}
 		if v, has := data.Field("contextWindow"); has {

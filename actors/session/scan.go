@@ -294,6 +294,11 @@ type scanner struct {
 	// seq gap); the lines after it are only searched for a turn/end.
 	bad       *badLine
 	committed bool // a turn/end follows bad: it is corruption, not a torn tail
+	// cited counts the sourceEventSeqs of the events decoded so far and
+	// read the bytes of their lines: range-encoded citations may not
+	// expand past one seq per byte read plus MaxExpandedSources
+	// (docs/log-format.md), so memory stays in proportion to the file.
+	cited, read int64
 }
 
 type badLine struct {
@@ -338,6 +343,16 @@ func (s *scanner) line(text []byte, no int, cut int64, frame int) {
 		err = fmt.Errorf("record starts at seq %d, want %d", evs[n].seq, s.n)
 		rule = fmt.Errorf("seq gap in committed region: record starts at seq %d, want %d", evs[n].seq, s.n)
 		clear(evs[n:])
+	default:
+		s.read += int64(len(text)) + 1
+		for i := n; i < len(evs); i++ {
+			s.cited += int64(len(evs[i].sources))
+		}
+		if s.cited > s.read+MaxExpandedSources {
+			err = fmt.Errorf("sourceEventSeqs ranges expand past %d seqs more than the %d bytes read", MaxExpandedSources, s.read)
+			rule = &causeError{msg: "unparsable committed event", err: err}
+			clear(evs[n:])
+		}
 	}
 	if err != nil {
 		s.bad = &badLine{cut: cut, no: no, seq: s.n, err: err, rule: rule, first: s.first}
