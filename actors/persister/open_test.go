@@ -1,0 +1,141 @@
+package persister
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseStoreURL(t *testing.T) {
+	for _, tc := range []struct {
+		url          string
+		scheme, path string
+	}{
+		{"jsonl:/data/dsh", SchemeJSONL, "/data/dsh"},
+		{"jsonl:rel/dir", SchemeJSONL, "rel/dir"},
+		{"/data/dsh", SchemeJSONL, "/data/dsh"}, // a bare path is a JSONL directory
+		{"rel", SchemeJSONL, "rel"},
+		{"./odd:name", SchemeJSONL, "./odd:name"},   // not a scheme's shape
+		{"jsonl:odd:name", SchemeJSONL, "odd:name"}, // the colon belongs to the path
+		{`C:\dsh`, SchemeJSONL, `C:\dsh`},           // a drive letter, not a scheme
+		{"sqlite:/data/dsh.db", SchemeSQLite, "/data/dsh.db"},
+		{"sqlite:dsh.db", SchemeSQLite, "dsh.db"},
+	} {
+		loc, err := ParseStoreURL(tc.url)
+		require.NoError(t, err, tc.url)
+		require.Equal(t, Location{Scheme: tc.scheme, Path: tc.path}, loc, tc.url)
+	}
+	for _, tc := range []struct{ url, says string }{
+		{"", "empty path"},
+		{"jsonl:", "empty path"},
+		{"sqlite:", "empty path"},
+		{"sqlit:x.db", `unknown scheme "sqlit"`},
+		{"postgres://host/db", `unknown scheme "postgres"`},
+	} {
+		_, err := ParseStoreURL(tc.url)
+		require.ErrorIs(t, err, ErrStoreURL, tc.url)
+		require.ErrorContains(t, err, tc.says, tc.url)
+		var ue *StoreURLError
+		require.ErrorAs(t, err, &ue)
+		require.Equal(t, tc.url, ue.URL)
+	}
+	// Open and OpenReader refuse what does not parse, touching nothing.
+	dir := t.TempDir()
+	_, err := Open("nope:" + dir)
+	require.ErrorIs(t, err, ErrStoreURL)
+	_, err = OpenReader("jsonl:")
+	require.ErrorIs(t, err, ErrStoreURL)
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, ents)
+}
+
+// Open opens a JSONL directory for writing with the writer locks on, by
+// URL or bare path; OpenReader reads it without taking any lock, and
+// refuses to repair.
+func TestOpenJSONL(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open("jsonl:" + dir)
+	require.NoError(t, err)
+	defer w.Close()
+	b := newJL(t, "s-open")
+	b.textTurn("one", 5)
+	require.NoError(t, w.Create(b.header()))
+	require.NoError(t, w.Append(t.Context(), b.id(), b.events(), true))
+	require.FileExists(t, filepath.Join(sessionDir(dir, b.header()), zstdArtifact), "the default encoding")
+
+	// w holds the session's writer lock: a second writer by bare path is
+	// refused, naming the holder.
+	w2, err := Open(dir)
+	require.NoError(t, err)
+	defer w2.Close()
+	more := newJL(t, "s-open") // the same id, to try an append past w's events
+	more.textTurn("one", 5)
+	more.textTurn("two", 3)
+	err = w2.Append(t.Context(), b.id(), more.from(b.len()), true)
+	var le *LockedError
+	require.ErrorAs(t, err, &le, "Open must take the writer locks")
+
+	// A reader reads while the writer holds the lock.
+	r, err := OpenReader("jsonl:" + dir)
+	require.NoError(t, err)
+	defer r.Close()
+	listed, err := r.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, b.id(), listed[0].Header.ID)
+	got, err := r.Inspect(t.Context(), b.id())
+	require.NoError(t, err)
+	jlRequireEvents(t, b.events(), got.Events)
+	_, err = r.Load(t.Context(), b.id())
+	require.ErrorIs(t, err, ErrReadOnly)
+	_, isWriter := r.(Writer)
+	require.False(t, isWriter, "a reader must not offer writes")
+}
+
+// Open keeps the encoding a directory holds: a root of plain logs goes on
+// with plain logs.
+func TestOpenJSONLKeepsPlain(t *testing.T) {
+	dir := t.TempDir()
+	p, err := NewJSONLStore(JSONLConfig{Root: dir, Plain: true})
+	require.NoError(t, err)
+	b := newJL(t, "s-plain")
+	b.textTurn("one", 3)
+	require.NoError(t, p.Create(b.header()))
+	require.NoError(t, p.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, p.Close())
+
+	s, err := Open(dir)
+	require.NoError(t, err)
+	c := newJL(t, "s-plain-2")
+	c.textTurn("two", 3)
+	require.NoError(t, s.Create(c.header()))
+	require.NoError(t, s.Append(t.Context(), c.id(), c.events(), true))
+	require.NoError(t, s.Close())
+	require.FileExists(t, filepath.Join(sessionDir(dir, c.header()), plainArtifact))
+}
+
+// OpenReader wants an existing directory: a listing of a misspelt path
+// says so instead of showing an empty store.
+func TestOpenReaderMissing(t *testing.T) {
+	dir := t.TempDir()
+	_, err := OpenReader(filepath.Join(dir, "missing"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorContains(t, err, "missing")
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, err = OpenReader("jsonl:" + file)
+	require.ErrorContains(t, err, "not a directory")
+}
+
+// Until this build has a SQLite store, a sqlite: URL says so, as such.
+func TestOpenSQLiteUnavailable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	_, err := Open("sqlite:" + path)
+	require.ErrorIs(t, err, ErrUnavailable)
+	_, err = OpenReader("sqlite:" + path)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.NoFileExists(t, path)
+}
