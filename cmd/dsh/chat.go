@@ -20,8 +20,8 @@ const chatUsage = `Usage: dsh chat [flags]
 
 An interactive session: each line you type is sent to the model (a
 followup: while a turn runs it is queued as the next turn) and the answer
-streams to stdout. Without --session a new session is created under --dir;
---session ID resumes one. Line editing is the terminal's own (cooked mode:
+streams to stdout. Without --session a new session is created in the
+store (--store, or --dir); --session ID resumes one. Line editing is the terminal's own (cooked mode:
 backspace, Ctrl-U, Ctrl-W); there is no history or completion.
 
 Commands:

@@ -61,7 +61,10 @@ Usage:
   dsh log repair FILE                  cut a torn tail and close an open turn, in place
   dsh log fork --at SEQ --out OUT FILE write a new session seeded with FILE's events 0..SEQ
   dsh log replay [--fixture] FILE      re-run FILE through dsh's loop: "conformant" or the first divergence
-  dsh sessions [--dir DIR] [--json]    list the sessions stored under a data directory
+  dsh sessions [--store URL] [--json]  list the sessions of a store (default: the data directory)
+
+Stores: --store jsonl:DIR (a directory of JSONL logs; --dir DIR is the same)
+or --store sqlite:PATH (one SQLite database), for run, chat, bench, sessions.
 
 Run 'dsh COMMAND --help' for a command's flags.
 `

@@ -19,11 +19,13 @@ import (
 	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/llm/deepseek"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/cluster"
 	"github.com/dshgo/dsh/supervisor"
 )
 
 const memberUsage = `Usage: dsh member --dir DIR [flags]
+       dsh member --store jsonl:DIR [flags]
 
 Runs one member of a dsh cluster until SIGINT or SIGTERM. Sessions are
 placed on the members by id; every member shares DIR (one directory on
@@ -34,7 +36,9 @@ wire of protoactor's automanaged provider) and polls every --peers
 entry (every member's endpoint; its own may be left out). --bind must
 be an address the other members can reach (not 0.0.0.0). A member that
 dies leaves the cluster within about --refresh; its sessions move to
-the others, which repair and resume them from DIR.
+the others, which repair and resume them from DIR. A cluster shares a
+JSONL directory only: a SQLite store (sqlite:PATH) is refused, since a
+SQLite file on a network file system is not safe for several writers.
 
 Whoever reaches a member can create sessions and read every session's
 messages. With --tls-cert, --tls-key and --tls-ca (PEM files, all three
@@ -113,7 +117,8 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var speed float64
 	var asJSON bool
 	var passivate time.Duration
-	fs.StringVar(&cfg.Dir, "dir", "", "the store directory every member shares (required)")
+	var stores storeFlags
+	stores.register(fs, "the store directory every member shares (this or --store jsonl:DIR is required)")
 	fs.StringVar(&cfg.Name, "name", cluster.DefaultName, "cluster name")
 	fs.StringVar(&cfg.Bind, "bind", cluster.DefaultBind, "address to listen on (remote and provider endpoint)")
 	fs.IntVar(&cfg.Port, "port", 0, "actor remote port (0: a free one)")
@@ -135,14 +140,22 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return usagef("member: unexpected argument %q", fs.Arg(0))
 	}
-	if cfg.Dir == "" {
+	if !stores.given() {
 		return usagef("member: --dir is required")
 	}
+	loc, err := stores.location("member")
+	if err != nil {
+		return err
+	}
+	if loc.Scheme != persister.SchemeJSONL {
+		// Not usage (exit 2 and a hint): one line that says why.
+		return fmt.Errorf("member: --store %s: a cluster shares a JSONL directory (--store jsonl:DIR); a SQLite file on a network file system is not safe for several writers", loc)
+	}
+	cfg.Dir = loc.Path
 	cfg.Peers = splitPeers(peers)
 	if tf.given() && cfg.Insecure {
 		return usagef("member: --insecure goes without --tls-cert, --tls-key and --tls-ca")
 	}
-	var err error
 	if cfg.TLS, err = tf.load(); err != nil {
 		return err
 	}

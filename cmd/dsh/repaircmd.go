@@ -76,23 +76,6 @@ func defaultDataDir() (string, error) {
 	return filepath.Join(home, ".local", "share", "dsh"), nil
 }
 
-// openStoreAt opens the JSONL store at dir in whichever encoding the root
-// already holds (zstd unless it holds plain logs). It takes each session's
-// writer lock before writing it (persister.JSONLConfig.Lock): a session
-// another process writes is refused, not interleaved. Reading (List,
-// Inspect) never locks.
-func openStoreAt(dir string) (*persister.JSONLStore, error) {
-	s, err := persister.NewJSONLStore(persister.JSONLConfig{Root: dir, Lock: true})
-	if err == nil || !errors.Is(err, persister.ErrLayout) {
-		return s, err
-	}
-	plain, perr := persister.NewJSONLStore(persister.JSONLConfig{Root: dir, Plain: true, Lock: true})
-	if perr != nil {
-		return nil, err
-	}
-	return plain, nil
-}
-
 type sessionRow struct {
 	ID            string `json:"id"`
 	CreatedAt     int64  `json:"createdAt"`
@@ -101,31 +84,35 @@ type sessionRow struct {
 	Revision      string `json:"revision"`
 }
 
-// sessionsCmd lists the sessions stored under a data directory.
+// sessionsCmd lists the sessions of a store. It opens the store for
+// reading only (persister.OpenReader): no writer lock, so it lists a store
+// a running dsh writes.
 func sessionsCmd(args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("sessions")
-	dir := fs.String("dir", "", "data directory (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh)")
+	var sf storeFlags
+	sf.register(fs, "data directory (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh); --store jsonl:DIR")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
-	if err := parseFlags(fs, args, "Usage: dsh sessions [--dir DIR] [--json]\n\nFlags:\n", stdout); err != nil {
+	if err := parseFlags(fs, args, "Usage: dsh sessions [--dir DIR | --store URL] [--json]\n\nFlags:\n", stdout); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usagef("sessions: unexpected argument %q", fs.Arg(0))
 	}
-	root := *dir
-	if root == "" {
-		d, err := defaultDataDir()
-		if err != nil {
-			return err
-		}
-		root = d
-	}
-	if st, err := os.Stat(root); err != nil || !st.IsDir() {
-		return fmt.Errorf("%s: not a directory", root)
-	}
-	store, err := openStoreAt(root)
+	loc, err := sf.location("sessions")
 	if err != nil {
-		return err // names the root and says what is wrong with it
+		return err
+	}
+	root := loc.Path
+	if loc.Scheme == persister.SchemeJSONL {
+		if st, err := os.Stat(root); err != nil || !st.IsDir() {
+			return fmt.Errorf("%s: not a directory", root)
+		}
+	} else {
+		root = loc.String()
+	}
+	store, err := persister.OpenReader(loc.String())
+	if err != nil {
+		return err // names the store and says what is wrong with it
 	}
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

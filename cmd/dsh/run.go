@@ -31,7 +31,8 @@ const runUsage = `Usage: dsh run [flags] PROMPT
 
 Sends PROMPT to a session and streams the assistant's text to stdout until
 the session is idle; the session id goes to stderr at the end. Without
---session a new session is created under --dir; --session ID resumes one.
+--session a new session is created in the store (--store, or --dir);
+--session ID resumes one.
 The model may use the built-in tools: todo_write, and the read-only file
 tools read_file, list_dir, glob and grep, confined to --workdir.
 
@@ -53,7 +54,8 @@ Flags:
 // talkFlags are the flags shared by run and chat.
 type talkFlags struct {
 	provider, baseURL, model string
-	dir, sessionID, system   string
+	sessionID, system        string
+	stores                   storeFlags
 	workdir                  string
 	showReasoning, verbose   bool
 	asJSON                   bool
@@ -70,7 +72,7 @@ func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
 	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set)")
 	fs.StringVar(&f.baseURL, "base-url", "", "deepseek: API root (default "+deepseek.DefaultBaseURL+")")
 	fs.StringVar(&f.model, "model", "", "model id (default: the provider's)")
-	fs.StringVar(&f.dir, "dir", "", "data directory holding the sessions (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh)")
+	f.stores.register(fs, "data directory holding the sessions (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh); --store jsonl:DIR")
 	fs.StringVar(&f.sessionID, "session", "", "resume this session instead of creating one")
 	fs.StringVar(&f.system, "system", "", "system prompt")
 	fs.StringVar(&f.workdir, "workdir", "", "directory the file tools may read (default: the current directory)")
@@ -200,13 +202,9 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 	default:
 		return nil, usagef("unknown --provider %q (synthetic or deepseek)", f.provider)
 	}
-	dir := f.dir
-	if dir == "" {
-		d, err := defaultDataDir()
-		if err != nil {
-			return nil, err
-		}
-		dir = d
+	loc, err := f.stores.location("--store")
+	if err != nil {
+		return nil, err
 	}
 	wd := f.workdir
 	if wd == "" {
@@ -225,11 +223,7 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		_ = fst.Close()
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		_ = fst.Close()
-		return nil, err
-	}
-	st, err := openTalkStore(dir, env.fs)
+	st, err := openTalkStore(loc, env.fs)
 	if err != nil {
 		_ = fst.Close()
 		return nil, err
@@ -241,13 +235,16 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		_ = fst.Close()
 		return nil, err
 	}
-	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: dir}
+	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: loc.Path}
+	if loc.Scheme != persister.SchemeJSONL {
+		t.dir = loc.String()
+	}
 	if f.sessionID != "" {
 		t.id = session.SessionID(f.sessionID)
 		if err := h.Resume(ctx, t.id); err != nil {
 			t.close()
 			if errors.Is(err, supervisor.ErrNoSession) {
-				return nil, fmt.Errorf("no session %s under %s", f.sessionID, dir)
+				return nil, fmt.Errorf("no session %s under %s", f.sessionID, t.dir)
 			}
 			return nil, err
 		}
@@ -262,18 +259,28 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 	return t, nil
 }
 
-// openTalkStore opens the store at dir (locking, as openStoreAt), through
-// fsys when it is set.
-func openTalkStore(dir string, fsys vfs.FS) (*persister.JSONLStore, error) {
-	if fsys != nil {
-		return persister.NewJSONLStore(persister.JSONLConfig{Root: dir, FS: fsys, Lock: true})
+// openTalkStore opens the store at loc for writing (persister.Open: with
+// its writer locks), a JSONL directory through fsys when it is set. A
+// JSONL directory is made first if missing, as a data directory is.
+func openTalkStore(loc persister.Location, fsys vfs.FS) (persister.Store, error) {
+	if loc.Scheme != persister.SchemeJSONL {
+		return persister.Open(loc.String())
 	}
-	return openStoreAt(dir)
+	if err := os.MkdirAll(loc.Path, 0o755); err != nil {
+		return nil, err
+	}
+	if fsys != nil {
+		return persister.NewJSONLStore(persister.JSONLConfig{Root: loc.Path, FS: fsys, Lock: true})
+	}
+	return persister.Open(loc.String())
 }
 
 // startTalk opens the local host, or joins the cluster of --peers.
 func startTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 	if f.peers != "" {
+		if f.stores.store != "" {
+			return nil, usagef("--store goes without --peers (the session lives in the members' store)")
+		}
 		return dialTalk(ctx, f, f.peers)
 	}
 	if f.tls.given() {

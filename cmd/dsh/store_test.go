@@ -1,0 +1,71 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// --store names the store for run and sessions, by URL or bare path, and
+// means the same store as --dir; both at once is bad usage.
+func TestStoreFlagNamesTheStore(t *testing.T) {
+	t.Setenv("DEEPSEEK_API_KEY", "")
+	dir, wd := t.TempDir(), t.TempDir()
+	code, _, errOut := runDsh("run", "--store", "jsonl:"+dir, "--workdir", wd, "hello")
+	require.Equal(t, exitOK, code, errOut)
+	id := sessionFrom(t, errOut)
+
+	// The same store through --dir, and through a bare path.
+	code, _, errOut = runDsh("run", "--dir", dir, "--workdir", wd, "--session", id, "again")
+	require.Equal(t, exitOK, code, errOut)
+	code, _, errOut = runDsh("run", "--store", dir, "--workdir", wd, "--session", id, "and again")
+	require.Equal(t, exitOK, code, errOut)
+	for _, args := range [][]string{{"--store", "jsonl:" + dir}, {"--store", dir}, {"--dir", dir}} {
+		code, out, errOut := runDsh(append([]string{"sessions", "--json"}, args...)...)
+		require.Equal(t, exitOK, code, errOut)
+		require.Contains(t, out, `"id":"`+id+`"`, args)
+	}
+
+	for _, args := range [][]string{
+		{"run", "--dir", dir, "--store", "jsonl:" + dir, "hi"},
+		{"chat", "--dir", dir, "--store", "jsonl:" + dir},
+		{"sessions", "--dir", dir, "--store", "jsonl:" + dir},
+		{"member", "--dir", dir, "--store", "jsonl:" + dir},
+	} {
+		code, out, errOut := runDsh(args...)
+		require.Equal(t, exitUsage, code, args)
+		require.Empty(t, out)
+		require.True(t, strings.HasPrefix(errOut, "dsh: "), errOut)
+		require.Contains(t, strings.SplitN(errOut, "\n", 2)[0], "--dir and --store both given", args)
+	}
+	for _, args := range [][]string{
+		{"run", "--store", "sqlit:" + dir, "hi"},
+		{"sessions", "--store", "jsonl:"},
+	} {
+		code, _, errOut := runDsh(args...)
+		require.Equal(t, exitUsage, code, args)
+		require.Contains(t, errOut, "--store", args)
+	}
+	code, _, errOut = runDsh("run", "--store", "jsonl:"+dir, "--peers", "127.0.0.1:1", "hi")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--store goes without --peers")
+}
+
+// A cluster shares a JSONL directory: dsh member refuses a SQLite store
+// with one line that says why, and takes --store jsonl:DIR as --dir DIR.
+func TestMemberRefusesASQLiteStore(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "dsh.db")
+	code, out, errOut := runDsh("member", "--store", "sqlite:"+db)
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, out)
+	require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	require.Contains(t, errOut, "a cluster shares a JSONL directory")
+	require.Contains(t, errOut, "a SQLite file on a network file system is not safe for several writers")
+	require.NoFileExists(t, db)
+
+	code, _, errOut = runDsh("member")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--dir is required")
+}
