@@ -48,6 +48,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -92,11 +93,21 @@ type Options struct {
 	// (supervisor.Config.IdleTimeout): between turns a session may be
 	// stopped and resumed from disk.
 	PassivateAfter time.Duration
+	// Stagger, when positive, spreads the sessions' first turns evenly
+	// over that long (session i starts i×Stagger/Sessions after the load
+	// began) instead of starting them all at once, so that at a model's
+	// pace their turn ends are spread as a steady load's are rather than
+	// all arriving together.
+	Stagger time.Duration
 	// Cluster, when positive, runs the sessions on that many cluster
 	// members on 127.0.0.1 sharing the directory (package cluster): each
 	// session is created and driven through member i mod Cluster, wherever
 	// its id places it. It needs a directory (not PolicyNone).
 	Cluster int
+	// CPUProfile, when set, receives a CPU profile (runtime/pprof) of the
+	// load alone: from the first session's creation to the last turn's
+	// end, neither the verification nor the baselines.
+	CPUProfile io.Writer
 	// Progress receives progress lines (nil: none). Live rewrites one line
 	// (a terminal); otherwise a plain line every ProgressInterval.
 	Progress         io.Writer
@@ -402,6 +413,13 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			}
 		}
 	}()
+	if o.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			close(stopBg)
+			bg.Wait()
+			return rep, errors.Join(fmt.Errorf("bench: cpu profile: %w", err), r.close(context.WithoutCancel(ctx)))
+		}
+	}
 	start := time.Now()
 	cpu0 := cpuTime()
 	total := int64(o.Sessions * o.Turns)
@@ -449,6 +467,15 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 				return
 			}
 			ids[i] = id
+			if o.Stagger > 0 && i > 0 {
+				wait := time.NewTimer(time.Duration(int64(o.Stagger) * int64(i) / int64(o.Sessions)))
+				select {
+				case <-ctx.Done():
+					wait.Stop()
+					return
+				case <-wait.C:
+				}
+			}
 			model := tp.counter(string(id))
 			for t := range o.Turns {
 				m, err := messages.NewUserMessage([]messages.ContentBlock{
@@ -477,6 +504,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	wg.Wait()
 	wall := time.Since(start)
 	cpu := cpuTime() - cpu0
+	if o.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	fdEnd := openFDs()
 
 	for _, id := range ids {

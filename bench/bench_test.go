@@ -89,3 +89,17 @@ func TestPacedProviderBaselineIsConcurrent(t *testing.T) {
 		require.Positive(t, cpu)
 	})
 }
+
+// TestStaggerSpreadsTheStarts: with Stagger, session i's first turn starts
+// i×Stagger/Sessions into the load, so the last of four starts no sooner
+// than three quarters of it (timers never fire early).
+func TestStaggerSpreadsTheStarts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := Options{Sessions: 4, Turns: 1, Chunks: 3, ReasoningChunks: 1, ToolRate: -1, ReasoningRate: -1,
+		Policy: persister.PolicyNone, NoBaselines: true, Stagger: 2 * time.Second}
+	r, err := Run(ctx, o)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, r.Turns)
+	require.GreaterOrEqual(t, r.WallSeconds, 1.5)
+}

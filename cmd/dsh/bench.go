@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/bench"
@@ -21,6 +25,15 @@ JSONL+zstd persistence and prints a results table (or one JSON value with
 --json). Progress goes to stderr. Ctrl-C stops the load, flushes, and
 prints the partial results.
 
+With --capacity it searches for the number of concurrent sessions one
+process holds at a model's pace (default 30 tokens/s, 100 chunks a turn,
+no reasoning, no tools): 100 sessions, one turn each, doubling while a
+step holds, then bisecting to within 10 %. A step holds while its
+turn-end flush p99 is at most 10ms, its turn latency beyond the model's
+at most 50ms at p99, and its heap under --memory-budget. It prints the
+largest count that held (capacity_sessions with --json), with CPU, memory
+and open files per session.
+
 Flags:
 `
 
@@ -31,11 +44,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	return runBench(ctx, args, stdout, stderr)
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("bench")
 	var o bench.Options
-	var policy string
-	var asJSON, quiet bool
+	var policy, cpuProfile string
+	var asJSON, quiet, capacity bool
+	var budget string
+	var capTimeout time.Duration
 	fs.IntVar(&o.Sessions, "sessions", 1000, "concurrent sessions")
 	fs.IntVar(&o.Turns, "turns", 3, "turns per session")
 	fs.IntVar(&o.Chunks, "chunks", 200, "mean text deltas per model response")
@@ -52,6 +67,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Int64Var(&o.Seed, "seed", 0, "synthetic model seed")
 	fs.IntVar(&o.Cluster, "cluster", 0, "run the sessions on N cluster members on 127.0.0.1 sharing the directory (0: one host)")
 	fs.BoolVar(&o.NoVerify, "no-verify", false, "do not read every log back after the run")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the load (not the baselines) to `FILE`")
+	fs.BoolVar(&capacity, "capacity", false, "search for the most concurrent sessions that hold at a pace (see above)")
+	fs.StringVar(&budget, "memory-budget", "", "with --capacity, the most heap a step may reach, in bytes or with a KiB, MiB or GiB suffix (default: half the machine's memory)")
+	fs.DurationVar(&capTimeout, "capacity-timeout", bench.DefaultCapacityTimeout, "with --capacity, stop the search after this long")
 	fs.BoolVar(&asJSON, "json", false, "print the report as one JSON value")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	if err := parseFlags(fs, args, benchUsage, stdout); err != nil {
@@ -59,6 +78,28 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		return usagef("bench: unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if capacity {
+		// The capacity search's own defaults for what was not given.
+		if !set["sessions"] {
+			o.Sessions = bench.DefaultCapacityStart
+		}
+		if !set["tokens-per-second"] {
+			o.TokensPerSecond = bench.DefaultCapacityTPS
+		}
+		if !set["chunks"] {
+			o.Chunks = bench.DefaultCapacityChunks
+		}
+		if !set["tool-rate"] {
+			o.ToolRate = 0
+		}
+		if !set["reasoning-rate"] {
+			o.ReasoningRate = 0
+		}
+	} else if set["memory-budget"] || set["capacity-timeout"] {
+		return usagef("bench: --memory-budget and --capacity-timeout go with --capacity")
 	}
 	// Flags given as 0 mean "none", not "default".
 	if o.ToolRate == 0 {
@@ -84,9 +125,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("%v", err)
 	}
 	o.Keep = o.Dir != ""
+	if capacity {
+		if cpuProfile != "" {
+			return usagef("bench: --cpuprofile does not go with --capacity")
+		}
+		return runCapacity(ctx, o, budget, capTimeout, asJSON, quiet, stdout, stderr)
+	}
 	if !quiet {
 		o.Progress = stderr
 		o.Live = isTerminal(stderr)
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		defer func() {
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("bench: cpu profile: %w", cerr)
+			}
+		}()
+		o.CPUProfile = f
 	}
 	rep, err := bench.Run(ctx, o)
 	if err != nil && !rep.Interrupted && rep.Turns == 0 {
@@ -117,4 +176,62 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// runCapacity is `dsh bench --capacity`.
+func runCapacity(ctx context.Context, o bench.Options, budget string, timeout time.Duration, asJSON, quiet bool, stdout, stderr io.Writer) error {
+	if timeout <= 0 {
+		return usagef("bench: --capacity-timeout must be positive")
+	}
+	co := bench.CapacityOptions{Load: o, Timeout: timeout}
+	if budget != "" {
+		b, err := parseBytes(budget)
+		if err != nil {
+			return usagef("bench: --memory-budget: %v", err)
+		}
+		co.MemoryBudget = b
+	}
+	if !quiet {
+		co.Progress = stderr
+	}
+	rep, err := bench.Capacity(ctx, co)
+	if err != nil && len(rep.Steps) == 0 {
+		return err
+	}
+	if asJSON {
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		if jerr != nil {
+			return jerr
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		bench.WriteCapacity(stdout, rep)
+	}
+	if err != nil && ctx.Err() != nil {
+		return errors.New("bench: interrupted")
+	}
+	return err
+}
+
+// parseBytes reads a size: a whole number of bytes, or one with a KiB, MiB
+// or GiB suffix (K, M and G also mean those).
+func parseBytes(s string) (uint64, error) {
+	num, mult := strings.TrimSpace(s), uint64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   uint64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%q is not a positive size (for example 8GiB)", s)
+	}
+	if n > (1<<64-1)/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n * mult, nil
 }

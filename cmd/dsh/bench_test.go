@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,77 @@ func TestBenchTableAndUsage(t *testing.T) {
 	code, out, _ = runDsh("bench", "--help")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "-sessions")
+}
+
+// TestBenchCapacitySmall: a small real capacity search (two sessions to
+// start, a tiny pace) ends with one JSON value whose capacity is a count
+// that held, and its steps follow the ramp from the start count; progress
+// is one line per step on stderr.
+func TestBenchCapacitySmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := runBench(ctx, []string{"--capacity", "--sessions", "2", "--chunks", "4", "--tokens-per-second", "400",
+		"--capacity-timeout", "3s", "--memory-budget", "8GiB", "--json"}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	dec := json.NewDecoder(&out)
+	var rep struct {
+		Capacity *int    `json:"capacity_sessions"`
+		Budget   uint64  `json:"memory_budget_bytes"`
+		TPS      float64 `json:"tokens_per_second"`
+		Steps    []struct {
+			Sessions int  `json:"sessions"`
+			Held     bool `json:"held"`
+		} `json:"steps"`
+		At *struct {
+			Sessions int     `json:"sessions"`
+			CPU      float64 `json:"cpu_cores_per_session"`
+		} `json:"at"`
+	}
+	require.NoError(t, dec.Decode(&rep))
+	require.False(t, dec.More(), "exactly one JSON value")
+	require.NotNil(t, rep.Capacity)
+	require.EqualValues(t, 8<<30, rep.Budget)
+	require.EqualValues(t, 400, rep.TPS)
+	require.NotEmpty(t, rep.Steps)
+	require.Equal(t, 2, rep.Steps[0].Sessions, "the search starts at --sessions")
+	best := 0
+	for _, s := range rep.Steps {
+		if s.Held {
+			best = max(best, s.Sessions)
+		}
+	}
+	require.Equal(t, best, *rep.Capacity, "the largest count that held")
+	if best > 0 {
+		require.NotNil(t, rep.At)
+		require.Equal(t, best, rep.At.Sessions)
+		require.Positive(t, rep.At.CPU)
+	}
+	require.Equal(t, len(rep.Steps), strings.Count(errOut.String(), "capacity: "), errOut.String())
+}
+
+func TestBenchCapacityUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--memory-budget", "1GiB"},
+		{"bench", "--capacity", "--memory-budget", "lots"},
+		{"bench", "--capacity", "--memory-budget", "0"},
+		{"bench", "--capacity", "--capacity-timeout", "-1s"},
+		{"bench", "--capacity", "--cpuprofile", "x.prof"},
+	} {
+		code, _, errOut := runDsh(args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		require.True(t, strings.HasPrefix(errOut, "dsh: bench: --"), "%v: %s", args, errOut)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]uint64{"1": 1, "2K": 2 << 10, "3KiB": 3 << 10, "4M": 4 << 20, "5MiB": 5 << 20, "6G": 6 << 30, "7GiB": 7 << 30} {
+		got, err := parseBytes(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "0", "-1", "1.5G", "GiB", "99999999999999999999", "17179869184G"} {
+		_, err := parseBytes(in)
+		require.Error(t, err, in)
+	}
 }

@@ -53,6 +53,7 @@ Usage:
   dsh chat [flags]                     an interactive session: streaming answers, /steer /inject /cancel /fork /messages /quit
   dsh bench [--sessions N] [--json] ...  load test: concurrent sessions, synthetic model, real persistence
   dsh bench --cluster N ...            the same load on N cluster members on 127.0.0.1
+  dsh bench --capacity ...             the most concurrent sessions one process holds at a model's pace
   dsh member --dir DIR [--peers ...]   run one cluster member sharing DIR until SIGINT/SIGTERM
   dsh log verify [--fixture] FILE...   check session logs; one summary line per file
   dsh log show [--fixture] FILE        print a readable transcript
