@@ -304,6 +304,7 @@ func (s *writeBehind[W]) WriteDone(gen uint64, synced bool, err error) (effects[
 		}
 		s.pump(&e)
 		s.replySatisfied(&e)
+		s.releaseIfIdle()
 		s.check()
 		return e, nil
 	}
@@ -484,6 +485,26 @@ func (s *writeBehind[W]) startWrite(e *effects[W]) {
 	s.writeGen++
 	e.StartWrite, e.Write, e.WriteGen, e.Sync = true, s.inflight, s.writeGen, s.barrier
 	e.Promote = false
+}
+
+// releaseIfIdle drops the event buffers once nothing is pending: the
+// queue, the spare and the written-unsynced list are kept across the
+// windows of a turn (a streaming session refills them every window), but a
+// session whose turn has ended durable may stay idle for hours, and a
+// thousand of them would each keep arrays sized for their largest batch.
+// The next turn grows them again from nothing.
+//
+// Rejected alternative: keep a small spare. Even a few dozen events' worth
+// of capacity is more than the rest of an idle session's write-behind
+// state.
+func (s *writeBehind[W]) releaseIfIdle() {
+	if s.writing || len(s.queue) > 0 || len(s.unsynced) > 0 {
+		return
+	}
+	s.queue, s.spare, s.unsynced = nil, nil, nil
+	if len(s.waiters) == 0 {
+		s.waiters = nil
+	}
 }
 
 // arm starts the window of the queue's first event.

@@ -691,3 +691,37 @@ func randomWalk(t *testing.T, seed uint64) {
 		require.Greater(t, target, h.s.Received(), "waiter %s still pending though its events arrived", w)
 	}
 }
+
+// heldBuffers is the capacity, in events, of every event buffer the core
+// holds.
+func (h *coreHarness) heldBuffers() int {
+	s := h.s
+	return cap(s.queue) + cap(s.spare) + cap(s.unsynced) + cap(s.inflight)
+}
+
+// A session whose turn has ended durable holds no event buffers: a
+// thousand idle sessions would otherwise each keep arrays sized for their
+// largest batch. Between the windows of a turn the drained buffer is
+// reused.
+func TestCoreIdleSessionHoldsNoBuffers(t *testing.T) {
+	h := newCoreHarness(t, PolicyTurnEnd)
+	h.s.maxBatch = 4096
+	ds := h.ts.next(40) // 49 events, seqs 0..48
+	require.Equal(t, []string{"arm timer @200ms"}, h.commit(ds[:20]...))
+	require.Equal(t, []string{"write [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19]"}, h.advance(200))
+	require.Empty(t, h.done(nil))
+	h.now = 250 * time.Millisecond
+	require.Equal(t, []string{"arm timer @450ms"}, h.commit(ds[20:40]...))
+	require.Positive(t, h.heldBuffers(), "mid-turn: the written batch is kept until a barrier syncs it")
+	h.now = 300 * time.Millisecond
+	require.Equal(t, []string{"cancel timer", "write+sync [20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48]"},
+		h.commit(ds[40:]...))
+	require.Equal(t, []string{"owner durable 48"}, h.done(nil))
+	require.Zero(t, h.heldBuffers(), "the turn ended durable: nothing pending, no buffer kept")
+	require.Zero(t, h.s.Pending())
+
+	// The next turn works from nothing as before.
+	require.Equal(t, []string{"write+sync [49 50 51 52 53 54 55 56 57 58]"}, h.commit(h.ts.next(1)...))
+	require.Equal(t, []string{"owner durable 58"}, h.done(nil))
+	require.Zero(t, h.heldBuffers())
+}
