@@ -944,6 +944,12 @@ func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
 		}
 	}
 	a.sendHeld(ctx)
+	if len(c.flight) == 0 {
+		// The stream paused (or ended) with nothing held: the buffer
+		// sized for its longest run goes, so an idle session keeps none.
+		// A stream that resumes grows it again.
+		c.heldDrafts = nil
+	}
 	return true
 }
 

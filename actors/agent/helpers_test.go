@@ -163,6 +163,7 @@ type harness struct {
 	observers []session.Observer // session observers, set by options
 	cfg       Config             // the agent's configuration
 	agentPID  atomic.Pointer[actor.PID]
+	props     func(Config) *actor.Props // replaces Props(cfg) when set, by an option
 }
 
 type option func(*harness, *Config)
@@ -199,6 +200,9 @@ func newHarness(t *testing.T, mock *mockProvider, l *session.Log, opts ...option
 	h.cfg = cfg
 	ap, err := Props(cfg)
 	require.NoError(t, err)
+	if h.props != nil {
+		ap = h.props(cfg)
+	}
 	mock.check = h.checkReconstruction
 	h.agent = sys.Root.Spawn(ap)
 	h.agentPID.Store(h.agent)

@@ -771,6 +771,9 @@ func (d *Driver) takeTag(ref uint64) (appendTag, bool) {
 	if q := d.chunkRefs; len(q) > 0 {
 		if q[0] == ref {
 			d.chunkRefs = q[1:]
+			if len(d.chunkRefs) == 0 {
+				d.chunkRefs = nil // an idle driver keeps no array
+			}
 			return appendTag{chunk: true}, true
 		}
 		if i := slices.Index(q, ref); i >= 0 {
