@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +15,7 @@ import (
 
 func runLog(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("log: missing subcommand (verify, show, messages, stats, repair, fork, replay)")
+		return usagef("log: missing subcommand (verify, show, messages, stats, events, repair, fork, replay, copy)")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -34,6 +35,10 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 		return logFork(args[1:], stdout, stderr)
 	case "replay":
 		return logReplay(args[1:], stdout, stderr)
+	case "events":
+		return logEvents(args[1:], stdout, stderr)
+	case "copy":
+		return logCopy(args[1:], stdout, stderr)
 	default:
 		return usagef("log: unknown subcommand %q", args[0])
 	}
@@ -143,32 +148,43 @@ func describe(path string, err error) error {
 }
 
 func logVerify(args []string, stdout, stderr io.Writer) error {
-	fixture, files, err := logFlags("verify", "[--fixture] FILE...", args, stdout)
+	a, err := logSourceFlags("verify", "[--fixture] FILE...\n       dsh log verify --store URL --session ID...", args, stdout, true, nil)
 	if err != nil {
 		return err
 	}
-	if len(files) == 0 {
-		return usagef("log verify: no file given")
-	}
 	failed := false
-	for _, path := range files {
-		_, l, err := loadFile(path, fixture)
+	err = forEachLog(a, func(name string, _ *session.File, l *session.Log, err error) error {
 		if err != nil {
 			fmt.Fprintf(stderr, "dsh: %s\n", visibleLine(err.Error()))
 			failed = true
-			continue
+			return nil
 		}
 		note := ""
 		if turn, _, open := l.OpenTurn(); open {
 			note = fmt.Sprintf("; turn %d is open (its end was never recorded)", turn)
 		}
-		fmt.Fprintf(stdout, "%s: ok: %d events, %s, %s%s\n", path, l.Len(),
+		fmt.Fprintf(stdout, "%s: ok: %d events, %s, %s%s\n", visibleLine(name), l.Len(),
 			plural(l.Turns(), "turn"), plural(int64(l.DeriveMessages().Len()), "derived message"), note)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if failed {
 		return errReported
 	}
 	return nil
+}
+
+// oneLog loads the one log a names.
+func oneLog(a logArgs) (*session.File, *session.Log, error) {
+	var f *session.File
+	var l *session.Log
+	err := forEachLog(a, func(_ string, lf *session.File, ll *session.Log, err error) error {
+		f, l = lf, ll
+		return err
+	})
+	return f, l, err
 }
 
 func plural(n int64, word string) string {
@@ -178,17 +194,10 @@ func plural(n int64, word string) string {
 	return fmt.Sprintf("%d %ss", n, word)
 }
 
-func statsFlags(args []string, stdout io.Writer) (fixture, asJSON bool, path string, err error) {
-	fs := newFlagSet("log stats")
-	fs.BoolVar(&fixture, "fixture", false, "substitute the reference snapshot placeholders before reading")
-	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
-	if err := parseFlags(fs, args, "Usage: dsh log stats [--fixture] [--json] FILE\n\nFlags:\n", stdout); err != nil {
-		return false, false, "", err
-	}
-	if fs.NArg() != 1 || strings.HasPrefix(fs.Arg(0), "-") {
-		return false, false, "", usagef("log stats: want exactly one file (flags first)")
-	}
-	return fixture, asJSON, fs.Arg(0), nil
+func statsFlags(args []string, stdout io.Writer) (a logArgs, asJSON bool, err error) {
+	a, err = logSourceFlags("stats", "[--fixture] [--json] FILE\n       dsh log stats [--json] --store URL --session ID", args, stdout, false,
+		func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of text") })
+	return a, asJSON, err
 }
 
 func oneFile(name string, args []string, stdout io.Writer) (bool, string, error) {
@@ -203,11 +212,11 @@ func oneFile(name string, args []string, stdout io.Writer) (bool, string, error)
 }
 
 func logMessages(args []string, stdout, _ io.Writer) error {
-	fixture, path, err := oneFile("messages", args, stdout)
+	a, err := logSourceFlags("messages", "[--fixture] FILE\n       dsh log messages --store URL --session ID", args, stdout, false, nil)
 	if err != nil {
 		return err
 	}
-	_, l, err := loadFile(path, fixture)
+	_, l, err := oneLog(a)
 	if err != nil {
 		return err
 	}
@@ -222,6 +231,7 @@ func logMessages(args []string, stdout, _ io.Writer) error {
 // showSynopsis is log show's usage line and the note on how it prints the
 // log's text.
 const showSynopsis = `[--fixture] FILE
+       dsh log show --store URL --session ID
 
 Prints FILE as a transcript for people. Control characters in the log's
 text are shown, not sent to the terminal: C0 controls and DEL as \xHH (ESC
@@ -230,15 +240,11 @@ as \x1b, a carriage return as \x0d, a newline inside a one-line field as
 and line separators as \uHHHH (CSI as \u009b). Tabs are kept.`
 
 func logShow(args []string, stdout, _ io.Writer) error {
-	fixture, files, err := logFlags("show", showSynopsis, args, stdout)
+	a, err := logSourceFlags("show", showSynopsis, args, stdout, false, nil)
 	if err != nil {
 		return err
 	}
-	if len(files) != 1 {
-		return usagef("log show: want exactly one file, got %d", len(files))
-	}
-	path := files[0]
-	_, l, err := loadFile(path, fixture)
+	_, l, err := oneLog(a)
 	if err != nil {
 		return err
 	}

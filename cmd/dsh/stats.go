@@ -14,7 +14,8 @@ import (
 
 // logStats is what `dsh log stats` reports; it is also its --json shape.
 type logStats struct {
-	File          string           `json:"file"`
+	File          string           `json:"file,omitempty"`
+	Store         string           `json:"store,omitempty"` // instead of File: the session is in this store
 	Compressed    bool             `json:"compressed"`
 	BytesOnDisk   int64            `json:"bytesOnDisk"`
 	BytesJSONL    int64            `json:"bytesJsonl"`
@@ -40,18 +41,24 @@ type logStats struct {
 }
 
 func logStatsCmd(args []string, stdout, _ io.Writer) error {
-	fixture, asJSON, path, err := statsFlags(args, stdout)
+	a, asJSON, err := statsFlags(args, stdout)
 	if err != nil {
 		return err
 	}
-	f, l, err := loadFile(path, fixture)
+	f, l, err := oneLog(a)
 	if err != nil {
 		return err
 	}
-	st := logStats{File: path, Compressed: f.Compressed, Session: string(l.ID()), Events: l.Len(),
+	st := logStats{Compressed: f.Compressed, Session: string(l.ID()), Events: l.Len(),
 		TurnEnds: map[string]int64{}, ByType: map[string]int64{}, Derived: l.DeriveMessages().Len()}
-	if fi, err := os.Stat(path); err == nil {
-		st.BytesOnDisk = fi.Size()
+	if a.store != "" {
+		// A store's session has no file of its own to size.
+		st.Store = a.store
+	} else {
+		st.File = a.files[0]
+		if fi, err := os.Stat(st.File); err == nil {
+			st.BytesOnDisk = fi.Size()
+		}
 	}
 	header := l.Header().JSON().String() + "\n"
 	records := session.AppendRecords(nil, f.Events, true)
@@ -114,8 +121,13 @@ func printStats(w io.Writer, st logStats) error {
 	if st.Compressed {
 		enc = "JSONL+zstd"
 	}
-	p.line(0, "file       %s (%s)", st.File, enc)
-	p.line(0, "size       %s on disk, %s of JSONL (%d records), ratio %.2f", sizeText(st.BytesOnDisk), sizeText(st.BytesJSONL), st.PackedRecords, st.Ratio)
+	if st.Store != "" {
+		p.line(0, "store      %s", st.Store)
+		p.line(0, "size       %s of JSONL (%d records)", sizeText(st.BytesJSONL), st.PackedRecords)
+	} else {
+		p.line(0, "file       %s (%s)", st.File, enc)
+		p.line(0, "size       %s on disk, %s of JSONL (%d records), ratio %.2f", sizeText(st.BytesOnDisk), sizeText(st.BytesJSONL), st.PackedRecords, st.Ratio)
+	}
 	p.line(0, "session    %s", st.Session)
 	p.line(0, "events     %d, stamped over %.1f s (times are wall clock, not monotonic)", st.Events, float64(st.LastTime-st.FirstTime)/1000)
 	ends := ""
