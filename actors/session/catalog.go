@@ -127,3 +127,38 @@ func (t EventType) isLegacy() bool { return t.class()&classLegacy != 0 }
 var rowTags = []EventType{"text-chunks", "reasoning-chunks", "tool-call-chunks"}
 
 func (t EventType) isRowTag() bool { return t.class()&classRowTag != 0 }
+
+// typeCode is an event type as an Event keeps it: one byte, an index into
+// typeNames for the known vocabulary, typeOther for any other name (kept
+// in the event's ext), typeNone for the zero Event.
+type typeCode uint8
+
+const (
+	typeNone  typeCode = 0
+	typeOther typeCode = 255
+)
+
+// typeNames maps a code to its name; typeCodeOf the other way.
+var typeNames, typeCodeOf, codeChunk = func() ([256]EventType, map[EventType]typeCode, typeCode) {
+	var names [256]EventType
+	codes := make(map[EventType]typeCode, len(knownTypes))
+	for i, t := range knownTypes {
+		names[i+1] = t
+		codes[t] = typeCode(i + 1)
+	}
+	return names, codes, codes[TypeAssistantChunk]
+}()
+
+// codeOf returns t's code.
+func codeOf(t EventType) typeCode {
+	if t == TypeAssistantChunk { // most events: no hashing for them
+		return codeChunk
+	}
+	if t == "" {
+		return typeNone
+	}
+	if c, ok := typeCodeOf[t]; ok {
+		return c
+	}
+	return typeOther
+}

@@ -67,7 +67,7 @@ type chunkMember struct {
 
 // packable returns e as a run member, or false when e must stay verbatim.
 func packable(e Event) (chunkMember, bool) {
-	if e.typ != TypeAssistantChunk || e.op.kind != OpNone || e.hasSources || e.ignorable ||
+	if e.typ != codeChunk || e.flags != 0 ||
 		e.time < -maxSafe || e.time > maxSafe || e.seq < 0 || e.seq >= maxSafe {
 		return chunkMember{}, false // the range checks keep the gap arithmetic exact
 	}
@@ -334,7 +334,7 @@ func appendRecord(dst []Event, line []byte) ([]Event, error) {
 // integers; a chunk of the row's kind with a non-negative integer index, a
 // string text or argumentsDelta, a string id and optional string name), so
 // that decode cannot fail, and its result is known: an AssistantChunk,
-// which setPayload keeps as chunkMarker with turn and step in the op.
+// which setPayload keeps as a *chunkStep, here one for the whole row.
 // TestRowMembersDecodeAsTheirData holds the two to each other.
 func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, error) {
 	var seq0J, time0J, data messages.JSON
@@ -455,6 +455,7 @@ func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, 
 	d.Raw("turn", turn).Raw("step", step)
 	dShared := d.Len()
 
+	cs := &chunkStep{turn: turnN, step: stepN} // shared by the row's members
 	seq, t := seq0, time0
 	for p := range pieces.Elements() {
 		k := len(dst) - first
@@ -479,8 +480,7 @@ func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, 
 		c.Raw(piece, p)
 		d.Truncate(dShared)
 		d.Object("chunk", &c)
-		dst = append(dst, Event{typ: TypeAssistantChunk, seq: seq, time: t, data: d.Build(),
-			op: SurfaceOp{start: turnN, end: stepN}, payload: chunkMarker{}})
+		dst = append(dst, Event{typ: codeChunk, seq: seq, time: t, data: d.Build(), payload: cs})
 	}
 	members := len(dst) - first
 	if members == 0 {

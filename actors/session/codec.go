@@ -34,15 +34,13 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // every field listed here. Adding a field to Event breaks this line until
 // both are updated.
 var _ = Event(struct {
-	typ        EventType
-	seq        int64
-	time       int64
-	data       messages.JSON
-	op         SurfaceOp
-	sources    []int64
-	hasSources bool
-	ignorable  bool
-	payload    payload // derived from typ and data; not encoded
+	seq     int64
+	time    int64
+	data    messages.JSON
+	payload payload   // derived from typ and data; not encoded
+	ext     *eventExt // name, op range, sources
+	typ     typeCode
+	flags   eventFlags // op kind, hasSources, ignorable
 }{})
 
 // AppendEvent appends e's JSON line, without the trailing newline, to dst
@@ -55,7 +53,7 @@ var _ = Event(struct {
 // values. dst is owned by the caller before and after.
 func AppendEvent(dst []byte, e Event) []byte {
 	dst = append(dst, `{"type":`...)
-	dst = messages.AppendQuoted(dst, string(e.typ))
+	dst = messages.AppendQuoted(dst, string(e.Type()))
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendInt(dst, e.seq, 10)
 	dst = append(dst, `,"time":`...)
@@ -66,20 +64,20 @@ func AppendEvent(dst []byte, e Event) []byte {
 	} else {
 		dst = append(dst, e.data.String()...)
 	}
-	switch e.op.kind {
+	switch e.opKind() {
 	case OpAppend:
 		dst = append(dst, `,"surfaceOp":"append"`...)
 	case OpReplace:
 		// The shape of SurfaceOp.JSON, written without building a value.
 		dst = append(dst, `,"surfaceOp":{"op":"replace","start":`...)
-		dst = strconv.AppendInt(dst, e.op.start, 10)
+		dst = strconv.AppendInt(dst, e.ext.start, 10)
 		dst = append(dst, `,"end":`...)
-		dst = strconv.AppendInt(dst, e.op.end, 10)
+		dst = strconv.AppendInt(dst, e.ext.end, 10)
 		dst = append(dst, '}')
 	}
-	if e.hasSources {
+	if e.hasSources() {
 		dst = append(dst, `,"sourceEventSeqs":[`...)
-		for i, s := range e.sources {
+		for i, s := range e.sources() {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
@@ -87,7 +85,7 @@ func AppendEvent(dst []byte, e Event) []byte {
 		}
 		dst = append(dst, ']')
 	}
-	if e.ignorable {
+	if e.Ignorable() {
 		dst = append(dst, `,"ignorable":true`...)
 	}
 	return append(dst, '}')
@@ -166,14 +164,15 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 	case !seqOK || seq < 0:
 		return fail("seq is not a non-negative safe integer")
 	}
-	e := Event{typ: EventType(typ), seq: seq, data: data}
-	if e.time, ok = timeJ.AsInt(); !ok {
+	t, ok := timeJ.AsInt()
+	if !ok {
 		return fail("time is not a safe integer")
 	}
+	e := newEvent(EventType(typ), seq, t, data)
 	if !hasData {
 		return fail("data is missing")
 	}
-	if e.typ.isLegacy() {
+	if EventType(typ).isLegacy() {
 		return fail("event type %q was removed from the format", typ)
 	}
 	if hasOp {
@@ -181,13 +180,13 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 		if err != nil {
 			return fail("%w", err)
 		}
-		e.op = op
+		e.setOp(op)
 	}
 	if hasSrc {
 		if srcJ.Kind() != messages.KindArray {
 			return fail("sourceEventSeqs is not an array")
 		}
-		e.hasSources = true
+		var sources []int64
 		text := srcJ.String()
 		if strings.IndexByte(text[1:], '[') >= 0 {
 			// A later writer's range-encoded list (docs/log-format.md).
@@ -195,29 +194,30 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 			if err != nil {
 				return fail("%w", err)
 			}
-			e.sources = src
+			sources = src
 		} else {
 			if text != "[]" {
 				// An assistant message cites its whole stream: size the
 				// list once (compact JSON, so one comma between elements).
-				e.sources = make([]int64, 0, strings.Count(text, ",")+1)
+				sources = make([]int64, 0, strings.Count(text, ",")+1)
 			}
 			for v := range srcJ.Elements() {
 				n, ok := v.AsInt()
 				if !ok || n < 0 {
 					return fail("sourceEventSeqs holds %s, not a non-negative safe integer", v)
 				}
-				e.sources = append(e.sources, n)
+				sources = append(sources, n)
 			}
 		}
+		e.setSources(sources, true)
 	}
 	if hasIgn {
 		if ignJ.String() != "true" {
 			return fail("ignorable must be true when present, not %s", ignJ)
 		}
-		e.ignorable = true
+		e.setIgnorable(true)
 	}
-	p, err := decodePayload(e.typ, data)
+	p, err := decodePayload(EventType(typ), data)
 	if err != nil {
 		return fail("%s: %w", typ, err)
 	}

@@ -162,11 +162,11 @@ func TestRowMembersDecodeAsTheirData(t *testing.T) {
 // rowMemberMismatch returns why e's payload and op are not what decoding
 // its data gives, or "".
 func rowMemberMismatch(e Event) string {
-	p, err := decodePayload(e.typ, e.data)
+	p, err := decodePayload(e.Type(), e.data)
 	if err != nil {
 		return "the member's data does not decode: " + err.Error()
 	}
-	want := Event{typ: e.typ, seq: e.seq, time: e.time, data: e.data}
+	want := newEvent(e.Type(), e.seq, e.time, e.data)
 	want.setPayload(p)
 	if !reflect.DeepEqual(e, want) {
 		return "the member differs from its decoded data"

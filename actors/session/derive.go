@@ -45,18 +45,18 @@ func deriveEventMessage(e *Event) (messages.Message, bool) {
 	if !ok {
 		return messages.Message{}, false
 	}
-	if e.typ == TypeAssistantMessage && m.NumBlocks() == 0 {
+	if e.Type() == TypeAssistantMessage && m.NumBlocks() == 0 {
 		return messages.Message{}, false
 	}
 	return m, true
 }
 
-func (c *deriveCache) derive(events []Event, s *surface) Messages {
+func (c *deriveCache) derive(events Events, s *surface) Messages {
 	if c.generation != s.generation {
 		c.generation, c.done, c.msgs = s.generation, 0, nil
 	}
 	for ; c.done < len(s.nodes); c.done++ {
-		if m, ok := deriveEventMessage(&events[s.nodes[c.done]]); ok {
+		if m, ok := deriveEventMessage(events.at(int(s.nodes[c.done]))); ok {
 			c.msgs = append(c.msgs, m)
 		}
 	}

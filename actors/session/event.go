@@ -88,35 +88,142 @@ func ParseSurfaceOp(j messages.JSON) (SurfaceOp, error) {
 // Event is one immutable, committed entry of a session log. It is read
 // through getters; the typed view of a core event's data is decoded once,
 // when the event is built. Safe for concurrent use.
+//
+// Events are most of a session's memory, so an Event is kept small (64
+// bytes): the type is a code into the catalog, the flags share one byte,
+// and what few events carry (a replace range, sourceEventSeqs, the name of
+// a type outside the catalog) sits out of line in ext, shared by every
+// copy and never modified once the event is built.
 type Event struct {
-	typ        EventType
-	seq        int64
-	time       int64
-	data       messages.JSON
-	op         SurfaceOp
-	sources    []int64 // sourceEventSeqs; never modified after construction
-	hasSources bool
-	ignorable  bool
-	payload    payload // typed view of data for core types; nil for foreign events
+	seq     int64
+	time    int64
+	data    messages.JSON
+	payload payload   // typed view of data for core types; nil for foreign events
+	ext     *eventExt // nil unless the event carries one of its fields
+	typ     typeCode
+	flags   eventFlags
 }
 
-// chunkMarker stands in for the payload of an assistant/chunk event. Chunks
-// are most of a log, so their typed view is not kept (it would double their
-// memory); turn and step, which the core needs on every chunk, sit in the
-// otherwise unused range of the event's SurfaceOp (a chunk is never a
-// surface event, so its op kind stays OpNone), and Payload decodes the rest
-// from data on demand. A zero-size marker boxes without allocating.
+// eventExt holds the fields of an Event that few events carry.
+type eventExt struct {
+	name       EventType // the type's name when it has no code (typeOther)
+	start, end int64     // the range of a replace operation
+	sources    []int64   // sourceEventSeqs; never modified after construction
+}
+
+// eventFlags are an Event's small fields, as bits.
+type eventFlags uint8
+
+const (
+	flagOpAppend   eventFlags = 1 << iota // surfaceOp "append"
+	flagOpReplace                         // surfaceOp replace; its range in ext
+	flagHasSources                        // the event carries sourceEventSeqs (in ext; empty when ext has none)
+	flagIgnorable
+)
+
+// chunkStep is the payload the log keeps for an assistant/chunk event.
+// Chunks are most of a log, so their typed view is not kept (it would
+// double their memory): only the turn and step, which the core needs on
+// every chunk, and which every chunk of a step shares (the log hands the
+// same pointer to all of them); Payload decodes the rest from data on
+// demand.
+type chunkStep struct{ turn, step int64 }
+
+func (*chunkStep) eventType() EventType { return TypeAssistantChunk }
+
+// chunkMarker stands in for the payload of a chunk draft built by
+// AssistantChunk.Draft, whose op holds the chunk's turn and step; the log
+// turns it into a *chunkStep. A zero-size marker boxes without
+// allocating.
 type chunkMarker struct{}
 
 func (chunkMarker) eventType() EventType { return TypeAssistantChunk }
 
-// setPayload installs p as e's typed view (see chunkMarker).
+// newEvent returns an event of type t with no surface metadata.
+func newEvent(t EventType, seq, time int64, data messages.JSON) Event {
+	e := Event{seq: seq, time: time, data: data, typ: codeOf(t)}
+	if e.typ == typeOther {
+		e.ext = &eventExt{name: t}
+	}
+	return e
+}
+
+// ext returns a copy of e's ext (a new one when it has none), for a
+// constructor to change: an ext may already be shared with another copy
+// of the event.
+func (e *Event) extCopy() *eventExt {
+	if e.ext == nil {
+		return &eventExt{}
+	}
+	x := *e.ext
+	return &x
+}
+
+// setOp sets e's surface operation. A construction step: e must not be
+// shared yet.
+func (e *Event) setOp(op SurfaceOp) {
+	e.flags &^= flagOpAppend | flagOpReplace
+	switch op.kind {
+	case OpAppend:
+		e.flags |= flagOpAppend
+	case OpReplace:
+		x := e.extCopy()
+		x.start, x.end = op.start, op.end
+		e.ext = x
+		e.flags |= flagOpReplace
+	}
+}
+
+// setSources sets e's sourceEventSeqs to seqs (retained; the caller must
+// not modify it) when has is set. A construction step.
+func (e *Event) setSources(seqs []int64, has bool) {
+	if !has {
+		return
+	}
+	e.flags |= flagHasSources
+	if len(seqs) > 0 {
+		x := e.extCopy()
+		x.sources = seqs
+		e.ext = x
+	}
+}
+
+// setIgnorable marks e ignorable when ign is set. A construction step.
+func (e *Event) setIgnorable(ign bool) {
+	if ign {
+		e.flags |= flagIgnorable
+	}
+}
+
+// opKind returns the kind of e's surface operation.
+func (e *Event) opKind() OpKind {
+	switch {
+	case e.flags&flagOpAppend != 0:
+		return OpAppend
+	case e.flags&flagOpReplace != 0:
+		return OpReplace
+	}
+	return OpNone
+}
+
+// hasSources reports whether e carries sourceEventSeqs.
+func (e *Event) hasSources() bool { return e.flags&flagHasSources != 0 }
+
+// sources returns e's sourceEventSeqs, not copied: the caller must not
+// modify them.
+func (e *Event) sources() []int64 {
+	if e.ext == nil {
+		return nil
+	}
+	return e.ext.sources
+}
+
+// setPayload installs p as e's typed view (see chunkStep).
 func (e *Event) setPayload(p payload) {
 	// A chunk carrying surface metadata (invalid: the log refuses it) keeps
-	// its op, so the refusal can say why, and its boxed payload.
-	if c, ok := p.(AssistantChunk); ok && e.op.kind == OpNone {
-		e.op = SurfaceOp{start: c.Turn, end: c.Step}
-		e.payload = chunkMarker{}
+	// its boxed payload, so the refusal can say why.
+	if c, ok := p.(AssistantChunk); ok && e.opKind() == OpNone {
+		e.payload = &chunkStep{turn: c.Turn, step: c.Step}
 		return
 	}
 	e.payload = p
@@ -125,19 +232,22 @@ func (e *Event) setPayload(p payload) {
 // Compile-time shape guard: adding a field to Event breaks this line until
 // the codec (codec.go), the draft path (Log.Append) and Equal are updated.
 var _ = Event(struct {
-	typ        EventType
-	seq        int64
-	time       int64
-	data       messages.JSON
-	op         SurfaceOp
-	sources    []int64
-	hasSources bool
-	ignorable  bool
-	payload    payload
+	seq     int64
+	time    int64
+	data    messages.JSON
+	payload payload
+	ext     *eventExt
+	typ     typeCode
+	flags   eventFlags
 }{})
 
 // Type returns the event type.
-func (e Event) Type() EventType { return e.typ }
+func (e Event) Type() EventType {
+	if e.typ == typeOther {
+		return e.ext.name
+	}
+	return typeNames[e.typ]
+}
 
 // Seq returns the event's position in its log (contiguous from 0).
 func (e Event) Seq() int64 { return e.seq }
@@ -151,22 +261,27 @@ func (e Event) Data() messages.JSON { return e.data }
 
 // SurfaceOp returns the surface operation (OpNone for log-only events).
 func (e Event) SurfaceOp() SurfaceOp {
-	if e.op.kind == OpNone {
-		return SurfaceOp{}
+	switch e.opKind() {
+	case OpAppend:
+		return AppendOp()
+	case OpReplace:
+		return ReplaceOp(e.ext.start, e.ext.end)
 	}
-	return e.op
+	return SurfaceOp{}
 }
 
 // SourceEventSeqs returns a copy of the cited seqs, and whether the event
 // carries the field at all (absent means "provenance unknown"; an empty
 // list on an assistant message means a known-empty stream).
-func (e Event) SourceEventSeqs() ([]int64, bool) { return slices.Clone(e.sources), e.hasSources }
+func (e Event) SourceEventSeqs() ([]int64, bool) {
+	return slices.Clone(e.sources()), e.hasSources()
+}
 
 // Ignorable reports whether the event carries ignorable: true.
-func (e Event) Ignorable() bool { return e.ignorable }
+func (e Event) Ignorable() bool { return e.flags&flagIgnorable != 0 }
 
 // IsZero reports whether e is the zero Event.
-func (e Event) IsZero() bool { return e.typ == "" }
+func (e Event) IsZero() bool { return e.typ == typeNone }
 
 // Message returns the message of a surface event (user/message data,
 // assistant/message and tool/result data.message), or of nothing else.
@@ -189,10 +304,10 @@ func (e Event) Message() (messages.Message, bool) {
 // log core does not interpret. It returns nil for foreign events.
 //
 // The payload of an assistant/chunk is decoded from data on each call (the
-// log does not keep it; see chunkMarker).
+// log does not keep it; see chunkStep).
 func (e Event) Payload() any {
-	if _, ok := e.payload.(chunkMarker); ok {
-		p, err := decodePayload(e.typ, e.data)
+	if _, ok := e.payload.(*chunkStep); ok {
+		p, err := decodePayload(TypeAssistantChunk, e.data)
 		if err != nil {
 			return nil // unreachable: the data was decoded at commit
 		}
@@ -209,8 +324,8 @@ func (e Event) TurnStep() (turn, step int64, ok bool) {
 		return p.Turn, p.Step, true
 	case StepEnd:
 		return p.Turn, p.Step, true
-	case chunkMarker:
-		return e.op.start, e.op.end, true
+	case *chunkStep:
+		return p.turn, p.step, true
 	case AssistantChunk:
 		return p.Turn, p.Step, true
 	case AssistantMessage:
@@ -226,9 +341,9 @@ func (e Event) TurnStep() (turn, step int64, ok bool) {
 // Equal reports whether two events have the same envelope and JSON-equal
 // data.
 func (e Event) Equal(o Event) bool {
-	return e.typ == o.typ && e.seq == o.seq && e.time == o.time && e.SurfaceOp() == o.SurfaceOp() &&
-		e.hasSources == o.hasSources && slices.Equal(e.sources, o.sources) &&
-		e.ignorable == o.ignorable && e.data.Equal(o.data)
+	return e.Type() == o.Type() && e.seq == o.seq && e.time == o.time && e.SurfaceOp() == o.SurfaceOp() &&
+		e.hasSources() == o.hasSources() && slices.Equal(e.sources(), o.sources()) &&
+		e.Ignorable() == o.Ignorable() && e.data.Equal(o.data)
 }
 
 // Draft is an event not yet appended: its type, data and surface metadata.
@@ -283,3 +398,14 @@ func (d Draft) Type() EventType { return d.typ }
 
 // Data returns the draft's data.
 func (d Draft) Data() messages.JSON { return d.data }
+
+// event returns d as an event at seq and time, without its payload (the
+// log sets it). The event shares d's sources, which nothing modifies (the
+// draft copied them).
+func (d Draft) event(seq, time int64) Event {
+	e := newEvent(d.typ, seq, time, d.data)
+	e.setOp(d.op)
+	e.setSources(d.sources, d.hasSources)
+	e.setIgnorable(d.ignorable)
+	return e
+}

@@ -44,21 +44,22 @@ const LastEvent int64 = -1
 // events after a turn/end may sit in it). The returned events are the
 // log's immutable values in a slice owned by the caller.
 func (l *Log) ForkPrefix(boundary int64) ([]Event, error) {
+	n := l.events.len()
 	if boundary == LastEvent {
-		if len(l.events) == 0 {
+		if n == 0 {
 			return nil, nil
 		}
-		boundary = int64(len(l.events)) - 1
+		boundary = int64(n) - 1
 	}
-	if boundary < 0 || boundary >= int64(len(l.events)) || boundary > maxSafe {
+	if boundary < 0 || boundary >= int64(n) || boundary > maxSafe {
 		return nil, &ForkError{Code: ForkInvalidBoundary,
-			Msg: fmt.Sprintf("boundary %d is not an event of a %d-event log", boundary, len(l.events))}
+			Msg: fmt.Sprintf("boundary %d is not an event of a %d-event log", boundary, n)}
 	}
-	prefix := l.events[:boundary+1]
+	prefix := l.events.view(0, int(boundary)+1)
 	if _, _, open := openTurn(prefix); open {
 		return nil, &ForkError{Code: ForkOpenTurn, Msg: fmt.Sprintf("boundary %d is inside an open turn", boundary)}
 	}
-	return append([]Event(nil), prefix...), nil
+	return prefix.Slice(), nil
 }
 
 // Fork returns a new log seeded with the prefix [0..boundary] of l: its

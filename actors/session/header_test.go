@@ -154,7 +154,7 @@ func TestRejectsLegacyHeaderVocabulary(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 			requireUnchanged(t, l, before)
 
-			seed := append(l.Events().Slice(), Event{typ: tc.d.Type(), seq: l.Len(), time: testNow, data: tc.d.Data(), ignorable: tc.d.ignorable})
+			seed := append(l.Events().Slice(), tc.d.event(l.Len(), testNow))
 			_, err = Restore(logHeader("s"), seed)
 			require.ErrorIs(t, err, ErrInvalid)
 			require.ErrorContains(t, err, tc.want)

@@ -45,7 +45,7 @@ func (c *TraceChecker) Check(e *Event) error {
 	}
 	needStep := func(turn, step int64) error {
 		if c.turn == 0 || c.step == 0 || turn != c.turn || step != c.step {
-			return fmt.Errorf("invariant: %s names turn %d step %d but the open turn/step is %d/%d", e.typ, turn, step, c.turn, c.step)
+			return fmt.Errorf("invariant: %s names turn %d step %d but the open turn/step is %d/%d", e.Type(), turn, step, c.turn, c.step)
 		}
 		return nil
 	}
@@ -76,8 +76,8 @@ func (c *TraceChecker) Check(e *Event) error {
 		}
 	case StepEnd:
 		return needStep(p.Turn, p.Step)
-	case chunkMarker:
-		return needStep(e.op.start, e.op.end)
+	case *chunkStep:
+		return needStep(p.turn, p.step)
 	case AssistantChunk:
 		return needStep(p.Turn, p.Step)
 	case AssistantMessage:
@@ -85,7 +85,7 @@ func (c *TraceChecker) Check(e *Event) error {
 	case ToolCall:
 		return needStep(p.Turn, p.Step)
 	case ToolResult:
-		if e.op.kind == OpReplace {
+		if e.opKind() == OpReplace {
 			if c.turn == 0 {
 				return fmt.Errorf("invariant: replacing tool/result outside a turn")
 			}
@@ -102,7 +102,7 @@ func (c *TraceChecker) Check(e *Event) error {
 		}
 	case TodoWrite, RequestHeader, RequestContext:
 		if c.turn == 0 {
-			return fmt.Errorf("invariant: %s outside a turn", e.typ)
+			return fmt.Errorf("invariant: %s outside a turn", e.Type())
 		}
 	}
 	return nil

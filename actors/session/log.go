@@ -3,7 +3,6 @@ package session
 import (
 	"errors"
 	"fmt"
-	"iter"
 	"slices"
 
 	"github.com/dshgo/dsh/internal/invariants"
@@ -42,7 +41,7 @@ func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge || 
 // accepts. The bound below is cheap (lengths only) and only an event near
 // the limit is encoded to measure it exactly.
 func checkRecordSize(e *Event) error {
-	bound := e.data.Len() + 6*len(e.typ) + 21*len(e.sources) + 256
+	bound := e.data.Len() + 6*len(e.Type()) + 21*len(e.sources()) + 256
 	if bound <= DefaultMaxRecordBytes {
 		return nil
 	}
@@ -80,8 +79,7 @@ func CheckMessageSize(m messages.Message) error {
 func CheckDraftSize(d Draft) error {
 	// The longest seq and time a record can carry, so the measure holds
 	// wherever d lands.
-	e := Event{typ: d.typ, seq: maxSafe, time: -maxSafe, data: d.data, op: d.op,
-		sources: d.sources, hasSources: d.hasSources, ignorable: d.ignorable}
+	e := d.event(maxSafe, -maxSafe)
 	return checkRecordSize(&e)
 }
 
@@ -128,7 +126,8 @@ func (e *UnsupportedTypeError) Is(target error) bool { return target == ErrInval
 // and may be shared freely.
 type Log struct {
 	header       Header
-	events       []Event // appended in place; views are clipped
+	events       eventPages // appended in place; views are clipped
+	chunkStep    *chunkStep // the turn and step of the last chunk, shared by the chunks of a step
 	surface      surface
 	derived      deriveCache
 	lastHeader   int // index of the last request/header, -1 if none
@@ -161,7 +160,7 @@ func NewSeeded(h Header, seed []Event, now int64) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(seed) == 0 || seed[len(seed)-1].typ != TypeEndSeed {
+	if len(seed) == 0 || seed[len(seed)-1].Type() != TypeEndSeed {
 		if _, err := l.Append(EndSeed{}.Draft(), now); err != nil {
 			return nil, err
 		}
@@ -178,24 +177,22 @@ func Restore(h Header, events []Event) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The events are copied in one go and then committed where they lie:
-	// at step i the log so far is own[:i] and the event own[i], which is
-	// what commit would have appended. Copying them one commit at a time
-	// cost more than checking them. On error the log is dropped, so an
-	// event admitted in place (its payload decoded) has nowhere to leak to.
-	own := slices.Clone(events)
-	for i := range own {
-		e := &own[i]
-		if e.seq != int64(i) {
-			return nil, &EventError{Seq: int64(i), Type: e.typ, Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", e.seq)}
+	// Each event is copied once, into the log's pages, and then admitted
+	// where it lies: at step i the log so far is its first i events and
+	// the event the one just stored, which is what commit would have
+	// appended. On error the log is dropped, so an event admitted in place
+	// (its payload decoded) has nowhere to leak to.
+	for i := range events {
+		if events[i].seq != int64(i) {
+			return nil, &EventError{Seq: int64(i), Type: events[i].Type(), Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", events[i].seq)}
 		}
-		t, err := l.admit(e, own[:i])
+		e := l.events.push(events[i])
+		t, err := l.admit(e, l.events.view(0, i))
 		if err != nil {
 			return nil, err
 		}
 		l.record(t, e, i)
 	}
-	l.events = own
 	l.firstLiveSeq = int64(len(events))
 	return l, nil
 }
@@ -217,7 +214,7 @@ func (l *Log) Append(d Draft, now int64) (Event, error) {
 	if err := l.commit(e); err != nil {
 		return Event{}, err
 	}
-	l.publish([]Event{e})
+	l.publish(l.EventsFrom(e.seq))
 	return e, nil
 }
 
@@ -231,13 +228,13 @@ func (l *Log) Mirror(e Event) error {
 	if l.obs.publishing {
 		return ErrReentrantAppend
 	}
-	if e.seq != int64(len(l.events)) {
-		return &EventError{Seq: e.seq, Type: e.typ, Err: fmt.Errorf("mirrored event has seq %d, want %d", e.seq, len(l.events))}
+	if n := l.events.len(); e.seq != int64(n) {
+		return &EventError{Seq: e.seq, Type: e.Type(), Err: fmt.Errorf("mirrored event has seq %d, want %d", e.seq, n)}
 	}
 	if err := l.commit(e); err != nil {
 		return err
 	}
-	l.publish([]Event{e})
+	l.publish(l.EventsFrom(e.seq))
 	return nil
 }
 
@@ -250,10 +247,9 @@ func (l *Log) Mirror(e Event) error {
 // (a header whose empty tool list reads as none). Trusting the typed value
 // let all of those through unchecked.
 func (l *Log) build(d Draft, now int64) (Event, error) {
-	e := Event{typ: d.typ, seq: int64(len(l.events)), time: now, data: d.data, op: d.op,
-		sources: d.sources, hasSources: d.hasSources, ignorable: d.ignorable}
+	e := d.event(int64(l.events.len()), now)
 	if e.data.IsZero() {
-		return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: fmt.Errorf("event carries no data")}
+		return Event{}, &EventError{Seq: e.seq, Type: d.typ, Err: fmt.Errorf("event carries no data")}
 	}
 	switch {
 	case d.payload != nil:
@@ -262,13 +258,19 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 		// the encoding again (the append hot path: a chunk decode costs
 		// about 25 times the check).
 		if err := checkPayload(d.payload); err != nil {
-			return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
+			return Event{}, &EventError{Seq: e.seq, Type: d.typ, Err: err}
 		}
-		e.setPayload(d.payload)
-	case e.typ.IsCore():
-		p, err := decodePayload(e.typ, e.data)
+		if _, ok := d.payload.(chunkMarker); ok {
+			// AssistantChunk.Draft: turn and step are in the op.
+			e.setOp(SurfaceOp{})
+			e.payload = l.chunkStepOf(d.op.start, d.op.end)
+		} else {
+			e.setPayload(d.payload)
+		}
+	case d.typ.IsCore():
+		p, err := decodePayload(d.typ, e.data)
 		if err != nil {
-			return Event{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
+			return Event{}, &EventError{Seq: e.seq, Type: d.typ, Err: err}
 		}
 		e.setPayload(p)
 	}
@@ -278,34 +280,44 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 // commit validates e as the next event and, if valid, applies it. Nothing
 // changes on error.
 func (l *Log) commit(e Event) error {
-	t, err := l.admit(&e, l.events)
+	n := l.events.len()
+	t, err := l.admit(&e, l.events.view(0, n))
 	if err != nil {
 		return err
 	}
-	l.events = append(l.events, e)
-	i := len(l.events) - 1
-	l.record(t, &l.events[i], i)
+	l.record(t, l.events.push(e), n)
 	return nil
+}
+
+// chunkStepOf returns the payload of a chunk of turn and step: the last
+// chunk's when it names the same, so that the chunks of a step share one.
+func (l *Log) chunkStepOf(turn, step int64) *chunkStep {
+	if c := l.chunkStep; c != nil && c.turn == turn && c.step == step {
+		return c
+	}
+	l.chunkStep = &chunkStep{turn: turn, step: step}
+	return l.chunkStep
 }
 
 // admit validates e as the next event of the log, whose events so far are
 // prior (the log's own, or the prefix of what Restore is building): every
 // rule commit enforces, without changing the log. It may complete e
 // itself (the typed payload of a seed event built without one).
-func (l *Log) admit(e *Event, prior []Event) (transition, error) {
+func (l *Log) admit(e *Event, prior Events) (transition, error) {
+	typ := e.Type()
 	fail := func(err error) (transition, error) {
-		return transition{}, &EventError{Seq: e.seq, Type: e.typ, Err: err}
+		return transition{}, &EventError{Seq: e.seq, Type: typ, Err: err}
 	}
-	class := e.typ.class()
+	class := typ.class()
 	switch {
-	case e.typ == "":
+	case typ == "":
 		return fail(fmt.Errorf("event has no type"))
 	case class&classRowTag != 0:
-		return fail(fmt.Errorf("event type %q is reserved for packed chunk rows", e.typ))
+		return fail(fmt.Errorf("event type %q is reserved for packed chunk rows", typ))
 	case class&classLegacy != 0:
-		return fail(fmt.Errorf("event type %q was removed from the format", e.typ))
-	case class&classKnown == 0 && !e.ignorable:
-		return transition{}, &UnsupportedTypeError{Seq: e.seq, Type: e.typ}
+		return fail(fmt.Errorf("event type %q was removed from the format", typ))
+	case class&classKnown == 0 && !e.Ignorable():
+		return transition{}, &UnsupportedTypeError{Seq: e.seq, Type: typ}
 	case e.data.IsZero():
 		return fail(fmt.Errorf("event carries no data"))
 	case e.time < -maxSafe || e.time > maxSafe:
@@ -318,11 +330,14 @@ func (l *Log) admit(e *Event, prior []Event) (transition, error) {
 		// A seed event built outside a log (hand-made, or by a decoder
 		// that leaves the payload to the log) gets the seed's shape checks
 		// here; an event taken from another log keeps its payload.
-		p, err := decodePayload(e.typ, e.data)
+		p, err := decodePayload(typ, e.data)
 		if err != nil {
 			return fail(err)
 		}
 		e.setPayload(p)
+	}
+	if c, ok := e.payload.(*chunkStep); ok {
+		e.payload = l.chunkStepOf(c.turn, c.step) // one per step, not per chunk
 	}
 	t, err := l.surface.validateNext(prior, e)
 	if err != nil {
@@ -340,7 +355,7 @@ func (l *Log) admit(e *Event, prior []Event) (transition, error) {
 // events, to everything folded from them. The caller stores it.
 func (l *Log) record(t transition, e *Event, i int) {
 	l.surface.apply(t, e.seq)
-	switch e.typ {
+	switch e.Type() {
 	case TypeRequestHeader:
 		l.lastHeader = i
 	case TypeRequestContext:
@@ -358,7 +373,7 @@ func (l *Log) Header() Header { return l.header }
 func (l *Log) ID() SessionID { return l.header.ID }
 
 // Len returns the number of events, which is also the next seq.
-func (l *Log) Len() int64 { return int64(len(l.events)) }
+func (l *Log) Len() int64 { return int64(l.events.len()) }
 
 // FirstLiveSeq returns the length of the seed the log was built from (0
 // for a fresh log).
@@ -366,10 +381,10 @@ func (l *Log) FirstLiveSeq() int64 { return l.firstLiveSeq }
 
 // Event returns the event at seq.
 func (l *Log) Event(seq int64) (Event, bool) {
-	if seq < 0 || seq >= int64(len(l.events)) {
+	if seq < 0 || seq >= int64(l.events.len()) {
 		return Event{}, false
 	}
-	return l.events[seq], true
+	return *l.events.at(int(seq)), true
 }
 
 // Last returns the last event, if any.
@@ -378,22 +393,21 @@ func (l *Log) Last() (Event, bool) { return l.Event(l.Len() - 1) }
 // Events returns an immutable view of every event so far. It is O(1) and
 // never grows: later appends are invisible through it.
 func (l *Log) Events() Events {
-	n := len(l.events)
-	return Events{s: l.events[:n:n]}
+	return l.events.view(0, l.events.len())
 }
 
 // EventsFrom returns the view of the events from seq on (empty past the
 // end).
 func (l *Log) EventsFrom(seq int64) Events {
-	n := len(l.events)
+	n := l.events.len()
 	seq = min(max(seq, 0), int64(n))
-	return Events{s: l.events[seq:n:n]}
+	return l.events.view(int(seq), n)
 }
 
 // DeriveMessages returns the model-visible history: the surface projected
 // to messages (spec §2.7). Amortised O(new surface nodes) per call; the
 // returned view is O(1) to hand out.
-func (l *Log) DeriveMessages() Messages { return l.derived.derive(l.events, &l.surface) }
+func (l *Log) DeriveMessages() Messages { return l.derived.derive(l.Events(), &l.surface) }
 
 // SurfaceNodes returns a copy of the current surface (seqs in surface
 // order), owned by the caller.
@@ -405,7 +419,7 @@ func (l *Log) RequestHeader() (EpochHeader, bool) {
 	if l.lastHeader < 0 {
 		return EpochHeader{}, false
 	}
-	return l.events[l.lastHeader].payload.(RequestHeader).Header, true
+	return l.events.at(l.lastHeader).payload.(RequestHeader).Header, true
 }
 
 // RequestContext returns the last logged request context.
@@ -413,33 +427,33 @@ func (l *Log) RequestContext() (RequestContext, bool) {
 	if l.lastContext < 0 {
 		return RequestContext{}, false
 	}
-	return l.events[l.lastContext].payload.(RequestContext), true
+	return l.events.at(l.lastContext).payload.(RequestContext), true
 }
 
 // OpenTurn reports the turn (and step, 0 if none) left open at the end of
 // the log.
-func (l *Log) OpenTurn() (turn, step int64, open bool) { return openTurn(l.events) }
+func (l *Log) OpenTurn() (turn, step int64, open bool) { return openTurn(l.Events()) }
 
 // Turns returns the number of turns started in the log.
 func (l *Log) Turns() int64 {
 	var n int64
-	for i := range l.events {
-		if l.events[i].typ == TypeTurnStart {
+	for i := range l.events.len() {
+		if l.events.at(i).Type() == TypeTurnStart {
 			n++
 		}
 	}
 	return n
 }
 
-func openTurn(events []Event) (turn, step int64, open bool) {
-	for i := len(events) - 1; i >= 0; i-- {
-		switch p := events[i].payload.(type) {
+func openTurn(events Events) (turn, step int64, open bool) {
+	for i := events.Len() - 1; i >= 0; i-- {
+		switch p := events.at(i).payload.(type) {
 		case TurnEnd:
 			return 0, 0, false
 		case TurnStart:
 			turn, open = p.Turn, true
-			for _, e := range events[i+1:] {
-				switch q := e.payload.(type) {
+			for j := i + 1; j < events.Len(); j++ {
+				switch q := events.at(j).payload.(type) {
 				case StepStart:
 					step = q.Step
 				case StepEnd:
@@ -451,27 +465,3 @@ func openTurn(events []Event) (turn, step int64, open bool) {
 	}
 	return 0, 0, false
 }
-
-// Events is an immutable view of a run of events. Safe for concurrent use.
-type Events struct {
-	s []Event // clipped; never written through
-}
-
-// EventsOf returns a view over a copy of es.
-func EventsOf(es []Event) Events { return Events{s: slices.Clip(slices.Clone(es))} }
-
-// Len returns the number of events.
-func (v Events) Len() int { return len(v.s) }
-
-// At returns event i of the view (not seq i, unless the view starts at 0).
-func (v Events) At(i int) Event { return v.s[i] }
-
-// All iterates the events in order.
-func (v Events) All() iter.Seq[Event] { return slices.Values(v.s) }
-
-// View returns the events i to j (exclusive) of the view, as a view:
-// nothing is copied.
-func (v Events) View(i, j int) Events { return Events{s: v.s[i:j:j]} }
-
-// Slice returns a copy of the events, owned by the caller.
-func (v Events) Slice() []Event { return slices.Clone(v.s) }

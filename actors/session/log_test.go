@@ -218,13 +218,13 @@ func TestRejectsSurfaceMetadataOnNonSurfaceAppendAndSeedEvents(t *testing.T) {
 
 	events := sampleLog(t).Events().Slice()
 	withOp := append([]Event{}, events...)
-	withOp[0].op = AppendOp() // turn/start
+	withOp[0].setOp(AppendOp()) // turn/start
 	_, err := Restore(logHeader("s"), withOp)
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorContains(t, err, "non-surface")
 
 	withSources := append([]Event{}, events...)
-	withSources[2].sources, withSources[2].hasSources = []int64{1}, true // step/start
+	withSources[2].setSources([]int64{1}, true) // step/start
 	_, err = NewSeeded(logHeader("s"), withSources, testNow)
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorContains(t, err, "non-surface")
@@ -389,7 +389,7 @@ func TestKeepsUnknownIgnorableEvents(t *testing.T) {
 	require.NoError(t, err)
 	requireSameEvents(t, seed, restored.Events().Slice())
 
-	seed[e.Seq()].ignorable = false
+	seed[e.Seq()].flags &^= flagIgnorable
 	_, err = Restore(logHeader("s"), seed)
 	var ut *UnsupportedTypeError
 	require.ErrorAs(t, err, &ut)

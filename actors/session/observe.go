@@ -54,14 +54,14 @@ func (l *Log) OnObserverFailure(f func(ObserverFailure)) { l.obs.onFailure = f }
 // publish hands committed events to every observer. The observer list is
 // snapshotted first, so an observer that (un)registers affects only later
 // events.
-func (l *Log) publish(events []Event) {
+func (l *Log) publish(events Events) {
 	if len(l.obs.list) == 0 {
 		return
 	}
 	list := l.obs.list
 	l.obs.publishing = true
 	defer func() { l.obs.publishing = false }()
-	for _, e := range events {
+	for e := range events.All() {
 		for _, o := range list {
 			if err := callObserver(o.fn, e); err != nil && l.obs.onFailure != nil {
 				l.obs.onFailure(ObserverFailure{Seq: e.seq, Observer: o.id, Err: err})
@@ -84,11 +84,11 @@ func callObserver(fn Observer, e Event) (err error) {
 // is unchanged. Observers see the batch after the whole batch committed.
 // The returned slice is owned by the caller.
 func (l *Log) AppendBatch(drafts []Draft, now int64) ([]Event, error) {
-	n := len(l.events)
+	n := l.events.len()
 	if err := l.appendBatch(drafts, now); err != nil {
 		return nil, err
 	}
-	return slices.Clone(l.events[n:]), nil
+	return l.EventsFrom(int64(n)).Slice(), nil
 }
 
 // appendBatch is AppendBatch without the caller's copy: the committed
@@ -112,7 +112,7 @@ func (l *Log) appendBatch(drafts []Draft, now int64) error {
 	// Observers only read the batch, and cannot append to the log while
 	// they do (ErrReentrantAppend), so they are given the log's own
 	// events, clipped.
-	l.publish(l.events[m.n:len(l.events):len(l.events)])
+	l.publish(l.EventsFrom(int64(m.n)))
 	return nil
 }
 
@@ -126,7 +126,7 @@ type logMark struct {
 }
 
 func (l *Log) mark() logMark {
-	m := logMark{n: len(l.events), nodes: l.surface.nodes, generation: l.surface.generation,
+	m := logMark{n: l.events.len(), nodes: l.surface.nodes, generation: l.surface.generation,
 		lastHeader: l.lastHeader, lastContext: l.lastContext}
 	if l.trace != nil {
 		m.trace = *l.trace
@@ -136,8 +136,7 @@ func (l *Log) mark() logMark {
 }
 
 func (l *Log) rollback(m logMark) {
-	clear(l.events[m.n:]) // drop references held past the new length
-	l.events = l.events[:m.n]
+	l.events.truncate(m.n)
 	// Appends pushed onto the same backing array beyond len(m.nodes); a
 	// replace built a new array. Either way the marked slice header is the
 	// surface as it was.

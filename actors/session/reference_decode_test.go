@@ -106,14 +106,15 @@ func referenceDecodeEventJSON(j messages.JSON) (Event, error) {
 	case !seqOK || seq < 0:
 		return fail("seq is not a non-negative safe integer")
 	}
-	e := Event{typ: EventType(typ), seq: seq, data: data}
-	if e.time, ok = timeJ.AsInt(); !ok {
+	tm, ok := timeJ.AsInt()
+	if !ok {
 		return fail("time is not a safe integer")
 	}
+	e := newEvent(EventType(typ), seq, tm, data)
 	if !hasData {
 		return fail("data is missing")
 	}
-	if e.typ.isLegacy() {
+	if EventType(typ).isLegacy() {
 		return fail("event type %q was removed from the format", typ)
 	}
 	if hasOp {
@@ -121,28 +122,29 @@ func referenceDecodeEventJSON(j messages.JSON) (Event, error) {
 		if err != nil {
 			return fail("%w", err)
 		}
-		e.op = op
+		e.setOp(op)
 	}
 	if hasSrc {
 		if srcJ.Kind() != messages.KindArray {
 			return fail("sourceEventSeqs is not an array")
 		}
-		e.hasSources = true
+		var sources []int64
 		for v := range srcJ.Elements() {
 			n, ok := v.AsInt()
 			if !ok || n < 0 {
 				return fail("sourceEventSeqs holds %s, not a non-negative safe integer", v)
 			}
-			e.sources = append(e.sources, n)
+			sources = append(sources, n)
 		}
+		e.setSources(sources, true)
 	}
 	if hasIgn {
 		if ignJ.String() != "true" {
 			return fail("ignorable must be true when present, not %s", ignJ)
 		}
-		e.ignorable = true
+		e.setIgnorable(true)
 	}
-	p, err := decodePayload(e.typ, data)
+	p, err := decodePayload(EventType(typ), data)
 	if err != nil {
 		return fail("%s: %w", typ, err)
 	}
@@ -278,8 +280,8 @@ func referenceDecodeRow(j messages.JSON, kind messages.ChunkType) ([]Event, erro
 		}
 		var d messages.ObjectBuilder
 		d.Raw("turn", turn).Raw("step", step).Raw("chunk", c.Build())
-		e := Event{typ: TypeAssistantChunk, seq: seq, time: t, data: d.Build()}
-		p, err := decodePayload(e.typ, e.data)
+		e := newEvent(TypeAssistantChunk, seq, t, d.Build())
+		p, err := decodePayload(TypeAssistantChunk, e.data)
 		if err != nil {
 			return fail("member %d: %w", len(events), err)
 		}

@@ -26,6 +26,10 @@ const (
 // the last event's time. Plugin brackets (compaction/*) are never closed.
 // The returned slice is owned by the caller.
 func InterruptedTurnClosers(events []Event) []Event {
+	return interruptedTurnClosers(eventsOver(events))
+}
+
+func interruptedTurnClosers(events Events) []Event {
 	var (
 		turn, step int64
 		open       bool
@@ -36,8 +40,8 @@ func InterruptedTurnClosers(events []Event) []Event {
 	)
 	reset := func() { pending, callSeq, answered = nil, map[string]int64{}, map[string]bool{} }
 	reset()
-	for i := range events {
-		switch p := events[i].payload.(type) {
+	for i := range events.Len() {
+		switch p := events.at(i).payload.(type) {
 		case TurnStart:
 			turn, open, stepOpen, step = p.Turn, true, false, 0
 			reset()
@@ -58,7 +62,7 @@ func InterruptedTurnClosers(events []Event) []Event {
 				}
 			}
 		case ToolCall:
-			callSeq[p.CallID] = events[i].seq
+			callSeq[p.CallID] = events.at(i).seq
 			if !slices.Contains(pending, p.CallID) {
 				pending = append(pending, p.CallID)
 			}
@@ -69,7 +73,7 @@ func InterruptedTurnClosers(events []Event) []Event {
 	if !open {
 		return nil
 	}
-	last := events[len(events)-1]
+	last := events.at(events.Len() - 1)
 	seq, at := last.seq+1, last.time
 	var out []Event
 	add := func(d Draft) {
@@ -77,8 +81,7 @@ func InterruptedTurnClosers(events []Event) []Event {
 		if err != nil {
 			panic(fmt.Sprintf("session: repair built an invalid %s: %v", d.typ, err)) // a bug in this file
 		}
-		e := Event{typ: d.typ, seq: seq, time: at, data: d.data, op: d.op,
-			sources: d.sources, hasSources: d.hasSources}
+		e := d.event(seq, at)
 		e.setPayload(p)
 		out = append(out, e)
 		seq++
@@ -125,7 +128,7 @@ func syntheticToolResult(id, callID, text string) messages.Message {
 // Repair appends the crash-repair closers to l (see
 // InterruptedTurnClosers) and returns them. A balanced log is unchanged.
 func (l *Log) Repair() ([]Event, error) {
-	closers := InterruptedTurnClosers(l.events)
+	closers := interruptedTurnClosers(l.Events())
 	for _, c := range closers {
 		if err := l.commit(c); err != nil {
 			return nil, fmt.Errorf("session: repair: %w", err)

@@ -26,28 +26,29 @@ type transition struct {
 // validateNext checks the surface metadata of the event about to be
 // committed at seq and plans its transition without applying it. events is
 // the committed log so far (for the tool-result replace rule).
-func (s *surface) validateNext(events []Event, e *Event) (transition, error) {
-	if !e.typ.IsSurface() {
-		if e.op.kind != OpNone || e.hasSources {
+func (s *surface) validateNext(events Events, e *Event) (transition, error) {
+	typ := e.Type()
+	if !typ.IsSurface() {
+		if e.opKind() != OpNone || e.hasSources() {
 			return transition{}, fmt.Errorf("surface metadata (surfaceOp/sourceEventSeqs) on non-surface event")
 		}
 		return transition{}, nil
 	}
-	if e.op.kind == OpNone {
+	if e.opKind() == OpNone {
 		return transition{}, fmt.Errorf("surface event lacks its surfaceOp")
 	}
-	if e.hasSources {
-		if len(e.sources) == 0 && e.typ != TypeAssistantMessage {
+	if e.hasSources() {
+		if len(e.sources()) == 0 && typ != TypeAssistantMessage {
 			return transition{}, fmt.Errorf("empty sourceEventSeqs is allowed only on assistant/message")
 		}
-		if err := checkSources(e.sources, e.seq); err != nil {
+		if err := checkSources(e.sources(), e.seq); err != nil {
 			return transition{}, err
 		}
 	}
-	if e.op.kind == OpAppend {
+	if e.opKind() == OpAppend {
 		return transition{op: OpAppend}, nil
 	}
-	start, end := e.op.Range()
+	start, end := e.ext.start, e.ext.end
 	from := slices.Index(s.nodes, start)
 	if from < 0 {
 		return transition{}, fmt.Errorf("replace start %d is not a current surface node", start)
@@ -59,20 +60,20 @@ func (s *surface) validateNext(events []Event, e *Event) (transition, error) {
 	if from > to {
 		return transition{}, fmt.Errorf("replace start %d comes after end %d on the surface", start, end)
 	}
-	if e.hasSources {
+	if e.hasSources() {
 		for _, n := range s.nodes[from : to+1] {
-			if !slices.Contains(e.sources, n) {
+			if !slices.Contains(e.sources(), n) {
 				return transition{}, fmt.Errorf("replace sourceEventSeqs omits shadowed node %d", n)
 			}
 		}
 	}
-	if e.typ == TypeToolResult {
+	if typ == TypeToolResult {
 		if from != to {
 			return transition{}, fmt.Errorf("tool/result replace must shadow exactly one node, not %d", to-from+1)
 		}
-		old := events[s.nodes[from]]
-		if old.typ != TypeToolResult {
-			return transition{}, fmt.Errorf("tool/result replace targets a %s node, not a tool/result", old.typ)
+		old := events.at(int(s.nodes[from]))
+		if old.Type() != TypeToolResult {
+			return transition{}, fmt.Errorf("tool/result replace targets a %s node, not a tool/result", old.Type())
 		}
 		if !withoutResultContent(old.data).Equal(withoutResultContent(e.data)) {
 			return transition{}, fmt.Errorf("tool/result replace changes more than the result content")
@@ -182,11 +183,11 @@ func FoldSurface(events []Event) []int64 {
 	var s surface
 	for i := range events {
 		e := &events[i]
-		switch e.op.kind {
+		switch e.opKind() {
 		case OpAppend:
 			s.apply(transition{op: OpAppend}, e.seq)
 		case OpReplace:
-			start, end := e.op.Range()
+			start, end := e.ext.start, e.ext.end
 			s.apply(transition{op: OpReplace, from: slices.Index(s.nodes, start), to: slices.Index(s.nodes, end)}, e.seq)
 		}
 	}

@@ -95,7 +95,7 @@ func TestRejectsReplaceWithMissingOrInvertedBounds(t *testing.T) {
 	// The same rule holds for a replace arriving in a seed.
 	seed := l.Events().Slice()
 	seed = append(seed, seedEvent(TypeUserMessage, int64(len(seed)), userText(t, "x").JSON().String()))
-	seed[len(seed)-1].op = ReplaceOp(3, 0)
+	seed[len(seed)-1].setOp(ReplaceOp(3, 0))
 	_, err := Restore(logHeader("s"), seed)
 	require.ErrorContains(t, err, "comes after end")
 

@@ -216,5 +216,5 @@ func requireSameMessages(t testing.TB, want, got []messages.Message) {
 // seedEvent builds an event the way a decoder hands one to Restore: an
 // envelope with no decoded payload, so the log's seed checks decode it.
 func seedEvent(typ EventType, seq int64, data string) Event {
-	return Event{typ: typ, seq: seq, time: testNow, data: messages.MustParseJSON(data)}
+	return newEvent(typ, seq, testNow, messages.MustParseJSON(data))
 }

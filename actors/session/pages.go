@@ -1,0 +1,138 @@
+package session
+
+import (
+	"iter"
+	"slices"
+)
+
+// A log's events are kept in pages of pageSize events rather than in one
+// growing slice: a full page is never copied or written again, so the log
+// retains no growth slack beyond its last page, and growing it never
+// copies what is already there. Only the first page grows by doubling (a
+// short log stays small); every later page is allocated whole.
+const (
+	pageShift = 10
+	pageSize  = 1 << pageShift // 1,024 events, 64 KiB
+	pageMask  = pageSize - 1
+)
+
+// page is a full page of events.
+type page = [pageSize]Event
+
+// eventPages is the log's store of events: full pages, then the page being
+// filled. Views of it (Events) copy the two slice headers, so they are O(1)
+// to make and never see a later append.
+type eventPages struct {
+	full []*page // every page here is full and never written again
+	tail []Event // the page being filled (len < pageSize)
+}
+
+// len returns the number of events.
+func (p *eventPages) len() int { return len(p.full)<<pageShift + len(p.tail) }
+
+// at returns the event at index i (< len), in place.
+func (p *eventPages) at(i int) *Event {
+	if n := len(p.full) << pageShift; i >= n {
+		return &p.tail[i-n]
+	}
+	return &p.full[i>>pageShift][i&pageMask]
+}
+
+// push stores e as the last event and returns it in place.
+func (p *eventPages) push(e Event) *Event {
+	if p.tail == nil && len(p.full) > 0 {
+		p.tail = make([]Event, 0, pageSize)
+	}
+	p.tail = append(p.tail, e)
+	i := len(p.tail) - 1
+	if len(p.tail) == pageSize {
+		p.full = append(p.full, (*page)(p.tail))
+		p.tail = nil
+		return &p.full[len(p.full)-1][i]
+	}
+	return &p.tail[i]
+}
+
+// truncate drops every event from index n on (a rolled-back batch, which
+// no view has seen).
+func (p *eventPages) truncate(n int) {
+	for p.len() > n {
+		if len(p.tail) == 0 {
+			last := p.full[len(p.full)-1]
+			p.full = p.full[:len(p.full)-1]
+			p.tail = last[:]
+		}
+		k := max(n-len(p.full)<<pageShift, 0)
+		clear(p.tail[k:]) // drop references held past the new length
+		p.tail = p.tail[:k]
+	}
+}
+
+// view returns the events [i, j) as a view.
+func (p *eventPages) view(i, j int) Events {
+	nf := len(p.full)
+	return Events{full: p.full[:nf:nf], tail: slices.Clip(p.tail), start: i, n: j - i}
+}
+
+// Events is an immutable view of a run of events. Safe for concurrent use.
+type Events struct {
+	// The view is the events [start, start+n) of full pages then a tail
+	// (of any length), both clipped and never written through.
+	full     []*page
+	tail     []Event
+	start, n int
+}
+
+// eventsOver returns a view of es, not copied: the caller must not modify
+// es while the view is used.
+func eventsOver(es []Event) Events { return Events{tail: slices.Clip(es), n: len(es)} }
+
+// EventsOf returns a view over a copy of es.
+func EventsOf(es []Event) Events { return eventsOver(slices.Clone(es)) }
+
+// Len returns the number of events.
+func (v Events) Len() int { return v.n }
+
+// at returns event i of the view, in place.
+func (v Events) at(i int) *Event {
+	if uint(i) >= uint(v.n) {
+		panic("session: Events index out of range")
+	}
+	g := v.start + i
+	if n := len(v.full) << pageShift; g >= n {
+		return &v.tail[g-n]
+	}
+	return &v.full[g>>pageShift][g&pageMask]
+}
+
+// At returns event i of the view (not seq i, unless the view starts at 0).
+func (v Events) At(i int) Event { return *v.at(i) }
+
+// All iterates the events in order.
+func (v Events) All() iter.Seq[Event] {
+	return func(yield func(Event) bool) {
+		for i := range v.n {
+			if !yield(*v.at(i)) {
+				return
+			}
+		}
+	}
+}
+
+// View returns the events i to j (exclusive) of the view, as a view:
+// nothing is copied.
+func (v Events) View(i, j int) Events {
+	if i < 0 || j < i || j > v.n {
+		panic("session: Events view out of range")
+	}
+	return Events{full: v.full, tail: v.tail, start: v.start + i, n: j - i}
+}
+
+// Slice returns a copy of the events, owned by the caller.
+func (v Events) Slice() []Event {
+	out := make([]Event, 0, v.n)
+	for i := range v.n {
+		out = append(out, *v.at(i))
+	}
+	return out
+}

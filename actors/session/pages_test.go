@@ -1,0 +1,126 @@
+package session
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// chunkLog returns a log holding a turn/start, a step/start and then n
+// chunks that all share one draft, so one data string: what the log
+// retains beyond that string is its own per-event cost.
+func chunkLog(t testing.TB, n int) *Log {
+	t.Helper()
+	l, err := New(logHeader("s"))
+	require.NoError(t, err)
+	_, err = l.Append(TurnStart{Turn: 1}.Draft(), testNow)
+	require.NoError(t, err)
+	_, err = l.Append(StepStart{Turn: 1, Step: 1}.Draft(), testNow)
+	require.NoError(t, err)
+	d := AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "tok ")}.Draft()
+	for range n {
+		_, err := l.Append(d, testNow)
+		require.NoError(t, err)
+	}
+	return l
+}
+
+// TestLogRetainsLittlePerEvent holds the log's own cost per event (its
+// event header, the slack of its storage, the chunk's turn and step) to
+// 72 bytes: a chunk's header was 120 bytes, in one slice that kept up to a
+// quarter of its length as growth slack.
+func TestLogRetainsLittlePerEvent(t *testing.T) {
+	const n = 20_000
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	l := chunkLog(t, n)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perEvent := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	require.LessOrEqual(t, perEvent, 72.0, "bytes retained per chunk")
+	runtime.KeepAlive(l)
+}
+
+// TestEventsViewsAcrossPages: views taken at any length (inside a page, at
+// a page's end, across pages) keep their length and events while the log
+// grows past them, and read the same as the log's events.
+func TestEventsViewsAcrossPages(t *testing.T) {
+	l := chunkLog(t, 0)
+	var views []Events
+	var lens []int
+	for l.Len() < 3*pageSize+7 {
+		if n := l.Len(); n%97 == 0 || n%pageSize == 0 || n%pageSize == pageSize-1 {
+			views = append(views, l.Events())
+			lens = append(lens, int(n))
+		}
+		_, err := l.Append(AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "x")}.Draft(), testNow)
+		require.NoError(t, err)
+	}
+	all := l.Events().Slice()
+	require.Len(t, all, int(l.Len()))
+	for i, v := range views {
+		require.Equal(t, lens[i], v.Len())
+		got := v.Slice()
+		for k := range got {
+			require.Truef(t, all[k].Equal(got[k]), "view %d event %d", i, k)
+			require.EqualValues(t, k, v.At(k).Seq())
+		}
+		k := 0
+		for e := range v.All() {
+			require.EqualValues(t, k, e.Seq())
+			k++
+		}
+		require.Equal(t, lens[i], k)
+		require.Panics(t, func() { v.At(v.Len()) })
+	}
+	// A view of a view, and EventsFrom, starting inside a page and ending
+	// in a later one.
+	from := l.EventsFrom(pageSize - 3)
+	require.EqualValues(t, pageSize-3, from.At(0).Seq())
+	sub := from.View(2, pageSize+5)
+	require.Equal(t, pageSize+3, sub.Len())
+	for k := range sub.Len() {
+		require.EqualValues(t, pageSize-1+k, sub.At(k).Seq())
+	}
+	for seq := range l.Len() {
+		e, ok := l.Event(seq)
+		require.True(t, ok)
+		require.Equal(t, seq, e.Seq())
+	}
+}
+
+// TestRefusedBatchAcrossPagesChangesNothing: a batch refused after its
+// valid drafts filled a page and started the next one leaves the log as
+// it was, and later appends carry on from there.
+func TestRefusedBatchAcrossPagesChangesNothing(t *testing.T) {
+	for _, start := range []int{pageSize - 5, 2*pageSize - 1, 2 * pageSize} {
+		l := chunkLog(t, start-2)
+		require.EqualValues(t, start, l.Len())
+		view := l.Events()
+		before := stateOf(l)
+		chunk := AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "y")}.Draft()
+		batch := make([]Draft, 0, pageSize+11)
+		for range pageSize + 10 {
+			batch = append(batch, chunk)
+		}
+		batch = append(batch, chunk.WithSurface(AppendOp())) // a chunk is no surface event
+		_, err := l.AppendBatch(batch, testNow)
+		require.ErrorIs(t, err, ErrInvalid)
+		requireUnchanged(t, l, before)
+		require.Equal(t, start, view.Len())
+
+		got, err := l.AppendBatch(batch[:pageSize+10], testNow)
+		require.NoError(t, err)
+		require.Len(t, got, pageSize+10)
+		require.EqualValues(t, start, got[0].Seq())
+		require.EqualValues(t, start+pageSize+10, l.Len())
+		for seq := range l.Len() {
+			e, _ := l.Event(seq)
+			require.Equal(t, seq, e.Seq())
+		}
+	}
+}
