@@ -839,34 +839,35 @@ func (h *Host) List(ctx context.Context) ([]Info, error) {
 	return out, nil
 }
 
-// Peek returns the session's events from seq from on without resuming
-// it: a resident session's from its actor, a stored one's as the store
-// inspects it (an open turn closed in memory only; nothing is written and
-// no lock is taken). A session neither resident nor stored is
-// ErrNoSession.
-func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (session.Events, error) {
+// Peek describes the session and returns its events from seq from on,
+// without resuming it: a resident session's from its actor, a stored
+// one's as the store inspects it (an open turn closed in memory only;
+// nothing is written and no lock is taken). A session neither resident
+// nor stored is ErrNoSession.
+func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (Info, session.Events, error) {
 	e, err := h.lockSettled(ctx, id)
 	if err != nil {
-		return session.Events{}, err
+		return Info{}, session.Events{}, err
 	}
 	if e != nil {
 		e.inflight++
 	}
+	_, parked := h.parked[id]
 	h.mu.Unlock()
 	if e != nil {
 		select {
 		case <-e.ready:
 		case <-ctx.Done():
 			h.unuse(e)
-			return session.Events{}, context.Cause(ctx)
+			return Info{}, session.Events{}, context.Cause(ctx)
 		}
 		if e.err == nil {
 			defer h.unuse(e)
 			res, err := h.ask(ctx, e.session, session.QueryEvents{Ref: h.refs.Add(1), From: from})
 			if err != nil {
-				return session.Events{}, err
+				return Info{}, session.Events{}, err
 			}
-			return res.(session.EventsReply).Events, nil
+			return Info{Header: e.header, Resident: true, Running: e.open.Load()}, res.(session.EventsReply).Events, nil
 		}
 	}
 	st, err := h.store.Inspect(ctx, id)
@@ -874,10 +875,10 @@ func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (sess
 		if errors.Is(err, persister.ErrNotFound) {
 			err = fmt.Errorf("%w: %s", ErrNoSession, id)
 		}
-		return session.Events{}, err
+		return Info{}, session.Events{}, err
 	}
 	from = min(max(from, 0), int64(len(st.Events)))
-	return session.EventsOf(st.Events[from:]), nil
+	return Info{Header: st.Header, Passivated: parked}, session.EventsOf(st.Events[from:]), nil
 }
 
 // Stats are a session's counters. Chunks, Turns and Usage cover the whole
