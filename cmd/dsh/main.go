@@ -55,6 +55,7 @@ Usage:
   dsh bench --cluster N ...            the same load on N cluster members on 127.0.0.1
   dsh bench --capacity ...             the most concurrent sessions one process holds at a model's pace
   dsh member --dir DIR [--peers ...]   run one cluster member sharing DIR until SIGINT/SIGTERM
+  dsh serve [--addr A] [--dir DIR]     serve the sessions over HTTP (JSON API, live event streams)
   dsh log verify [--fixture] FILE...   check session logs; one summary line per file
   dsh log show [--fixture] FILE        print a readable transcript
   dsh log messages [--fixture] FILE    print the derived (model-visible) messages as JSON lines
@@ -121,6 +122,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return chatCmd(args[1:], os.Stdin, stdout, stderr)
 	case "member":
 		return memberCmd(args[1:], stdout, stderr)
+	case "serve":
+		return serveCmd(args[1:], stdout, stderr)
 	default:
 		return usagef("unknown command %q", args[0])
 	}
