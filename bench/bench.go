@@ -83,7 +83,11 @@ type Options struct {
 	// directory, removed afterwards unless Keep.
 	Dir  string
 	Keep bool
-	Seed int64
+	// Store, instead of Dir, names the store by URL (persister.Open):
+	// jsonl:DIR is Dir DIR; sqlite:PATH writes the sessions into that
+	// database, which is kept after the run.
+	Store string
+	Seed  int64
 	// NoVerify skips reading every log back after the run (and with it the
 	// baselines that replay the logs).
 	NoVerify bool
@@ -163,6 +167,16 @@ func (o Options) Validate() error {
 	if o.Cluster < 0 {
 		errs = append(errs, errors.New("bench: cluster size must not be negative"))
 	}
+	if o.Store != "" {
+		if o.Dir != "" {
+			errs = append(errs, errors.New("bench: a directory and a store URL both given"))
+		}
+		if loc, err := persister.ParseStoreURL(o.Store); err != nil {
+			errs = append(errs, fmt.Errorf("bench: %w", err))
+		} else if loc.Scheme != persister.SchemeJSONL && o.Cluster > 0 {
+			errs = append(errs, fmt.Errorf("bench: a cluster shares a JSONL directory, not %s", loc))
+		}
+	}
 	if o.Cluster > 0 && o.Policy == persister.PolicyNone {
 		errs = append(errs, errors.New("bench: a cluster shares its sessions through the directory: policy none cannot run one"))
 	}
@@ -183,6 +197,7 @@ type Report struct {
 	TurnsPerSession int     `json:"turns_per_session"`
 	Policy          string  `json:"policy"`
 	Dir             string  `json:"dir,omitempty"`
+	Store           string  `json:"store,omitempty"` // a store other than a directory (a SQLite database)
 	Interrupted     bool    `json:"interrupted,omitempty"`
 	WallSeconds     float64 `json:"wall_seconds"`
 	Turns           int64   `json:"turns"`
@@ -351,7 +366,18 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, TurnsPerSession: o.Turns, Policy: o.Policy.String()}
 
 	dir := o.Dir
-	if o.Policy != persister.PolicyNone && dir == "" {
+	// db is a store other than a directory, opened by URL (a SQLite
+	// database): always kept.
+	var db persister.Location
+	if loc, err := persister.ParseStoreURL(o.Store); o.Store != "" && err == nil {
+		if loc.Scheme == persister.SchemeJSONL {
+			dir = loc.Path
+		} else if o.Policy != persister.PolicyNone {
+			db = loc
+			rep.Store = loc.String()
+		}
+	}
+	if o.Policy != persister.PolicyNone && dir == "" && db.Path == "" {
 		d, err := os.MkdirTemp("", "dsh-bench-*")
 		if err != nil {
 			return rep, err
@@ -386,8 +412,18 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards, IdleTimeout: o.PassivateAfter,
 		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
 		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) }}
+	if db.Path != "" {
+		st, err := persister.Open(db.String())
+		if err != nil {
+			return rep, err
+		}
+		hcfg.Store = st // the host closes it
+	}
 	r, err := openRunner(ctx, o, hcfg)
 	if err != nil {
+		if hcfg.Store != nil {
+			_ = hcfg.Store.Close()
+		}
 		return rep, err
 	}
 	rep.Members = o.Cluster
@@ -578,9 +614,14 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	rep.WriteFailures = writeFailures.Load()
 
 	var logs []loggedSession
-	if dir != "" {
+	if dir != "" || db.Path != "" {
 		var err error
-		if logs, err = diskStats(dir, !o.NoVerify, &rep); err != nil && closeErr == nil {
+		if db.Path != "" {
+			logs, err = storeStats(ctx, db, !o.NoVerify, &rep)
+		} else {
+			logs, err = diskStats(dir, !o.NoVerify, &rep)
+		}
+		if err != nil && closeErr == nil {
 			closeErr = err
 		}
 	}
@@ -712,7 +753,10 @@ func WriteTable(w io.Writer, r Report) {
 	row("turn latency", "%s", us(r.TurnLatency))
 	row("turn beyond model", "%s", us(r.TurnOverhead))
 	row("turn-end flush", "%s", us(r.FlushLatency))
-	if r.Files > 0 {
+	if r.Store != "" {
+		row("on disk", "%s in %s (%d sessions, %d verified), %s as JSONL, ratio %.1f×",
+			bytesStr(float64(r.BytesOnDisk)), r.Store, r.Files, r.FilesVerified, bytesStr(float64(r.BytesRaw)), r.CompressionRatio)
+	} else if r.Files > 0 {
 		row("on disk", "%s in %d files (%d verified), %s raw, ratio %.1f×",
 			bytesStr(float64(r.BytesOnDisk)), r.Files, r.FilesVerified, bytesStr(float64(r.BytesRaw)), r.CompressionRatio)
 	} else {

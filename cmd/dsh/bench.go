@@ -63,7 +63,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.IntVar(&o.Shards, "shards", 0, "persister shards (0: default)")
 	fs.DurationVar(&o.PassivateAfter, "passivate-after", 0, "passivate a session idle this long (0: never); resumed from disk on its next turn")
 	fs.BoolVar(&o.NoBaselines, "no-baselines", false, "skip the baselines run after the load")
-	fs.StringVar(&o.Dir, "dir", "", "write the sessions here and keep them (default: a fresh temporary directory, removed)")
+	var stores storeFlags
+	stores.register(fs, "write the sessions here and keep them (default: a fresh temporary directory, removed)")
 	fs.Int64Var(&o.Seed, "seed", 0, "synthetic model seed")
 	fs.IntVar(&o.Cluster, "cluster", 0, "run the sessions on N cluster members on 127.0.0.1 sharing the directory (0: one host)")
 	fs.BoolVar(&o.NoVerify, "no-verify", false, "do not read every log back after the run")
@@ -123,6 +124,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	if err := o.Validate(); err != nil {
 		return usagef("%v", err)
+	}
+	if stores.given() {
+		// A store named is kept after the run, a directory or a database.
+		loc, err := stores.location("bench")
+		if err != nil {
+			return err
+		}
+		if loc.Scheme == persister.SchemeJSONL {
+			o.Dir = loc.Path
+		} else {
+			o.Store = loc.String()
+		}
+		if err := o.Validate(); err != nil {
+			return usagef("%v", err)
+		}
 	}
 	o.Keep = o.Dir != ""
 	if capacity {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,4 +69,32 @@ func TestMemberRefusesASQLiteStore(t *testing.T) {
 	code, _, errOut = runDsh("member")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "--dir is required")
+}
+
+// dsh bench --store jsonl:DIR writes into DIR and keeps it, as --dir does;
+// --dir and --store together are bad usage.
+func TestBenchStoreKeepsTheStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bench")
+	code, out, errOut := runDsh("bench", "--store", "jsonl:"+dir, "--sessions", "3", "--turns", "1", "--chunks", "5",
+		"--no-baselines", "--quiet", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var rep struct {
+		Dir      string `json:"dir"`
+		Verified int    `json:"files_verified"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Equal(t, dir, rep.Dir)
+	require.Equal(t, 3, rep.Verified)
+	code, out, errOut = runDsh("sessions", "--json", "--store", "jsonl:"+dir)
+	require.Equal(t, exitOK, code, errOut)
+	var rows []sessionRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 3, "the directory was kept")
+
+	code, _, errOut = runDsh("bench", "--dir", dir, "--store", "jsonl:"+dir, "--quiet")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--dir and --store both given")
+	code, _, errOut = runDsh("bench", "--store", "sqlite:"+filepath.Join(dir, "x.db"), "--cluster", "2", "--quiet")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "a cluster shares a JSONL directory")
 }
