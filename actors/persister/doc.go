@@ -2,6 +2,10 @@
 // (an in-memory MemStore and the JSONL store on disk) and the persister
 // actor that writes a session's committed events behind it.
 //
+// [Open] names a store by URL, as the command line does: jsonl:DIR (a bare
+// DIR is the same) or sqlite:PATH; [OpenReader] opens one for reading
+// only, taking no writer lock and repairing nothing (open.go).
+//
 // # The Store contract
 //
 // A [Store] keeps one append-only log per session id: a [session.Header]
