@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
 )
 
@@ -140,4 +141,11 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		<-time.After(2 * time.Millisecond) // the poll interval, not a wait for timing
 	}
+}
+
+func userMsgT(t *testing.T, text string) messages.Message {
+	t.Helper()
+	m, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.UserSource())
+	require.NoError(t, err)
+	return m
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -92,6 +93,7 @@ type Server struct {
 	once    sync.Once
 
 	streams sync.WaitGroup
+	open    atomic.Int64 // event streams being served
 	keys    keyLocks
 }
 
@@ -130,6 +132,9 @@ func (s *Server) Close() {
 
 // Wait waits for the event streams to end (after Close).
 func (s *Server) Wait() { s.streams.Wait() }
+
+// Streams returns the number of event streams being served.
+func (s *Server) Streams() int { return int(s.open.Load()) }
 
 func (s *Server) routes() {
 	v1 := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {

@@ -44,7 +44,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	default:
 	}
 	s.streams.Add(1)
-	defer s.streams.Done()
+	s.open.Add(1)
+	defer func() {
+		s.open.Add(-1)
+		s.streams.Done()
+	}()
 	st, err := s.cfg.Backend.Subscribe(r.Context(), id, from)
 	if err != nil {
 		return err
