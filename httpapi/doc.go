@@ -13,7 +13,11 @@
 //	POST /v1/sessions/{id}/cancel     cancel the running turn (cause user) → 202
 //	POST /v1/sessions/{id}/fork       {"at": SEQ} → 201 {"id"}
 //	GET  /v1/sessions/{id}/events     SSE: the log from ?from= (or after Last-Event-ID), then live
+//	GET  /openapi.json                the OpenAPI 3.1 document of all of the above (openapi.json), without auth
 //	GET  /healthz                     liveness, without auth
+//
+// The tests check every response they get against openapi.json (with
+// kin-openapi), so the document and the server cannot drift apart.
 //
 // Listing and describing a session never resume it (resuming appends to
 // its log): a stored session is read through the host's Peek. A session's

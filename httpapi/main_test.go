@@ -62,6 +62,8 @@ func start(t *testing.T, hcfg supervisor.Config, cfg Config) *fixture {
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
+	// Every response a test gets is checked against openapi.json.
+	ts.Client().Transport = &validating{t: t, next: ts.Client().Transport}
 	f := &fixture{h: h, srv: srv, ts: ts, token: cfg.Token}
 	t.Cleanup(func() {
 		srv.Close()

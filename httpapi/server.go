@@ -148,6 +148,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{id}/cancel", s.cancel)
 	v1("POST /v1/sessions/{id}/fork", s.fork)
 	v1("GET /v1/sessions/{id}/events", s.events)
+	s.mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
