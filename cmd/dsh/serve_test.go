@@ -1,17 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
 )
 
 // TestServeUsage: bad flags are bad usage, with one line.
@@ -76,4 +82,98 @@ func TestServeInProcess(t *testing.T) {
 		t.Fatal("serve did not stop")
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestServeDrainsOnSIGTERM runs the real binary: at SIGTERM a turn that
+// is running ends within --drain (completed), or is cancelled (aborted,
+// cause disposed) when --drain is over first; the event stream ends
+// cleanly, the log is valid and closed, and dsh exits 0.
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "dsh")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	for _, c := range []struct {
+		drain string
+		want  session.TurnEndReason
+	}{
+		{"30s", session.TurnEndReason{Kind: session.EndCompleted}},
+		{"1ms", session.TurnEndReason{Kind: session.EndAborted, Cause: session.CancelCause{Kind: session.CauseDisposed}}},
+	} {
+		t.Run("drain="+c.drain, func(t *testing.T) {
+			dir := t.TempDir()
+			speed := "40" // about a second per answer
+			if c.drain == "1ms" {
+				speed = "2"
+			}
+			cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--dir", dir, "--synthetic-speed", speed, "--drain", c.drain)
+			cmd.Env = append(os.Environ(), "DEEPSEEK_API_KEY=", "DSH_TOKEN=")
+			var stderr lockedBuffer
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Start())
+			exited := false
+			t.Cleanup(func() {
+				if !exited {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+				}
+			})
+			url := ""
+			deadline := time.Now().Add(30 * time.Second)
+			for url == "" {
+				require.True(t, time.Now().Before(deadline), "dsh serve never listened: %s", stderr.String())
+				if _, rest, ok := strings.Cut(stderr.String(), "listening on "); ok {
+					url, _, _ = strings.Cut(rest, " ")
+				} else {
+					<-time.After(5 * time.Millisecond) // the poll interval
+				}
+			}
+			post := func(path, body string) {
+				res, err := http.Post(url+path, "application/json", strings.NewReader(body))
+				require.NoError(t, err)
+				res.Body.Close()
+				require.Less(t, res.StatusCode, 300, path)
+			}
+			post("/v1/sessions", `{"id":"s"}`)
+			res, err := http.Get(url + "/v1/sessions/s/events")
+			require.NoError(t, err)
+			defer res.Body.Close()
+			post("/v1/sessions/s/messages", `{"text":"a story"}`)
+			// Read the stream until the model is answering.
+			r := bufio.NewReader(res.Body)
+			for {
+				line, err := r.ReadString('\n')
+				require.NoError(t, err)
+				if strings.HasPrefix(line, "event: assistant/chunk") {
+					break
+				}
+			}
+			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			// The stream ends cleanly (EOF at an event boundary).
+			rest, err := io.ReadAll(r)
+			require.NoError(t, err)
+			require.True(t, len(rest) == 0 || strings.HasSuffix(string(rest), "\n\n"), "%q", rest)
+			require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
+			exited = true
+
+			f, err := session.ReadFile(findLog(t, dir))
+			require.NoError(t, err)
+			require.Nil(t, f.Torn)
+			require.NoError(t, session.CheckTrace(f.Events))
+			_, _, open := mustLog(t, f).OpenTurn()
+			require.False(t, open)
+			var ends []session.TurnEndReason
+			for _, e := range f.Events {
+				if p, ok := e.Payload().(session.TurnEnd); ok {
+					ends = append(ends, p.Reason)
+				}
+			}
+			require.Equal(t, []session.TurnEndReason{c.want}, ends)
+		})
+	}
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
