@@ -273,7 +273,10 @@ func (s *JSONLStore) Create(h session.Header) error {
 	return nil
 }
 
-// Append appends events (see Writer). The first append publishes the file
+// Append appends events (see Writer). An event a JSONL log cannot hold
+// (session.CheckJSONL: an ignorable event typed as a packed-row tag, which
+// a SQLite store holds) refuses the batch, matching session.ErrNotJSONL.
+// The first append publishes the file
 // with the header, durably; later ones write one batch, and a durable one
 // then fsyncs the file (fdatasync on Linux), which covers the batches
 // written before it without durable, through whatever descriptor: the
@@ -286,6 +289,9 @@ func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []
 	}
 	defer s.unlock(st)
 	err = ctxErr(ctx)
+	if err == nil {
+		err = session.CheckJSONL(events)
+	}
 	if err == nil {
 		err = s.appendLocked(ctx, st, events, durable)
 	}

@@ -1262,3 +1262,27 @@ func BenchmarkJSONEncodeOnly(b *testing.B) {
 		})
 	}
 }
+
+// An ignorable event typed as a packed-row tag (the SQLite format holds
+// one) is refused by a JSONL store, whose reader would take the line for a
+// malformed row: the error names the seq and nothing of the batch is
+// written.
+func TestJSONLRefusesAnEventOnlySQLiteHolds(t *testing.T) {
+	ctx := t.Context()
+	b := newLogBuilder(t, "session-tag")
+	b.textTurn("hello", "hi")
+	n := b.len()
+	b.add(session.NewDraft("text-chunks", messages.MustParseJSON(`{"note":"foreign"}`)).AsIgnorable())
+	b.textTurn("again", "hi again")
+	js, err := NewJSONLStore(JSONLConfig{Root: t.TempDir()})
+	require.NoError(t, err)
+	defer js.Close()
+	require.NoError(t, js.Create(b.header()))
+	require.NoError(t, js.Append(ctx, b.id(), b.events()[:n], true))
+	err = js.Append(ctx, b.id(), b.from(n), true)
+	require.ErrorIs(t, err, session.ErrNotJSONL)
+	require.ErrorContains(t, err, fmt.Sprintf(`seq %d has type "text-chunks"`, n))
+	got, err := js.ReadFrom(ctx, b.id(), 0)
+	require.NoError(t, err)
+	requireSameEvents(t, b.events()[:n], got)
+}

@@ -121,9 +121,10 @@ func (t EventType) IsSurface() bool {
 
 func (t EventType) isLegacy() bool { return t.class()&classLegacy != 0 }
 
-// rowTags are the storage tags of packed chunk rows (chunkrows.go). They
-// are never event types: a reader would take such an event for a malformed
-// row, so the log refuses them even when marked ignorable.
+// rowTags are the storage tags of packed chunk rows (chunkrows.go). The log
+// refuses them as the types of events not marked ignorable; an ignorable
+// one is a foreign event the SQLite format holds, which a JSONL log cannot
+// (a reader would take it for a malformed row: CheckJSONL).
 var rowTags = []EventType{"text-chunks", "reasoning-chunks", "tool-call-chunks"}
 
 func (t EventType) isRowTag() bool { return t.class()&classRowTag != 0 }

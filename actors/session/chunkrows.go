@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -33,6 +34,25 @@ const (
 	rowReasoning = "reasoning-chunks"
 	rowToolCall  = "tool-call-chunks"
 )
+
+// ErrNotJSONL refuses to write an event that a JSONL log cannot hold: an
+// ignorable event whose type is a packed-row tag (text-chunks,
+// reasoning-chunks, tool-call-chunks). The SQLite format holds one (its
+// packed rows are told apart by a column, not by the type), but in a JSONL
+// line the type is what makes a row, so the reader would take the event
+// for a malformed row.
+var ErrNotJSONL = errors.New("session: event cannot be stored in a JSONL log")
+
+// CheckJSONL reports, as an error matching ErrNotJSONL and naming the seq
+// and type, the first event of events that a JSONL log cannot hold.
+func CheckJSONL(events []Event) error {
+	for _, e := range events {
+		if t := e.Type(); t.isRowTag() {
+			return fmt.Errorf("%w: seq %d has type %q, which JSONL reserves for packed chunk rows", ErrNotJSONL, e.seq, t)
+		}
+	}
+	return nil
+}
 
 // minRun is the shortest run that packs; shorter runs stay verbatim, where
 // the row's own envelope would cost more than it saves.

@@ -459,6 +459,9 @@ func encodeFile(h Header, events []Event, opts WriteOptions) ([]byte, error) {
 			return nil, fmt.Errorf("session: write log: event %d has seq %d; events must be contiguous from 0", i, e.seq)
 		}
 	}
+	if err := CheckJSONL(events); err != nil {
+		return nil, fmt.Errorf("session: write log: %w", err)
+	}
 	var batches [][]Event
 	rest := events
 	for _, n := range opts.BatchSizes {

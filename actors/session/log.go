@@ -312,7 +312,10 @@ func (l *Log) admit(e *Event, prior Events) (transition, error) {
 	switch {
 	case typ == "":
 		return fail(fmt.Errorf("event has no type"))
-	case class&classRowTag != 0:
+	case class&classRowTag != 0 && !e.Ignorable():
+		// An ignorable event may carry a row tag as its type: the SQLite
+		// format stores it as a scalar row, and only JSONL cannot hold it
+		// (CheckJSONL).
 		return fail(fmt.Errorf("event type %q is reserved for packed chunk rows", typ))
 	case class&classLegacy != 0:
 		return fail(fmt.Errorf("event type %q was removed from the format", typ))

@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -487,15 +488,32 @@ func mustEvent(t testing.TB, l *Log, seq int64) Event {
 	return e
 }
 
+// A row tag is refused as the type of an event not marked ignorable. An
+// ignorable one is a foreign event the SQLite format holds (the
+// reference's own databases have one): the log takes it, and a JSONL log
+// refuses to be written with it, since its reader would take the line for
+// a malformed row.
 func TestRefusesRowTagsAsEventTypes(t *testing.T) {
 	l, err := New(Header{ID: "s", CreatedAt: 1})
 	require.NoError(t, err)
 	for _, tag := range []EventType{"text-chunks", "reasoning-chunks", "tool-call-chunks"} {
-		_, err := l.Append(NewDraft(tag, messages.MustParseJSON(`{}`)).AsIgnorable(), 1)
+		_, err := l.Append(NewDraft(tag, messages.MustParseJSON(`{}`)), 1)
 		require.ErrorIs(t, err, ErrInvalid)
 		require.ErrorContains(t, err, "reserved for packed chunk rows")
 	}
 	require.Equal(t, int64(0), l.Len())
+	for _, tag := range []EventType{"text-chunks", "reasoning-chunks", "tool-call-chunks"} {
+		_, err := l.Append(NewDraft(tag, messages.MustParseJSON(`{}`)).AsIgnorable(), 1)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(3), l.Len())
+	err = CheckJSONL(l.Events().Slice())
+	require.ErrorIs(t, err, ErrNotJSONL)
+	require.ErrorContains(t, err, `seq 0 has type "text-chunks"`)
+	for _, zstd := range []bool{false, true} {
+		err = WriteFile(filepath.Join(t.TempDir(), "session.jsonl"), l.Header(), l.Events().Slice(), WriteOptions{Zstd: zstd})
+		require.ErrorIs(t, err, ErrNotJSONL)
+	}
 }
 
 func TestMirrorCommitsAnotherLogsEventsAsTheyAre(t *testing.T) {
