@@ -1,0 +1,954 @@
+package persister
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
+	"github.com/dshgo/dsh/messages"
+)
+
+// This file is the SQLite store: every session of a store in one SQLite
+// database, in the reference's schema 17 (doc.go, "SQLite store"), so that
+// the reference opens a database dsh wrote and the other way round.
+
+// SQLiteStore is the Store of one SQLite database. It is safe for
+// concurrent use: one connection serves every operation, one at a time
+// (SQLite has one writer per database anyway). A writer holds the
+// exclusive lock file PATH.lock for its lifetime, so a second dsh writer
+// is refused at once (a *DatabaseLockedError); other SQLite clients are
+// fenced by SQLite's own locking (BEGIN IMMEDIATE, the busy timeout) and
+// by the tail check of every append.
+//
+// Every append commits a transaction with synchronous=FULL, so every
+// append is durable when it returns, whatever its durable flag (the
+// Writer contract allows a barrier to cover more than it must): a failed
+// append leaves what was stored before it, and nothing needs cutting
+// back.
+type SQLiteStore struct {
+	path     string
+	readOnly bool
+	busy     time.Duration
+	identity string // "file:<dev>:<ino>:<birthNs>:store:<store_id>"
+
+	// mu serialises every operation and guards the fields below.
+	mu       sync.Mutex
+	closed   bool
+	db       *sql.DB
+	conn     *sql.Conn
+	lock     vfs.Lock // the writer lock; nil for ReadOnly or NoWriterLock
+	sessions map[session.SessionID]*sqlSession
+}
+
+// sqlSession is what the store knows about one session id.
+type sqlSession struct {
+	header session.Header
+	// stored says the session's row is known to exist (the session is
+	// materialized); otherwise the header is from Create and the first
+	// append inserts the row.
+	stored bool
+}
+
+var _ Store = (*SQLiteStore)(nil)
+
+// OpenSQLite opens (creating it if missing, unless opts.ReadOnly) the
+// session database at path. It checks the path as the reference does,
+// takes the writer lock PATH.lock (not with ReadOnly or NoWriterLock),
+// sets up the connection (trusted_schema off, mmap off, foreign keys on,
+// the journal mode, synchronous=FULL), initializes a pristine file and
+// refuses an incompatible one, all with one-line errors (a *DatabaseError,
+// a *DatabaseLockedError) that change nothing.
+func OpenSQLite(path string, opts SQLiteOptions) (*SQLiteStore, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if path == "" || strings.ContainsRune(path, 0) {
+		return nil, &DatabaseError{Path: path, Reason: "is not a valid path"}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, &DatabaseError{Path: path, Reason: "is not a valid path", Err: err}
+	}
+	path = abs
+	busy := opts.BusyTimeout
+	switch {
+	case busy == 0:
+		busy = DefaultBusyTimeout
+	case busy < 0:
+		busy = 0
+	}
+	mode := strings.ToLower(opts.JournalMode)
+	if mode == "" {
+		mode = "wal"
+	}
+	s := &SQLiteStore{path: path, readOnly: opts.ReadOnly, busy: busy, sessions: map[session.SessionID]*sqlSession{}}
+	start := time.Now()
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, &DatabaseError{Path: path, Reason: "cannot be created", Err: err}
+		}
+	}
+	exists, err := checkPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ReadOnly && !exists {
+		return nil, &DatabaseError{Path: path, Reason: "does not exist", Err: os.ErrNotExist}
+	}
+	if !opts.ReadOnly && !opts.NoWriterLock {
+		l, err := vfs.OS().Lock(path+".lock", []byte(defaultHolder()+"\n"))
+		var le *vfs.LockedError
+		if errors.As(err, &le) {
+			return nil, &DatabaseLockedError{Path: path, Holder: le.Holder}
+		}
+		if err != nil {
+			return nil, &DatabaseError{Path: path, Reason: "cannot take its writer lock", Err: err}
+		}
+		s.lock = l
+	}
+	if err := s.open(exists, mode, start); err != nil {
+		s.shut()
+		return nil, err
+	}
+	return s, nil
+}
+
+// open does the connection setup of OpenSQLite, the lock taken.
+func (s *SQLiteStore) open(exists bool, mode string, start time.Time) error {
+	ctx := context.Background()
+	if !s.readOnly && !exists {
+		f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			err = f.Close()
+		}
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return &DatabaseError{Path: s.path, Reason: "cannot be created", Err: err}
+		}
+		if _, err := checkPath(s.path); err != nil {
+			return err
+		}
+	}
+	query := "_pragma=busy_timeout(" + strconv.FormatInt(s.busy.Milliseconds(), 10) + ")"
+	if s.readOnly {
+		query += "&mode=ro"
+	}
+	db, err := sql.Open("sqlite", sqlURI(s.path, query))
+	if err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	db.SetMaxOpenConns(1)
+	s.db = db
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	s.conn = conn
+	if err := checkPragma(ctx, conn, "trusted_schema", "OFF", 0); err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	if err := checkPragma(ctx, conn, "mmap_size", "0", 0); err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = ON"); err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	begin := "BEGIN IMMEDIATE"
+	if s.readOnly {
+		begin = "BEGIN"
+	}
+	err = s.inTx(ctx, begin, func() error { return ownership(ctx, conn, s.path, !s.readOnly) })
+	if err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	if !s.readOnly {
+		if _, err := setJournalMode(ctx, conn, mode, start.Add(s.busy), time.Sleep); err != nil {
+			return dbError(s.path, s.busy, fmt.Errorf("journal mode %s: %w", mode, err))
+		}
+		if err := checkPragma(ctx, conn, "synchronous", "FULL", 2); err != nil {
+			return dbError(s.path, s.busy, err)
+		}
+	}
+	id, err := storeID(ctx, conn, s.path)
+	if err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	dev, ino, birth, err := fileIdentity(s.path)
+	if err != nil {
+		return &DatabaseError{Path: s.path, Reason: "cannot be opened", Err: err}
+	}
+	s.identity = fmt.Sprintf("file:%d:%d:%d:store:%s", dev, ino, birth, id)
+	return nil
+}
+
+// shut closes the connection and releases the writer lock.
+func (s *SQLiteStore) shut() error {
+	var errs []error
+	if s.conn != nil {
+		errs = append(errs, s.conn.Close())
+	}
+	if s.db != nil {
+		errs = append(errs, s.db.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Release())
+	}
+	s.conn, s.db, s.lock = nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// Path returns the database's absolute path.
+func (s *SQLiteStore) Path() string { return s.path }
+
+// inTx runs fn in a transaction begun with begin ("BEGIN" or "BEGIN
+// IMMEDIATE"), committing if it returns nil and rolling back otherwise.
+// s.mu must be held (or s not yet shared).
+func (s *SQLiteStore) inTx(ctx context.Context, begin string, fn func() error) (err error) {
+	if _, err := s.conn.ExecContext(ctx, begin); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// A rollback on a fresh context: a done ctx must not leave the
+			// transaction open.
+			if _, rerr := s.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
+				err = fmt.Errorf("%w; rollback: %w", err, rerr)
+			}
+		}
+	}()
+	if err := fn(); err != nil {
+		return err
+	}
+	_, err = s.conn.ExecContext(ctx, "COMMIT")
+	return err
+}
+
+// lockOpen takes s.mu and checks the store is open.
+func (s *SQLiteStore) lockOpen() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// Create registers h lazily: nothing is written until the first Append.
+// ErrExists if the id is registered or stored.
+func (s *SQLiteStore) Create(h session.Header) error {
+	if err := h.Validate(); err != nil {
+		return fmt.Errorf("persister: create: %w", err)
+	}
+	if err := s.lockOpen(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if s.readOnly {
+		return fmt.Errorf("persister: create %s: %w", h.ID, ErrReadOnly)
+	}
+	if _, ok := s.sessions[h.ID]; ok {
+		return fmt.Errorf("persister: create %s: %w", h.ID, ErrExists)
+	}
+	found, err := s.rowExists(context.Background(), h.ID)
+	if err != nil {
+		return fmt.Errorf("persister: create %s: %w", h.ID, dbError(s.path, s.busy, err))
+	}
+	if found {
+		return fmt.Errorf("persister: create %s: %w", h.ID, ErrExists)
+	}
+	s.sessions[h.ID] = &sqlSession{header: h}
+	return nil
+}
+
+// rowExists reports whether the session's row exists. s.mu must be held.
+func (s *SQLiteStore) rowExists(ctx context.Context, id session.SessionID) (bool, error) {
+	var one int
+	err := s.conn.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, string(id)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Append appends events in one transaction (BEGIN IMMEDIATE ... COMMIT,
+// synchronous=FULL): durable when it returns, whatever durable says. The
+// transaction repeats the ownership checks, checks the stored tail (an
+// append that does not start at the stored next seq is a *FenceError and
+// writes nothing), inserts the session's row on its first append, packs
+// the batch into rows and bumps the session's revision. An empty batch
+// does nothing.
+func (s *SQLiteStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+	if err := s.lockOpen(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if err := s.appendLocked(ctx, id, events); err != nil {
+		return fmt.Errorf("persister: append %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, events []session.Event) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	st, err := s.sessionLocked(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	if err := checkBatch(id, events); err != nil {
+		return err
+	}
+	err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
+		if err := checkMutation(ctx, s.conn, s.path); err != nil {
+			return err
+		}
+		return s.appendTx(ctx, s.conn, id, st, events)
+	})
+	if err != nil {
+		return s.txError(err)
+	}
+	st.stored = true
+	return nil
+}
+
+// txError wraps err from a transaction: a store error (a fence, a
+// refusal, corruption) as it is, a SQLite error in the database's words.
+func (s *SQLiteStore) txError(err error) error {
+	var fe *FenceError
+	var ce *session.CorruptError
+	var de *DatabaseError
+	if errors.As(err, &fe) || errors.As(err, &ce) || errors.As(err, &de) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return dbError(s.path, s.busy, err)
+}
+
+// checkBatch checks a batch is non-zero events with contiguous seqs.
+func checkBatch(id session.SessionID, events []session.Event) error {
+	for i := range events {
+		if events[i].IsZero() {
+			return fmt.Errorf("event %d of the batch is zero: %w", i, session.ErrInvalid)
+		}
+		if want := events[0].Seq() + int64(i); events[i].Seq() != want {
+			return &FenceError{ID: id, Want: want, Got: events[i].Seq()}
+		}
+	}
+	return nil
+}
+
+// sessionLocked returns what the store knows of id: registered by Create,
+// or stored (its row is looked up when the store has not seen it yet).
+// ErrNotFound if neither. s.mu must be held.
+func (s *SQLiteStore) sessionLocked(ctx context.Context, id session.SessionID) (*sqlSession, error) {
+	if st := s.sessions[id]; st != nil {
+		return st, nil
+	}
+	found, err := s.rowExists(ctx, id)
+	if err != nil {
+		return nil, dbError(s.path, s.busy, err)
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	st := &sqlSession{stored: true}
+	s.sessions[id] = st
+	return st, nil
+}
+
+// appendTx is the body of one session's append inside an open mutating
+// transaction on q, whose ownership checks are done: the tail check
+// (fence), the session row on a first append (st.stored false; the caller
+// sets st.stored after the transaction commits), the batch's rows and the
+// revision bump. events is non-empty, with contiguous seqs (checkBatch).
+// On error the caller rolls back (the transaction, or a savepoint around
+// this call). s.mu must be held.
+func (s *SQLiteStore) appendTx(ctx context.Context, q queryer, id session.SessionID, st *sqlSession, events []session.Event) error {
+	next, err := s.tailNext(ctx, q, id)
+	if err != nil {
+		return err
+	}
+	if first := events[0].Seq(); first != next {
+		return &FenceError{ID: id, Want: next, Got: first}
+	}
+	if !st.stored {
+		h := st.header
+		inc, err := uuid.NewRandom()
+		if err != nil {
+			return err
+		}
+		_, err = q.ExecContext(ctx, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+ON CONFLICT (id) DO UPDATE SET version = excluded.version, created_at = excluded.created_at, cwd = excluded.cwd,
+  parent_session = excluded.parent_session, seed_length = excluded.seed_length, origin = excluded.origin,
+  delegation_depth = excluded.delegation_depth, agent_preset = excluded.agent_preset`,
+			string(h.ID), session.FormatVersion, h.CreatedAt, nullString(h.Cwd), nullString(h.ParentSession),
+			nullOptInt(h.SeedLength), nullString(h.Origin), h.DelegationDepth, nullString(h.AgentPreset), inc.String())
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.insertRows(ctx, q, id, events, true); err != nil {
+		return err
+	}
+	return bumpRevision(ctx, q, id)
+}
+
+// insertRows inserts the rows of events: packed per packRows, or one
+// scalar row each (repair closers).
+func (s *SQLiteStore) insertRows(ctx context.Context, q queryer, id session.SessionID, events []session.Event, pack bool) error {
+	insert := func(r sqlRow) error {
+		var ign any
+		if r.ignorable >= 0 {
+			ign = r.ignorable
+		}
+		var op any
+		if r.op != "" {
+			op = r.op
+		}
+		// An empty list is a zero-length BLOB, not NULL: X'' says so
+		// whatever the driver binds for an empty []byte.
+		src, empty := r.sources, false
+		if b, ok := src.([]byte); ok && len(b) == 0 {
+			src, empty = nil, true
+		}
+		_, err := q.ExecContext(ctx, `INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable)
+VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?9 THEN X'' ELSE ?6 END, ?7, ?8)`,
+			string(id), r.seq, r.typ, r.time, r.data, src, op, ign, empty)
+		return err
+	}
+	if pack {
+		return packRows(events, insert)
+	}
+	for _, e := range events {
+		r, err := scalarRow(e)
+		if err != nil {
+			return err
+		}
+		if err := insert(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bumpRevision(ctx context.Context, q queryer, id session.SessionID) error {
+	res, err := q.ExecContext(ctx, `UPDATE sessions SET revision = revision + 1 WHERE id = ?`, string(id))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("session %s: revision update changed %d rows (%v)", id, n, err)
+	}
+	return nil
+}
+
+func nullString(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+func nullOptInt(v messages.OptInt) any {
+	if n, ok := v.Get(); ok {
+		return n
+	}
+	return nil
+}
+
+// tailNext returns the stored next seq of id, checking the physical tail:
+// the span from the older of the last two rows (widened back to a packed
+// row covering it) must decode and be gapless.
+func (s *SQLiteStore) tailNext(ctx context.Context, q queryer, id session.SessionID) (int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 2`, string(id))
+	if err != nil {
+		return 0, err
+	}
+	var last []int64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		last = append(last, seq)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	if len(last) == 0 {
+		return 0, nil
+	}
+	from := last[len(last)-1]
+	base, err := s.anchor(ctx, q, id, from)
+	if err != nil {
+		return 0, err
+	}
+	span, err := s.selectRows(ctx, q, id, base)
+	if err != nil {
+		return 0, err
+	}
+	expected := base
+	var buf []session.Event
+	for _, r := range span {
+		buf, err = decodeSQLRow(buf[:0], r)
+		if err == nil && (len(buf) == 0 || buf[0].Seq() != expected) {
+			err = fmt.Errorf("seq gap: want %d", expected)
+		}
+		if err != nil {
+			return 0, &session.CorruptError{Path: s.path, Offset: -1, Seq: r.seq,
+				Err: fmt.Errorf("session %s has an invalid physical tail at seq %d: %w", id, r.seq, err)}
+		}
+		expected = buf[len(buf)-1].Seq() + 1
+	}
+	return expected, nil
+}
+
+// anchor returns the seq the rows of a read from seq from must start at:
+// from, or the seq of an earlier packed row that covers it (or that does
+// not decode, and so might).
+func (s *SQLiteStore) anchor(ctx context.Context, q queryer, id session.SessionID, from int64) (int64, error) {
+	rows, err := s.queryRows(ctx, q, `SELECT seq, type, time, data, typeof(data), source_event_seqs, typeof(source_event_seqs), surface_op, ignorable
+FROM events WHERE session_id = ? AND seq >= ? AND seq < ? AND ignorable = 0 AND type IN ('text-chunks', 'reasoning-chunks', 'tool-call-chunks') ORDER BY seq`,
+		string(id), max(0, from-(sqlMaxPacked-1)), from)
+	if err != nil {
+		return 0, err
+	}
+	base := from
+	var buf []session.Event
+	for _, r := range rows {
+		buf, err = decodeSQLRow(buf[:0], r)
+		if err != nil || buf[len(buf)-1].Seq() >= from {
+			base = min(base, r.seq)
+		}
+	}
+	return base, nil
+}
+
+// selectRows returns id's rows from seq from on, in seq order.
+func (s *SQLiteStore) selectRows(ctx context.Context, q queryer, id session.SessionID, from int64) ([]sqlRow, error) {
+	return s.queryRows(ctx, q, `SELECT seq, type, time, data, typeof(data), source_event_seqs, typeof(source_event_seqs), surface_op, ignorable
+FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq`, string(id), from)
+}
+
+// queryRows runs a select of event rows.
+func (s *SQLiteStore) queryRows(ctx context.Context, q queryer, query string, args ...any) ([]sqlRow, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []sqlRow
+	for rows.Next() {
+		var r sqlRow
+		var dataType, srcType string
+		var op sql.NullString
+		var ign sql.NullInt64
+		if err := rows.Scan(&r.seq, &r.typ, &r.time, &r.data, &dataType, &r.sources, &srcType, &op, &ign); err != nil {
+			return nil, err
+		}
+		// The driver's Go types do not tell an empty TEXT or BLOB from
+		// NULL; typeof does.
+		r.data = sqlValue(r.data, dataType)
+		r.sources = sqlValue(r.sources, srcType)
+		r.op = op.String
+		r.ignorable = -1
+		if ign.Valid {
+			r.ignorable = ign.Int64
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// sqlValue normalises a scanned ANY value to its SQLite type: "text" a
+// string, "blob" a []byte, "null" nil.
+func sqlValue(v any, typ string) any {
+	switch typ {
+	case "null":
+		return nil
+	case "text":
+		switch v := v.(type) {
+		case []byte:
+			return string(v)
+		case nil:
+			return ""
+		}
+	case "blob":
+		switch v := v.(type) {
+		case string:
+			return []byte(v)
+		case nil:
+			return []byte{}
+		}
+	}
+	return v
+}
+
+// scanned is the outcome of scanRows.
+type scanned struct {
+	events []session.Event
+	// torn is the seq of the first physical row of a torn tail, -1 when
+	// there is none; next is the seq the first dropped event should have
+	// had, and cause why the row was dropped.
+	torn  int64
+	next  int64
+	cause error
+}
+
+// scanRows applies the recovery rules to a session's rows from seq base
+// on: rows must decode and continue the seqs; a bad row followed by a row
+// holding a turn/end is committed corruption (an error), a bad row after
+// the last such row starts a torn tail, which is dropped.
+func (s *SQLiteStore) scanRows(id session.SessionID, rows []sqlRow, base int64) (scanned, error) {
+	var all []session.Event
+	spans := make([][2]int, len(rows))
+	errs := make([]error, len(rows))
+	lastEnd := -1
+	for i, r := range rows {
+		start := len(all)
+		all, errs[i] = decodeSQLRow(all, r)
+		spans[i] = [2]int{start, len(all)}
+		if errs[i] == nil {
+			for _, e := range all[start:] {
+				if e.Type() == session.TypeTurnEnd {
+					lastEnd = i
+				}
+			}
+		}
+	}
+	out := scanned{torn: -1}
+	expected := base
+	for i, r := range rows {
+		err := errs[i]
+		evs := all[spans[i][0]:spans[i][1]]
+		if err == nil && evs[0].Seq() != expected {
+			err = fmt.Errorf("row starts at seq %d, want %d", evs[0].Seq(), expected)
+		}
+		if err != nil {
+			if i <= lastEnd {
+				return scanned{}, &session.CorruptError{Path: s.path, Offset: -1, Seq: r.seq,
+					Err: fmt.Errorf("corrupt session log %s: invalid committed physical row at seq %d: %w", id, r.seq, err)}
+			}
+			out.torn, out.next, out.cause = r.seq, expected, err
+			break
+		}
+		out.events = append(out.events, evs...)
+		expected += int64(len(evs))
+	}
+	return out, nil
+}
+
+// sessionRow is one row of the sessions table.
+type sessionRow struct {
+	header      session.Header
+	incarnation string
+	revision    int64
+}
+
+const sessionColumns = `id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision`
+
+// scanSession reads and validates one sessions row.
+func (s *SQLiteStore) scanSession(scan func(...any) error) (sessionRow, error) {
+	var id string
+	var version, created, revision int64
+	var cwd, parent, origin, preset, incarnation sql.NullString
+	var seed, depth sql.NullInt64
+	if err := scan(&id, &version, &created, &cwd, &parent, &seed, &origin, &depth, &preset, &incarnation, &revision); err != nil {
+		return sessionRow{}, err
+	}
+	bad := func(format string, args ...any) (sessionRow, error) {
+		return sessionRow{}, &session.CorruptError{Path: s.path, Offset: -1, Seq: -1,
+			Err: fmt.Errorf("session row %q: "+format, append([]any{id}, args...)...)}
+	}
+	switch {
+	case id == "":
+		return bad("id is empty")
+	case version != session.FormatVersion:
+		return sessionRow{}, &session.FormatVersionError{Version: version}
+	case created < 0 || created > maxSafeInt:
+		return bad("created_at %d is not a non-negative safe integer", created)
+	case cwd.Valid && !filepath.IsAbs(cwd.String) && !strings.HasPrefix(cwd.String, "/"):
+		return bad("cwd %q is not an absolute path", cwd.String)
+	case seed.Valid && (seed.Int64 < 0 || seed.Int64 > maxSafeInt):
+		return bad("seed_length %d is not a non-negative safe integer", seed.Int64)
+	case origin.Valid && origin.String != "subagent":
+		return bad("origin %q is not \"subagent\"", origin.String)
+	case depth.Valid && (depth.Int64 < 0 || depth.Int64 > maxSafeInt):
+		return bad("delegation_depth %d is not a non-negative safe integer", depth.Int64)
+	case !uuidSyntax.MatchString(incarnation.String):
+		return bad("incarnation %q is not a UUID", incarnation.String)
+	case revision < 0 || revision > maxSafeInt:
+		return bad("revision %d is not a non-negative safe integer", revision)
+	}
+	h := session.Header{ID: session.SessionID(id), CreatedAt: created, Cwd: cwd.String, ParentSession: parent.String,
+		Origin: origin.String, DelegationDepth: depth.Int64, AgentPreset: preset.String}
+	if seed.Valid {
+		h.SeedLength = messages.Some(seed.Int64)
+	}
+	if err := h.Validate(); err != nil {
+		return bad("%w", err)
+	}
+	return sessionRow{header: h, incarnation: incarnation.String, revision: revision}, nil
+}
+
+// revisionOf is the revision token of a session row.
+func (s *SQLiteStore) revisionOf(r sessionRow) Revision {
+	return Revision(s.identity + ":incarnation:" + r.incarnation + ":revision:" + strconv.FormatInt(r.revision, 10))
+}
+
+// readSession reads id's row; ErrNotFound if there is none.
+func (s *SQLiteStore) readSession(ctx context.Context, q queryer, id session.SessionID) (sessionRow, error) {
+	row := q.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, string(id))
+	r, err := s.scanSession(row.Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sessionRow{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return r, err
+}
+
+// Load returns the log balanced and commits crash repair (see Reader): a
+// torn tail's rows are deleted and an open turn's closers inserted, one
+// scalar row each, in one transaction that checks the tail is still the
+// one read.
+func (s *SQLiteStore) Load(ctx context.Context, id session.SessionID) (Stored, error) {
+	return s.load(ctx, id, commitRepair)
+}
+
+// Inspect is Load with the repair in memory only.
+func (s *SQLiteStore) Inspect(ctx context.Context, id session.SessionID) (Stored, error) {
+	return s.load(ctx, id, memoryRepair)
+}
+
+func (s *SQLiteStore) load(ctx context.Context, id session.SessionID, mode repairMode) (Stored, error) {
+	if err := s.lockOpen(); err != nil {
+		return Stored{}, err
+	}
+	defer s.mu.Unlock()
+	out, err := s.loadLocked(ctx, id, mode)
+	if err != nil {
+		return Stored{}, fmt.Errorf("persister: load %s: %w", id, err)
+	}
+	return out, nil
+}
+
+func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode repairMode) (Stored, error) {
+	if err := ctxErr(ctx); err != nil {
+		return Stored{}, err
+	}
+	var row sessionRow
+	var sc scanned
+	err := s.inTx(ctx, "BEGIN", func() error {
+		var err error
+		if row, err = s.readSession(ctx, s.conn, id); err != nil {
+			return err
+		}
+		rows, err := s.selectRows(ctx, s.conn, id, 0)
+		if err != nil {
+			return err
+		}
+		sc, err = s.scanRows(id, rows, 0)
+		return err
+	})
+	if err != nil {
+		return Stored{}, s.txError(err)
+	}
+	if _, err := session.Restore(row.header, sc.events); err != nil {
+		return Stored{}, invalidLog(s.path, err)
+	}
+	closers := session.InterruptedTurnClosers(sc.events)
+	out := Stored{
+		Header:   row.header,
+		Events:   append(slices.Clip(sc.events), closers...),
+		Closers:  closers,
+		Revision: s.revisionOf(row),
+	}
+	if sc.torn >= 0 {
+		out.Torn = &session.TornTail{Offset: sc.torn, NextSeq: sc.next, Err: sc.cause}
+	}
+	if st := s.sessions[id]; st == nil {
+		s.sessions[id] = &sqlSession{header: row.header, stored: true}
+	}
+	if mode == memoryRepair || (sc.torn < 0 && len(closers) == 0) {
+		return out, nil
+	}
+	if s.readOnly {
+		return Stored{}, fmt.Errorf("commit repair: %w", ErrReadOnly)
+	}
+	err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
+		if err := checkMutation(ctx, s.conn, s.path); err != nil {
+			return err
+		}
+		return s.repairTx(ctx, s.conn, id, sc.torn, closers)
+	})
+	if err != nil {
+		return Stored{}, fmt.Errorf("commit repair: %w", s.txError(err))
+	}
+	row.revision++
+	out.Revision = s.revisionOf(row)
+	return out, nil
+}
+
+// repairTx commits a repair inside an open mutating transaction: the
+// session's rows are scanned again under the lock; the torn tail must
+// still start at torn (-1: there must be none), its rows are deleted, the
+// closers inserted (each its own scalar row) right after the last kept
+// event, and the revision bumped.
+func (s *SQLiteStore) repairTx(ctx context.Context, q queryer, id session.SessionID, torn int64, closers []session.Event) error {
+	if _, err := s.readSession(ctx, q, id); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("session %s metadata row is missing", id)
+		}
+		return err
+	}
+	rows, err := s.selectRows(ctx, q, id, 0)
+	if err != nil {
+		return err
+	}
+	sc, err := s.scanRows(id, rows, 0)
+	if err != nil {
+		return err
+	}
+	switch {
+	case torn >= 0 && sc.torn != torn:
+		return &FenceError{ID: id, Want: torn, Got: sc.torn}
+	case torn < 0 && sc.torn >= 0:
+		return fmt.Errorf("session %s repair omitted current torn tail at seq %d", id, sc.torn)
+	}
+	if torn >= 0 {
+		if _, err := q.ExecContext(ctx, `DELETE FROM events WHERE session_id = ? AND seq >= ?`, string(id), torn); err != nil {
+			return err
+		}
+	}
+	if len(closers) > 0 {
+		if next := int64(len(sc.events)); closers[0].Seq() != next {
+			return &FenceError{ID: id, Want: next, Got: closers[0].Seq()}
+		}
+		if err := s.insertRows(ctx, q, id, closers, false); err != nil {
+			return err
+		}
+	}
+	return bumpRevision(ctx, q, id)
+}
+
+// ReadFrom returns the stored events from seq from on, as stored: no
+// repair, no closers, a torn tail left out. A read from inside a packed
+// row starts at that row.
+func (s *SQLiteStore) ReadFrom(ctx context.Context, id session.SessionID, from int64) ([]session.Event, error) {
+	if err := s.lockOpen(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if err := ctxErr(ctx); err != nil {
+		return nil, fmt.Errorf("persister: read %s: %w", id, err)
+	}
+	if from < 0 || from > maxSafeInt {
+		return nil, fmt.Errorf("persister: read %s from seq %d: not a non-negative safe integer", id, from)
+	}
+	var out []session.Event
+	err := s.inTx(ctx, "BEGIN", func() error {
+		if _, err := s.readSession(ctx, s.conn, id); err != nil {
+			return err
+		}
+		base, err := s.anchor(ctx, s.conn, id, from)
+		if err != nil {
+			return err
+		}
+		rows, err := s.selectRows(ctx, s.conn, id, base)
+		if err != nil {
+			return err
+		}
+		sc, err := s.scanRows(id, rows, base)
+		if err != nil {
+			return err
+		}
+		for i, e := range sc.events {
+			if e.Seq() >= from {
+				out = slices.Clone(sc.events[i:])
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persister: read %s: %w", id, s.txError(err))
+	}
+	return out, nil
+}
+
+// List returns the stored sessions with their revisions, sorted by id.
+// One invalid row fails the whole call.
+func (s *SQLiteStore) List(ctx context.Context) ([]Listed, error) {
+	if err := s.lockOpen(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if err := ctxErr(ctx); err != nil {
+		return nil, fmt.Errorf("persister: list: %w", err)
+	}
+	rows, err := s.conn.QueryContext(ctx, `SELECT `+sessionColumns+` FROM sessions`)
+	if err != nil {
+		return nil, fmt.Errorf("persister: list: %w", dbError(s.path, s.busy, err))
+	}
+	defer rows.Close()
+	var out []Listed
+	for rows.Next() {
+		r, err := s.scanSession(rows.Scan)
+		if err != nil {
+			return nil, fmt.Errorf("persister: list: %w", err)
+		}
+		out = append(out, Listed{Header: r.header, Revision: s.revisionOf(r)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("persister: list: %w", dbError(s.path, s.busy, err))
+	}
+	slices.SortFunc(out, func(a, b Listed) int { return cmp.Compare(a.Header.ID, b.Header.ID) })
+	return out, nil
+}
+
+// Release checks the store is open: every append is durable when it
+// returns and the store's lock is per database, not per session, so there
+// is nothing to sync or give back.
+func (s *SQLiteStore) Release(id session.SessionID) error {
+	if err := s.lockOpen(); err != nil {
+		return err
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Close closes the database (SQLite checkpoints the WAL into it and
+// removes the -wal and -shm files) and releases the writer lock. Later
+// calls fail with ErrClosed.
+func (s *SQLiteStore) Close() error {
+	if err := s.lockOpen(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	s.closed = true
+	s.sessions = nil
+	if err := s.shut(); err != nil {
+		return fmt.Errorf("persister: close %s: %w", s.path, err)
+	}
+	return nil
+}
