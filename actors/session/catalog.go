@@ -60,8 +60,10 @@ var coreTypes = []EventType{
 	TypeCompactionStart, TypeCompactionSum, TypeCompactionPrune, TypeCompactionEnd,
 }
 
-// legacyTypes were removed from the vocabulary and are refused everywhere
-// (spec §2.2, §3.7).
+// legacyTypes were removed from the vocabulary: an append or a decoded
+// line refuses them; reading a stored log migrates steering/message to a
+// user/message and refuses the other two (docs/log-format.md, "Older
+// shapes").
 var legacyTypes = []EventType{"request/header-delta", "mode/set", "steering/message"}
 
 // KnownTypes returns the reference's known vocabulary (51 names), sorted.

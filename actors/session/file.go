@@ -150,6 +150,10 @@ type File struct {
 	Events []Event
 	// Torn is nil when the file ended cleanly.
 	Torn *TornTail
+	// Upgraded counts the events read in an older shape and migrated to
+	// the current one (docs/log-format.md, "Older shapes"). The file
+	// itself is not rewritten.
+	Upgraded int
 }
 
 // Log validates the events as a log (Restore): known or ignorable types,

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/dshgo/dsh/messages"
 )
 
 // This file reads a log file in one streaming pass: lines come off a
@@ -335,6 +337,16 @@ func (s *scanner) line(text []byte, no int, cut int64, frame int) {
 	}
 	n := len(s.cur)
 	evs, err := appendRecord(s.cur, text)
+	if err != nil {
+		// An older shape the reference upgrades on load, or the record's
+		// own error (docs/log-format.md, "Older shapes").
+		if e, ok, lerr := s.legacy(text); ok {
+			evs, err = append(s.cur, e), nil
+			s.f.Upgraded++
+		} else if lerr != nil {
+			err = lerr
+		}
+	}
 	var rule error
 	switch {
 	case err != nil:
@@ -360,6 +372,42 @@ func (s *scanner) line(text []byte, no int, cut int64, frame int) {
 	}
 	s.cur = evs
 	s.n += int64(len(evs) - n)
+}
+
+// legacy migrates a record that did not decode: ok with the current
+// event when it is an older shape that migrates; a non-nil error when it
+// is an older shape that does not; neither when it is not an older shape.
+func (s *scanner) legacy(text []byte) (Event, bool, error) {
+	j, err := messages.ParseJSON(text)
+	if err != nil {
+		return Event{}, false, nil
+	}
+	m, err := migrateLegacy(j, s.f.Header.ID, s.at)
+	if errors.Is(err, errNotLegacy) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, &DecodeError{Seq: s.n, Err: err}
+	}
+	e, err := decodeEventJSON(m)
+	if err != nil {
+		return Event{}, false, fmt.Errorf("legacy event does not migrate: %w", err)
+	}
+	return e, true, nil
+}
+
+// at returns the event read so far at seq.
+func (s *scanner) at(seq int64) (Event, bool) {
+	if seq < 0 || seq >= s.n {
+		return Event{}, false
+	}
+	for _, c := range s.chunks {
+		if seq < int64(len(c)) {
+			return c[seq], true
+		}
+		seq -= int64(len(c))
+	}
+	return s.cur[seq], true
 }
 
 // tooLong is the corruption of a line over the limit.

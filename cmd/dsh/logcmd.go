@@ -153,7 +153,7 @@ func logVerify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	failed := false
-	err = forEachLog(a, func(name string, _ *session.File, l *session.Log, err error) error {
+	err = forEachLog(a, func(name string, f *session.File, l *session.Log, err error) error {
 		if err != nil {
 			fmt.Fprintf(stderr, "dsh: %s\n", visibleLine(err.Error()))
 			failed = true
@@ -162,6 +162,11 @@ func logVerify(args []string, stdout, stderr io.Writer) error {
 		note := ""
 		if turn, _, open := l.OpenTurn(); open {
 			note = fmt.Sprintf("; turn %d is open (its end was never recorded)", turn)
+		}
+		if f.Upgraded > 0 {
+			// docs/log-format.md, "Older shapes": upgraded on read only.
+			note += fmt.Sprintf("; %s upgraded from an older shape on read (the file is unchanged)",
+				plural(int64(f.Upgraded), "event"))
 		}
 		fmt.Fprintf(stdout, "%s: ok: %d events, %s, %s%s\n", visibleLine(name), l.Len(),
 			plural(l.Turns(), "turn"), plural(int64(l.DeriveMessages().Len()), "derived message"), note)
