@@ -1050,6 +1050,9 @@ func (s *JSONLStore) find(ctx context.Context, st *jsonlSession) (bool, error) {
 	if found == "" {
 		return false, nil
 	}
+	if err := Superseded(s.fs, found); err != nil {
+		return false, err
+	}
 	// A file published after Create (by another store) wins over the
 	// registration.
 	st.path, st.known, st.registered = found, false, false
@@ -1103,7 +1106,14 @@ func (s *JSONLStore) List(ctx context.Context) ([]Listed, error) {
 			return fmt.Errorf("%w: session %s is stored twice: %s and %s", ErrLayout, h.ID, prev, path)
 		}
 		seen[h.ID] = path
-		out = append(out, Listed{Header: h, Revision: fileRevision(fi)})
+		l := Listed{Header: h, Revision: fileRevision(fi)}
+		var sup *SupersededError
+		if err := Superseded(s.fs, path); errors.As(err, &sup) {
+			l.Superseded = sup.Newer
+		} else if err != nil {
+			return err
+		}
+		out = append(out, l)
 		return nil
 	})
 	if err != nil {

@@ -50,6 +50,9 @@ func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
 	if _, err := fsys.Stat(path); err != nil {
 		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 	}
+	if err := Superseded(fsys, path); err != nil {
+		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
+	}
 	lockPath := filepath.Join(filepath.Dir(path), lockName)
 	lk, err := fsys.Lock(lockPath, []byte("dsh log repair, "+defaultHolder()+"\n"))
 	if err != nil {

@@ -110,6 +110,10 @@ type Stored struct {
 type Listed struct {
 	Header   session.Header
 	Revision Revision
+	// Superseded names the newer format's log beside this one when a
+	// newer reference migrated the session (superseded.go): it lists,
+	// but does not open.
+	Superseded string
 }
 
 // Errors of the stores. Match them with errors.Is.

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/google/uuid"
 )
 
@@ -35,6 +37,9 @@ func logFork(args []string, stdout, _ io.Writer) error {
 	// in the same step as it creates.
 	if _, err := os.Lstat(*out); err == nil {
 		return fmt.Errorf("%s: already exists (refusing to overwrite)", *out)
+	}
+	if err := persister.Superseded(vfs.OS(), path); err != nil {
+		return err // names the newer file (docs/log-format.md, "Superseded sessions")
 	}
 	_, l, err := loadFile(path, *fixture)
 	if err != nil {

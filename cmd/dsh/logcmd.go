@@ -9,8 +9,10 @@ import (
 	"strings"
 
 	"github.com/dshgo/dsh/actors/agent/logreplay"
+	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/fixtures"
+	"github.com/dshgo/dsh/internal/vfs"
 )
 
 func runLog(args []string, stdout, stderr io.Writer) error {
@@ -162,6 +164,11 @@ func logVerify(args []string, stdout, stderr io.Writer) error {
 		note := ""
 		if turn, _, open := l.OpenTurn(); open {
 			note = fmt.Sprintf("; turn %d is open (its end was never recorded)", turn)
+		}
+		var sup *persister.SupersededError
+		if err := persister.Superseded(vfs.OS(), name); errors.As(err, &sup) {
+			note += fmt.Sprintf("; superseded by %s (a newer reference migrated this session to format version %d and writes only there: this file is stale, and dsh will not open the session)",
+				sup.Newer, sup.Version)
 		}
 		if f.Upgraded > 0 {
 			// docs/log-format.md, "Older shapes": upgraded on read only.

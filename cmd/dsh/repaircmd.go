@@ -82,6 +82,9 @@ type sessionRow struct {
 	Cwd           string `json:"cwd,omitempty"`
 	ParentSession string `json:"parentSession,omitempty"`
 	Revision      string `json:"revision"`
+	// Superseded names the newer format's log a newer reference wrote
+	// beside this one (docs/log-format.md, "Superseded sessions").
+	Superseded string `json:"newerFormat,omitempty"`
 }
 
 // sessionsCmd lists the sessions of a store. It opens the store for
@@ -124,7 +127,7 @@ func sessionsCmd(args []string, stdout, _ io.Writer) error {
 	rows := make([]sessionRow, 0, len(listed))
 	for _, l := range listed {
 		rows = append(rows, sessionRow{ID: string(l.Header.ID), CreatedAt: l.Header.CreatedAt, Cwd: l.Header.Cwd,
-			ParentSession: l.Header.ParentSession, Revision: string(l.Revision)})
+			ParentSession: l.Header.ParentSession, Revision: string(l.Revision), Superseded: l.Superseded})
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(rows)
@@ -139,6 +142,9 @@ func sessionsCmd(args []string, stdout, _ io.Writer) error {
 		cwd := r.Cwd
 		if r.ParentSession != "" {
 			cwd += "  (fork of " + r.ParentSession + ")"
+		}
+		if r.Superseded != "" {
+			cwd += "  (newer format: " + r.Superseded + ")"
 		}
 		p.line(0, "%-38s  %-20s  %s", r.ID, time.UnixMilli(r.CreatedAt).UTC().Format("2006-01-02 15:04:05"), cwd)
 	}
