@@ -269,7 +269,16 @@ const (
 	DecideRetry
 	// DecideFail ends the turn with the failure.
 	DecideFail
+	// DecideRetryHeld retries after a backoff that lasts until the turn is
+	// cancelled (HeldRetryDelay): llm/retry is written, llm/retry-started
+	// is not. Log replay uses it to reproduce a recording cancelled during
+	// a retry's backoff (docs/replay.md).
+	DecideRetryHeld
 )
+
+// HeldRetryDelay is the backoff of DecideRetryHeld: longer than any run
+// that means to cancel it.
+const HeldRetryDelay = 24 * time.Hour
 
 // DriverConfig configures a Driver. Provider and Model are required.
 type DriverConfig struct {
@@ -1420,6 +1429,8 @@ func (d *Driver) requestError(f messages.LlmFailure) {
 		if delay, ok = policy.Decide(n, f, nil); !ok {
 			delay, ok = policy.WithDefaults().InitialDelay, true
 		}
+	case DecideRetryHeld:
+		delay, ok = HeldRetryDelay, true
 	case DecideDefault:
 		if !d.cfg.NoRetry {
 			delay, ok = policy.Decide(n, f, nil)

@@ -1,5 +1,5 @@
 // Package logreplay re-runs a recorded session log through dsh's own
-// agent loop, in process, and says whether dsh reproduces it (DESIGN §11):
+// agent loop, in process, and says whether dsh reproduces it (docs/replay.md):
 // `dsh log replay` and the conformance tests over the harness corpus.
 //
 // # What a run does
@@ -42,7 +42,7 @@
 //     hook);
 //   - retries: a request-error hook retries exactly where the recording has
 //     an llm/retry, with a 1ms backoff.
-//   - compaction: the agent's own (actors/agent, spec §4.13); the recorded
+//   - compaction: the agent's own (actors/agent/doc.go); the recorded
 //     compaction/* events are not re-appended, the recording gives the
 //     compaction ids (handed out in order) and the summariser's maxTokens,
 //     and the replay provider serves each compaction/summary with
@@ -52,10 +52,16 @@
 // delivery (next-turn: followup; next-step: steer, or inject when the
 // recording shows it did not wake the agent) with the recorded message
 // ids, once dsh's log has reached the insert's recorded position (for an
-// insert between turns: once the agent is idle). When a replayed stream
-// hangs (a hang entry, or a recorded group cut by a cancel whose chunks
-// ran out), the driver cancels the turn with the recorded turn's abort
-// cause (user when the recorded turn did not abort).
+// insert between turns: once the agent is idle). A turn the recording
+// shows cancelled is cancelled where it was (docs/replay.md): when a
+// replayed stream hangs (a hang entry, or a recorded group cut by a
+// cancel whose chunks ran out), when a replayed tool reaches a recorded
+// ABORTED result (it blocks instead of answering), in the pre-step of a
+// step the aborted turn never opened (the hook blocks), in the backoff
+// of a retry never started (DecideRetryHeld), and in the summariser call
+// of a compaction the cancellation cut (a hang entry is inserted at its
+// place). The driver then cancels the turn, once, with the recorded
+// turn's abort cause (user when the recorded turn did not abort).
 //
 // # What is compared
 //

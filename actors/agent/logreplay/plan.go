@@ -27,6 +27,10 @@ type recordedTool struct {
 	result   session.ToolResult
 	emits    []session.Draft
 	contexts []messages.Message
+	// aborted: the recorded result is the one a tool that honoured a
+	// cancellation yields (ABORTED): the replayed tool blocks until the
+	// turn is cancelled (docs/replay.md).
+	aborted bool
 }
 
 type delivery uint8
@@ -75,8 +79,19 @@ type plan struct {
 	stepConfig map[stepKey]messages.CallConfig
 	retries    map[retryKey]bool
 	turnEnds   map[int64]session.TurnEndReason
-	routes     map[routeKey]agent.Route
-	actions    []action
+	// Where a recorded turn was cancelled outside a stream
+	// (docs/replay.md): steps is every recorded step/start (a pre-step of
+	// an aborted turn with no recorded step is where it was cancelled);
+	// held the retries whose backoff the cancellation cut (an llm/retry
+	// with no llm/retry-started after it in its aborted turn).
+	steps map[stepKey]bool
+	held  map[retryKey]bool
+	// cutCompactions are the seqs of the compaction/starts whose
+	// compaction the turn's cancellation cut (compaction/end with an
+	// error and no summary, in a turn that ended aborted), in order.
+	cutCompactions []int64
+	routes         map[routeKey]agent.Route
+	actions        []action
 
 	// Compaction: the recorded compaction ids, in order (handed out to
 	// the agent's compactions), and the summariser's maxTokens.
@@ -148,7 +163,8 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		preStep: map[stepKey][]session.Draft{}, entered: map[stepKey][]item{},
 		stepEnd: map[stepKey][]boundaryItem{}, preStream: map[int64][]session.Draft{},
 		stepConfig: map[stepKey]messages.CallConfig{}, retries: map[retryKey]bool{},
-		turnEnds: map[int64]session.TurnEndReason{}, routes: map[routeKey]agent.Route{}}
+		turnEnds: map[int64]session.TurnEndReason{}, routes: map[routeKey]agent.Route{},
+		steps: map[stepKey]bool{}, held: map[retryKey]bool{}}
 	n := seedLen(h, events)
 	p.seed = events[:n]
 	order, _ := normalOrder(events)
@@ -167,6 +183,9 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		streamIdle bool
 		prestream  []action
 		pending    = map[string][]messages.MessageID{} // the recorded inbox lists
+		// the last llm/retry of the current step not yet followed by its
+		// llm/retry-started
+		waiting *retryKey
 	)
 	// The first request/header of the whole log (the seed included) gives
 	// the system prompt and the tools; the last one before the live part
@@ -236,6 +255,10 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		case session.TurnEnd:
 			z = zIdle
 			p.turnEnds[pl.Turn] = pl.Reason
+			if waiting != nil && pl.Reason.Kind == session.EndAborted {
+				p.held[*waiting] = true
+			}
+			waiting = nil
 			if boundary != nil && (pl.Reason.Kind == session.EndAborted || pl.Reason.Kind == session.EndError ||
 				pl.Reason.Kind == session.EndInterrupted) {
 				// The step ended the turn: dsh runs no step-end hook here.
@@ -248,8 +271,9 @@ func newPlan(h session.Header, events []session.Event) *plan {
 			}
 			boundary = nil
 		case session.StepStart:
-			z, step, boundary = zEnter, pl.Step, nil
+			z, step, boundary, waiting = zEnter, pl.Step, nil, nil
 			p.entered[key()] = nil
+			p.steps[key()] = true
 		case session.StepEnd:
 			setStepConfig()
 			z = zPreStep
@@ -289,6 +313,7 @@ func newPlan(h session.Header, events []session.Event) *plan {
 				p.results[pl.Message.Source().CallID()] = append(p.results[pl.Message.Source().CallID()], rt)
 			}
 			rt.result = pl
+			rt.aborted = pl.Error.Code == "ABORTED"
 			open, last, z = nil, rt, zToolDone
 		case session.InboxSpliced:
 			ins := pl.Inserted()
@@ -334,11 +359,13 @@ func newPlan(h session.Header, events []session.Event) *plan {
 			if t == session.TypeLlmRetry {
 				r, _ := e.Data().Field("retry")
 				rn, _ := r.AsInt()
-				p.retries[retryKey{turn, step, rn}] = true
+				k := retryKey{turn, step, rn}
+				p.retries[k], waiting = true, &k
 				break
 			}
 			if t == session.TypeLlmRetryStarted {
 				streamIdle = true // the retried attempt has not streamed yet
+				waiting = nil
 				break
 			}
 			if isCompaction(t) {
@@ -370,6 +397,7 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		}
 	}
 	flushPrestream()
+	p.cutCompactions = cutCompactions(events[n:], p.turnEnds)
 	slices.SortStableFunc(p.actions, func(a, b action) int { return cmp.Compare(a.pos, b.pos) })
 	return p
 }
@@ -515,3 +543,43 @@ func (p *plan) enter(k stepKey, claimed []messages.Message) []agent.Entry {
 }
 
 var _ agent.Tool = (*replayTool)(nil)
+
+// cutCompactions returns the seqs of the compaction/starts whose
+// compaction ended in error without a summary, inside a turn that ended
+// aborted: the cancellation landed in the summariser call.
+func cutCompactions(events []session.Event, ends map[int64]session.TurnEndReason) []int64 {
+	type open struct {
+		start   int64
+		summary bool
+	}
+	byID := map[string]*open{}
+	var out []int64
+	field := func(e session.Event, k string) (messages.JSON, bool) { return e.Data().Field(k) }
+	for _, e := range events {
+		switch e.Type() {
+		case session.TypeCompactionStart, session.TypeCompactionSum, session.TypeCompactionEnd:
+		default:
+			continue
+		}
+		idJ, _ := field(e, "compactionId")
+		id, _ := idJ.AsString()
+		switch e.Type() {
+		case session.TypeCompactionStart:
+			byID[id] = &open{start: e.Seq()}
+		case session.TypeCompactionSum:
+			if o := byID[id]; o != nil {
+				o.summary = true
+			}
+		case session.TypeCompactionEnd:
+			o := byID[id]
+			_, failed := field(e, "error")
+			turnJ, _ := field(e, "turn")
+			turn, hasTurn := turnJ.AsInt()
+			if o != nil && failed && !o.summary && hasTurn && ends[turn].Kind == session.EndAborted {
+				out = append(out, o.start)
+			}
+			delete(byID, id)
+		}
+	}
+	return out
+}

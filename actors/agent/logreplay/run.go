@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,6 +82,20 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 			script[k] = replay.HangEntry("") // the hang is detected in-process
 		}
 	}
+	// A compaction the recording shows cancelled (docs/replay.md) made a
+	// summariser call that never finished: it hangs until cancelled, at
+	// its place among the recorded calls.
+	for _, at := range p.cutCompactions {
+		i := 0
+		for i < len(recorded) {
+			if o, ok := recorded[i].Origin(); ok && o.FirstSeq > at {
+				break
+			}
+			i++
+		}
+		recorded = slices.Insert(recorded, i, replay.HangEntry(""))
+		script = slices.Insert(script, min(i, len(script)), replay.HangEntry(""))
+	}
 	var l *session.Log
 	if len(p.seed) > 0 {
 		l, err = session.NewSeeded(rec.Header, p.seed, 0)
@@ -131,15 +146,19 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 			_, err := root.RequestFuture(sessionPID, session.NewAppend(0, drafts...), timeout).Result()
 			return err
 		}}
+	// A cancellation outside a stream (docs/replay.md): the replayed tool,
+	// pre-step or retry that the recording shows was cancelled reports it
+	// and waits; the probe cancels the turn.
+	cancelHere := func() { root.Send(probePID, hung{}) }
 	var tools []agent.Tool
 	for _, s := range p.tools {
-		tools = append(tools, &replayTool{schema: s, plan: p})
+		tools = append(tools, &replayTool{schema: s, plan: p, cancelHere: cancelHere})
 	}
 	reg, err := agent.NewRegistry(tools...)
 	if err != nil {
 		return Result{}, fmt.Errorf("logreplay: %w", err)
 	}
-	hooks := &replayHooks{plan: p}
+	hooks := &replayHooks{plan: p, cancelHere: cancelHere}
 	cfg := agent.Config{Session: sessionPID, Provider: prov, Model: model, MaxTokens: p.config.MaxTokens,
 		System: p.system, Tools: reg, Observer: probePID, Routes: p.route,
 		Retry:      llm.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: time.Millisecond, JitterRatio: -1},
@@ -230,14 +249,15 @@ func (p *hangingProvider) Stream(ctx context.Context, req llm.Request) iter.Seq2
 
 // replayTool answers every call with the recorded answer of its call id.
 type replayTool struct {
-	schema messages.ToolSchema
-	plan   *plan
+	schema     messages.ToolSchema
+	plan       *plan
+	cancelHere func()
 }
 
 func (t *replayTool) Name() string                  { return t.schema.Name }
 func (t *replayTool) Schema() messages.ToolSchema   { return t.schema }
 func (t *replayTool) Mode(messages.JSON) agent.Mode { return agent.Exclusive }
-func (t *replayTool) Execute(_ context.Context, call agent.Call) (agent.Result, error) {
+func (t *replayTool) Execute(ctx context.Context, call agent.Call) (agent.Result, error) {
 	rt, ok := t.plan.takeResult(call.ID)
 	if !ok {
 		return agent.Result{}, fmt.Errorf("replay: no recorded result for call %q", call.ID)
@@ -248,6 +268,13 @@ func (t *replayTool) Execute(_ context.Context, call agent.Call) (agent.Result, 
 		if err := call.Emit(d); err != nil {
 			return agent.Result{}, fmt.Errorf("replay: %w", err)
 		}
+	}
+	if rt.aborted {
+		// The recorded tool honoured a cancellation: this one runs until
+		// the turn is cancelled, and yields what a cancelled tool does.
+		t.cancelHere()
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
 	}
 	r := agent.Result{Error: rt.result.Error, Meta: rt.result.Meta, AdditionalContexts: rt.contexts}
 	m := rt.result.Message
@@ -263,13 +290,21 @@ func (t *replayTool) Execute(_ context.Context, call agent.Call) (agent.Result, 
 // ---- hooks ---------------------------------------------------------------
 
 type replayHooks struct {
-	plan *plan
+	plan       *plan
+	cancelHere func()
 }
 
 // PreStep contributes the foreign events recorded before the step (as
-// the decision's preface) and the recorded step's enter batch.
-func (h *replayHooks) PreStep(_ context.Context, in agent.PreStepInput) (agent.PreStepDecision, error) {
+// the decision's preface) and the recorded step's enter batch. Where the
+// recording has no such step and its turn ended aborted, the turn was
+// cancelled here: the hook waits for the cancellation.
+func (h *replayHooks) PreStep(ctx context.Context, in agent.PreStepInput) (agent.PreStepDecision, error) {
 	k := stepKey{in.Turn, in.Step}
+	if r, ok := h.plan.turnEnds[in.Turn]; ok && r.Kind == session.EndAborted && !h.plan.steps[k] {
+		h.cancelHere()
+		<-ctx.Done()
+		return agent.PreStepDecision{}, ctx.Err()
+	}
 	return agent.PreStepDecision{Preface: h.plan.preStep[k], Entries: h.plan.enter(k, in.Messages)}, nil
 }
 
@@ -295,7 +330,14 @@ func (h *replayHooks) Request(in agent.RequestInput) (messages.CallConfig, error
 
 // RequestError retries where the recording retried, and only there.
 func (h *replayHooks) RequestError(in agent.RequestErrorInput) (agent.RequestErrorDecision, error) {
-	if h.plan.retries[retryKey{in.Turn, in.Step, int64(in.Attempt)}] {
+	k := retryKey{in.Turn, in.Step, int64(in.Attempt)}
+	if h.plan.held[k] {
+		// Cancelled during this retry's backoff: the backoff lasts until
+		// the probe's cancellation arrives.
+		h.cancelHere()
+		return agent.DecideRetryHeld, nil
+	}
+	if h.plan.retries[k] {
 		return agent.DecideRetry, nil
 	}
 	return agent.DecideFail, nil
@@ -350,6 +392,8 @@ type probe struct {
 	plan  *plan
 	mu    sync.Mutex
 	agent *actor.PID
+	// cancelled is the last turn the probe cancelled (Receive only).
+	cancelled int64
 }
 
 func (p *probe) setAgent(pid *actor.PID) {
@@ -389,6 +433,10 @@ func (p *probe) Receive(ctx actor.Context) {
 		p.w.mu.Lock()
 		turn := p.w.turn
 		p.w.mu.Unlock()
+		if turn == p.cancelled {
+			return // parallel tools each report the one cancellation
+		}
+		p.cancelled = turn
 		cause := session.CancelCause{Kind: session.CauseUser}
 		if r, ok := p.plan.turnEnds[turn]; ok && r.Kind == session.EndAborted {
 			cause = r.Cause
