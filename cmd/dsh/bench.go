@@ -211,6 +211,9 @@ func runCapacity(ctx context.Context, o bench.Options, budget string, timeout ti
 		co.Progress = stderr
 	}
 	rep, err := bench.Capacity(ctx, co)
+	if ctx.Err() != nil {
+		err = errors.New("bench: interrupted")
+	}
 	if err != nil && len(rep.Steps) == 0 {
 		return err
 	}
@@ -222,9 +225,6 @@ func runCapacity(ctx context.Context, o bench.Options, budget string, timeout ti
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		bench.WriteCapacity(stdout, rep)
-	}
-	if err != nil && ctx.Err() != nil {
-		return errors.New("bench: interrupted")
 	}
 	return err
 }

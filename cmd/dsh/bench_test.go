@@ -139,3 +139,14 @@ func TestParseBytes(t *testing.T) {
 		require.Error(t, err, in)
 	}
 }
+
+// TestBenchCapacityInterrupted: a capacity search whose context is
+// cancelled (Ctrl-C) ends with the one line that says so.
+func TestBenchCapacityInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	err := runBench(ctx, []string{"--capacity", "--sessions", "2", "--chunks", "4", "--memory-budget", "1GiB", "--quiet"}, &out, &errOut)
+	require.EqualError(t, err, "bench: interrupted")
+	require.Empty(t, out.String())
+}
