@@ -163,7 +163,8 @@ func ramp(start int, step func(n int) (bool, error)) (int, error) {
 // is a Run of that many sessions, one turn each, their starts spread over
 // one turn's model time (Options.Stagger), with turn-end durability
 // unless the load says otherwise, on a fresh host and directory (with
-// Load.Dir, a subdirectory of it per step, kept). A
+// Load.Dir, a subdirectory of it per step, kept; with Load.Store, a
+// database per step beside it, named after the step). A
 // cancelled ctx ends the search with what it found and the cause; the
 // timeout ends it with what it found, TimedOut, and no error (unless no
 // step completed: ErrNoStepCompleted).
@@ -212,9 +213,19 @@ func Capacity(ctx context.Context, co CapacityOptions) (CapacityReport, error) {
 	best, err := ramp(start, func(n int) (bool, error) {
 		so := o
 		so.Sessions = n
+		// Each step's sessions in a directory (or a database) of their
+		// own, kept.
+		suffix := fmt.Sprintf("step%02d-%d", len(rep.Steps)+1, n)
 		if o.Dir != "" {
-			// Each step's sessions in a directory of their own, kept.
-			so.Dir = filepath.Join(o.Dir, fmt.Sprintf("step%02d-%d", len(rep.Steps)+1, n))
+			so.Dir = filepath.Join(o.Dir, suffix)
+		}
+		if o.Store != "" {
+			loc, err := persister.ParseStoreURL(o.Store)
+			if err != nil {
+				return false, err
+			}
+			loc.Path += "." + suffix
+			so.Store = loc.String()
 		}
 		r, err := Run(tctx, so)
 		if err != nil {

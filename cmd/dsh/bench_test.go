@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -149,4 +151,29 @@ func TestBenchCapacityInterrupted(t *testing.T) {
 	err := runBench(ctx, []string{"--capacity", "--sessions", "2", "--chunks", "4", "--memory-budget", "1GiB", "--quiet"}, &out, &errOut)
 	require.EqualError(t, err, "bench: interrupted")
 	require.Empty(t, out.String())
+}
+
+// TestBenchCapacityDirKeepsEachStep: with --dir, each step writes its
+// sessions to a directory of its own under it (the same session ids in one
+// directory would collide), and keeps them.
+func TestBenchCapacityDirKeepsEachStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err := runBench(ctx, []string{"--capacity", "--dir", dir, "--sessions", "2", "--chunks", "2", "--tokens-per-second", "400",
+		"--capacity-timeout", "5s", "--memory-budget", "8GiB", "--json", "--quiet"}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	var rep struct {
+		Steps []struct {
+			Sessions int `json:"sessions"`
+		} `json:"steps"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	require.GreaterOrEqual(t, len(rep.Steps), 2, "from 2 sessions: a step at 1 or at 4 follows")
+	for i, s := range rep.Steps {
+		logs, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("step%02d-%d", i+1, s.Sessions), "*", "*", "session.jsonl*"))
+		require.NoError(t, err)
+		require.Len(t, logs, s.Sessions, "step %d", i+1)
+	}
 }
