@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -255,4 +256,27 @@ func TestListResumesNothing(t *testing.T) {
 	before.Status = StatusStored
 	require.Equal(t, before, after)
 	require.Zero(t, b.h.Resident())
+}
+
+// TestPageIsServed: the page and its two files are served without a
+// token, from this server only (CSP), and refused to a foreign Host.
+func TestPageIsServed(t *testing.T) {
+	f := start(t, supervisor.Config{}, Config{Token: "t", LoopbackOnly: true})
+	f.token = ""
+	for _, p := range []struct{ path, ctype, has string }{
+		{"/", "text/html", `<script src="/app.js"`},
+		{"/app.js", "text/javascript", "Last-Event-ID"},
+		{"/app.css", "text/css", "#transcript"},
+	} {
+		res, err := http.Get(f.ts.URL + p.path)
+		require.NoError(t, err)
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, p.path)
+		require.True(t, strings.HasPrefix(res.Header.Get("Content-Type"), p.ctype), p.path)
+		require.Contains(t, res.Header.Get("Content-Security-Policy"), "default-src 'self'")
+		require.Contains(t, string(b), p.has)
+	}
+	f.fails(t, CodeForbidden, "GET", "/", nil, "Host", "evil.example")
 }

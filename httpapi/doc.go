@@ -47,6 +47,19 @@
 // Config.SubscriberBuffer events behind); it never stalls the session.
 // [Server.Close] ends every stream at an event boundary.
 //
+// # The web page
+//
+// GET / serves a page (web/, embedded: plain HTML, CSS and JavaScript, no
+// build step, nothing loaded from elsewhere) that lists the sessions with
+// their live status, creates one, streams a session's transcript as it
+// is written (user messages, the assistant's text and reasoning, tool
+// calls and results, turn ends with their reasons), sends a followup or a
+// steer, and cancels the running turn. With a token it asks for it once
+// (kept for the tab) and streams events with fetch, so the token rides
+// in the Authorization header (an EventSource cannot send one); it
+// resumes a dropped stream with Last-Event-ID. cmd/dsh drives it in a
+// real chromium (TestServePageInABrowser).
+//
 // # Errors and safety
 //
 // Every failure is {"error": {"code", "message"}}: NO_SESSION 404, EXISTS

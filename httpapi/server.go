@@ -149,6 +149,9 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{id}/fork", s.fork)
 	v1("GET /v1/sessions/{id}/events", s.events)
 	s.mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+	s.mux.HandleFunc("GET /{$}", webFile("index.html"))
+	s.mux.HandleFunc("GET /app.js", webFile("app.js"))
+	s.mux.HandleFunc("GET /app.css", webFile("app.css"))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
