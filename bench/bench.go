@@ -97,6 +97,9 @@ type Options struct {
 	// (supervisor.Config.IdleTimeout): between turns a session may be
 	// stopped and resumed from disk.
 	PassivateAfter time.Duration
+	// HeapLimit, when positive, stops the load (as a cancellation does,
+	// with ErrHeapLimit) as soon as the live heap is seen above it.
+	HeapLimit uint64
 	// Stagger, when positive, spreads the sessions' first turns evenly
 	// over that long (session i starts i×Stagger/Sessions after the load
 	// began) instead of starting them all at once, so that at a model's
@@ -182,6 +185,10 @@ func (o Options) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ErrHeapLimit is why Run stopped a load whose heap went over
+// Options.HeapLimit.
+var ErrHeapLimit = errors.New("bench: the heap went over its limit")
 
 // Latency is a distribution summary in microseconds.
 type Latency struct {
@@ -364,6 +371,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	o := opts.withDefaults()
 	rep := Report{Sessions: o.Sessions, TurnsPerSession: o.Turns, Policy: o.Policy.String()}
+	ctx, stopLoad := context.WithCancelCause(ctx)
+	defer stopLoad(nil)
 
 	dir := o.Dir
 	// db is a store other than a directory, opened by URL (a SQLite
@@ -450,6 +459,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			c0 := threadCPU()
 			if v := heapObjects(); v > peak.Load() {
 				peak.Store(v)
+				if o.HeapLimit > 0 && v > o.HeapLimit {
+					stopLoad(ErrHeapLimit)
+				}
 			}
 			if n%fdSampleEvery == 0 {
 				if v := int64(openFDs()); v > peakFDs.Load() {

@@ -47,7 +47,8 @@ type CapacityOptions struct {
 	// per-step progress are off.
 	Load Options
 	// MemoryBudget is the most live heap a step may reach (default: half
-	// the machine's memory, MachineMemory).
+	// the machine's memory, MachineMemory). A step seen above it is stopped
+	// at once (Options.HeapLimit) and did not hold.
 	MemoryBudget uint64
 	// Timeout bounds the whole search (default DefaultCapacityTimeout);
 	// a step running when it expires does not count.
@@ -227,14 +228,20 @@ func Capacity(ctx context.Context, co CapacityOptions) (CapacityReport, error) {
 			loc.Path += "." + suffix
 			so.Store = loc.String()
 		}
+		so.HeapLimit = budget
 		r, err := Run(tctx, so)
-		if err != nil {
+		overBudget := errors.Is(err, ErrHeapLimit) && tctx.Err() == nil
+		if err != nil && !overBudget {
 			if cause := context.Cause(tctx); cause != nil {
 				return false, cause
 			}
 			return false, fmt.Errorf("bench: capacity step of %d sessions: %w", n, err)
 		}
 		ok, broke := lim.judge(r)
+		if overBudget {
+			// Stopped at once rather than run out of memory.
+			ok, broke = false, fmt.Sprintf("heap over budget %s (step stopped)", bytesStr(float64(budget)))
+		}
 		st := CapacityStep{Sessions: n, Held: ok, Broke: broke, FlushP99us: r.FlushLatency.P99us,
 			OverheadP99us: r.TurnOverhead.P99us, PeakHeapBytes: r.PeakHeapBytes, HeapPerSession: r.HeapPerSession,
 			CPUSeconds: r.CPUSeconds, WallSeconds: r.WallSeconds, FDsPerSession: r.FDsPerResident}

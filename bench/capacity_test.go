@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/persister"
 )
 
 // fakeStep holds up to limit sessions and records the counts it was asked.
@@ -95,4 +98,35 @@ func TestCapacityJudge(t *testing.T) {
 	r.FlushLatency = Latency{}
 	ok, why = lim.judge(r)
 	require.True(t, ok, why)
+}
+
+// TestRunStopsAtItsHeapLimit: a load whose heap goes over Options.HeapLimit
+// is stopped as a cancellation stops it, with ErrHeapLimit.
+func TestRunStopsAtItsHeapLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := tiny(persister.PolicyNone, "")
+	o.Turns, o.HeapLimit = 1000, 1
+	r, err := Run(ctx, o)
+	require.ErrorIs(t, err, ErrHeapLimit)
+	require.True(t, r.Interrupted)
+	require.Less(t, r.Turns, int64(o.Sessions*o.Turns), "stopped early")
+}
+
+// TestCapacityStepOverBudgetDidNotHold: a capacity step stopped at the
+// memory budget counts as one that did not hold, and the search goes on
+// (down to nothing here) rather than failing.
+func TestCapacityStepOverBudgetDidNotHold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	load := tiny(persister.PolicyNone, "")
+	load.Sessions, load.Chunks, load.TokensPerSecond = 2, 2, 1000
+	r, err := Capacity(ctx, CapacityOptions{Load: load, MemoryBudget: 1, Timeout: time.Minute})
+	require.NoError(t, err)
+	require.Zero(t, r.CapacitySessions)
+	require.Len(t, r.Steps, 2, "2 sessions, then 1")
+	for _, s := range r.Steps {
+		require.False(t, s.Held)
+		require.Contains(t, s.Broke, "heap over budget")
+	}
 }

@@ -30,7 +30,8 @@ process holds at a model's pace (default 30 tokens/s, 100 chunks a turn,
 no reasoning, no tools): 100 sessions, one turn each, doubling while a
 step holds, then bisecting to within 10 %. A step holds while its
 turn-end flush p99 is at most 10ms, its turn latency beyond the model's
-at most 50ms at p99, and its heap under --memory-budget. It prints the
+at most 50ms at p99, and its heap under --memory-budget (a step going
+over it is stopped at once). It prints the
 largest count that held (capacity_sessions with --json), with CPU, memory
 and open files per session.
 
