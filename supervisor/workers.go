@@ -80,6 +80,9 @@ func (w *workers) work(fn func()) {
 	c := make(chan func(), 1)
 	for fn != nil { // a closed channel (close) gives nil
 		fn() // protoactor's mailbox run recovers the actors' panics
+		// A parked worker must not keep the mailbox it ran: through it,
+		// the actor, and a stopped session's log with it.
+		fn = nil
 		w.mu.Lock()
 		if w.closed || len(w.idle) >= maxIdleWorkers {
 			w.mu.Unlock()

@@ -129,7 +129,22 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		st.fanOut(ctx)
 		respond(ctx, Subscribed{Next: st.log.Len()})
 	case Unsubscribe:
-		st.removeSub(m.Subscriber)
+		if st.removeSub(m.Subscriber) {
+			unwatch(ctx, m.Subscriber)
+		}
+	case *actor.Stopping:
+		for _, s := range st.subs {
+			unwatch(ctx, s.pid)
+		}
+	case *actor.Stopped:
+		// Stopped is final (a restart is Restarting). Anything that still
+		// holds the actor's PID holds the actor through it (protoactor
+		// caches the process in the PID), and some holders outlive it for
+		// a while: protoactor's watcher sets keep a removed PID in their
+		// spare capacity. Dropping the log here keeps such a holder from
+		// keeping a stopped session's events. The caller's own reference
+		// to the Log (Config.Log) is untouched.
+		*st = shell{}
 	case *actor.Terminated:
 		st.removeSub(m.Who)
 	case QueryMessages:
@@ -196,12 +211,26 @@ func (st *shell) fanOut(ctx actor.Context) {
 	}
 }
 
-func (st *shell) removeSub(pid *actor.PID) {
+func (st *shell) removeSub(pid *actor.PID) bool {
 	for i, s := range st.subs {
 		if s.pid.Equal(pid) {
 			st.subs = append(st.subs[:i:i], st.subs[i+1:]...)
-			return
+			return true
 		}
+	}
+	return false
+}
+
+// unwatch undoes the Watch of a subscription. A watched actor keeps its
+// watchers until they unwatch it, and a subscriber may outlive the session
+// by far (the persister's shards live as long as the host): one that kept
+// watching every session it ever tracked kept each one reachable, log and
+// all. A subscriber already gone is not sent the Unwatch (it would only
+// become a dead letter); the check can race with its stop, which costs one
+// dead letter and nothing else.
+func unwatch(ctx actor.Context, pid *actor.PID) {
+	if _, ok := ctx.ActorSystem().ProcessRegistry.Get(pid); ok {
+		ctx.Unwatch(pid)
 	}
 }
 
