@@ -10,6 +10,7 @@ package bench
 //	                          decoding of the same lines
 //	BenchmarkIdleSessionMemory heap per resident idle session, vs a mutex-guarded
 //	                          in-memory log per session
+//	BenchmarkPassivatedSessionMemory heap a passivated session leaves in its host
 //
 // Run: go test -run '^$' -bench . -benchtime=1x ./bench/ (a few seconds);
 // raise -benchtime for stable figures.
@@ -331,4 +332,53 @@ func (l *mutexLog) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.events)
+}
+
+// BenchmarkPassivatedSessionMemory: what a passivated session still costs
+// the host. One op opens a host that passivates sessions idle for a
+// millisecond, then twice runs N fresh sessions through one short turn
+// each and waits until all of them are passivated; the live heap the
+// second round adds, per session, is the figure. The first round grows
+// what the host keeps at its peak (maps, mailboxes, worker stacks) and
+// does not count: that is paid once per host, not per session.
+func BenchmarkPassivatedSessionMemory(b *testing.B) {
+	// 500, not 1000: a thousand sessions passivating at once on a loaded
+	// 2-core machine time out their Untrack now and then, and a session
+	// whose Untrack went through after its passivation gave up never
+	// passivates (see supervisor's passivate).
+	const n = 500
+	b.Run(fmt.Sprintf("store=jsonl/sessions=%d", n), func(b *testing.B) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*benchTurnTimeout)
+		defer cancel()
+		p, err := synthetic.New(synthetic.Config{Seed: 1, TextChunks: 4})
+		require.NoError(b, err)
+		var perSession float64
+		for range b.N {
+			h, err := supervisor.Open(supervisor.Config{Provider: p, Dir: b.TempDir(), IdleTimeout: time.Millisecond})
+			require.NoError(b, err)
+			round := func(r int) uint64 {
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Go(func() {
+						id, err := h.Create(ctx, supervisor.CreateOptions{ID: session.SessionID(fmt.Sprintf("passive-%d-%05d", r, i))})
+						require.NoError(b, err)
+						require.NoError(b, h.Followup(ctx, id, benchUser(b, "hello")))
+						require.NoError(b, h.WaitIdle(ctx, id))
+					})
+				}
+				wg.Wait()
+				deadline := time.Now().Add(benchTurnTimeout)
+				for h.Resident() > 0 || h.Passivated() < int64((r+1)*n) {
+					require.True(b, time.Now().Before(deadline), "%d sessions still resident, %d passivated", h.Resident(), h.Passivated())
+					runtime.Gosched()
+				}
+				return heapInUse()
+			}
+			first := round(0)
+			second := round(1)
+			perSession += (float64(second) - float64(first)) / n
+			require.NoError(b, h.Close(ctx))
+		}
+		b.ReportMetric(perSession/float64(b.N), "B/session")
+	})
 }
