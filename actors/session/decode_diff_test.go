@@ -64,6 +64,9 @@ func errText(err error) string {
 // and of the envelope: every way a row can fail, and shapes a writer other
 // than ours may produce (key order, whitespace, number spellings).
 var decodeEdgeLines = []string{
+	// Range-encoded citations of a later format-0 writer, good and bad.
+	`{"type":"assistant/message","seq":50,"time":0,"data":{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}},"surfaceOp":"append","sourceEventSeqs":[1,[3,5],7]}`,
+	`{"type":"assistant/message","seq":50,"time":0,"data":{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}},"surfaceOp":"append","sourceEventSeqs":[[5,5]]}`,
 	// Rows as we write them.
 	`{"type":"text-chunks","seq0":0,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[-10,-3],"texts":["x","y","z"]}}`,
 	`{"type":"reasoning-chunks","seq0":7,"time0":5,"data":{"turn":1,"step":2,"index":3,"dt":[0],"texts":["a\n\"b","\u00e9\ud83d\ude00"]}}`,
@@ -322,6 +325,15 @@ func diffFiles(t testing.TB) (files [][]byte, zstd []bool) {
 		raw, err := os.ReadFile(p)
 		require.NoError(t, err)
 		files, zstd = append(files, fixtures.Substitute(raw)), append(zstd, false)
+	}
+	// The older shapes and the later format-0 additions, whole and torn
+	// (legacy_test.go, laterformat_test.go).
+	lines := []string{lTurn1, lStep1, lUser, lAsst, lCall,
+		`{"type":"tool/result","seq":5,"time":5,"data":{"turn":1,"step":1,"callId":"c1","content":[{"type":"text","text":"ok"}],"isError":false},"surfaceOp":"append","sourceEventSeqs":[4]}`,
+		strings.Replace(lStepEnd, "%d", "6", 1),
+		`{"type":"turn/end","seq":7,"time":1,"data":{"turn":1,"reason":{"kind":"disposed"}}}`}
+	for _, text := range []string{legacyFile(lines...), legacyFile(lines[:6]...), laterLog} {
+		files, zstd = append(files, []byte(text)), append(zstd, false)
 	}
 	events := fileEvents(t, fileSession())
 	for _, opts := range []WriteOptions{{Pack: true}, {}, {Zstd: true, Pack: true, BatchSizes: []int{2, 7, 1}}, {Zstd: true}} {
