@@ -33,8 +33,14 @@ type Backend interface {
 	// List names every session, sorted by id, resuming none.
 	List(ctx context.Context) ([]supervisor.Info, error)
 	// Peek describes the session and returns its events from seq from
-	// on, resuming nothing. The slice is owned by the caller.
+	// on, all of them committed so far, resuming nothing a host has
+	// stored (a cluster's session may be activated). The slice is owned
+	// by the caller.
 	Peek(ctx context.Context, id session.SessionID, from int64) (supervisor.Info, []session.Event, error)
+	// Inspect is Peek for listing: it never resumes or activates a
+	// session, and may lag the live log by the write-behind window where
+	// it reads the store. The slice is owned by the caller.
+	Inspect(ctx context.Context, id session.SessionID) (supervisor.Info, []session.Event, error)
 	// Subscribe delivers the session's events from seq from on: the past,
 	// then live ones.
 	Subscribe(ctx context.Context, id session.SessionID, from int64) (Stream, error)
@@ -105,6 +111,11 @@ func (b HostBackend) List(ctx context.Context) ([]supervisor.Info, error) { retu
 func (b HostBackend) Peek(ctx context.Context, id session.SessionID, from int64) (supervisor.Info, []session.Event, error) {
 	info, evs, err := b.Host.Peek(ctx, id, from)
 	return info, evs.Slice(), err
+}
+
+// Inspect implements Backend: a host's Peek never resumes.
+func (b HostBackend) Inspect(ctx context.Context, id session.SessionID) (supervisor.Info, []session.Event, error) {
+	return b.Peek(ctx, id, 0)
 }
 
 // Subscribe implements Backend.

@@ -151,3 +151,11 @@ func userMsgT(t *testing.T, text string) messages.Message {
 	require.NoError(t, err)
 	return m
 }
+
+func userMsgB(text string) messages.Message {
+	m, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.UserSource())
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
