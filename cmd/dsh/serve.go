@@ -22,7 +22,10 @@ import (
 	"github.com/dshgo/dsh/actors/llm/deepseek"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/cluster"
 	"github.com/dshgo/dsh/httpapi"
+	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
 )
 
@@ -42,6 +45,13 @@ refused unless --cors-origin names the origin.
 The model's file tools are off unless --workdir names the directory they
 may read (a network service does not expose its working directory).
 
+With --peers the sessions live on a cluster of "dsh member" processes:
+dsh serve joins it as a client (hosting nothing) and --dir/--store must
+name the store the members share, which it reads without locks to list
+sessions (listing activates none). The model flags and --workdir are the
+members'. Members run with TLS take --tls-cert, --tls-key and --tls-ca
+here too.
+
 On SIGINT or SIGTERM it stops accepting, ends the event streams, lets the
 running turns end within --drain (then cancels them, cause disposed),
 flushes every session and exits 0.
@@ -59,6 +69,8 @@ type serveFlags struct {
 	speed                       float64
 	maxBody                     int64
 	passivate, drain, keepAlive time.Duration
+	peers                       string
+	tls                         tlsFlags
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -81,6 +93,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.passivate, "passivate-after", 10*time.Minute, "stop a session idle this long (it resumes from --dir on its next request; 0: never)")
 	fs.DurationVar(&f.drain, "drain", 10*time.Second, "on SIGINT/SIGTERM, how long running turns may go on before they are cancelled")
 	fs.DurationVar(&f.keepAlive, "keep-alive", httpapi.DefaultKeepAlive, "interval of the keep-alive comment on an idle event stream")
+	fs.StringVar(&f.peers, "peers", "", "serve a cluster's sessions: the provider endpoints (host:port, comma-separated) of its members; --dir/--store then names the store they share (read, without locks, to list sessions)")
+	f.tls.register(fs, "with --peers: ")
 }
 
 // serveEnv lets tests replace the model and learn the address.
@@ -133,11 +147,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if token == "" && !loopbackAddr(host) {
 		return usagef("serve: --addr %s is not a loopback address: without a token (--token-file or DSH_TOKEN) dsh serve binds only the loopback", f.addr)
 	}
-	prov, model, err := serveProvider(f, env)
+	loc, err := f.stores.location("serve")
 	if err != nil {
 		return err
 	}
-	loc, err := f.stores.location("serve")
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&logMu, stderr}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if f.peers != "" {
+		if !f.stores.given() {
+			return usagef("serve: --peers needs --dir or --store: the store the members share (to list sessions)")
+		}
+		return servePeers(ctx, f, loc, token, logger, &logMu, stderr, env)
+	}
+	if f.tls.given() {
+		return usagef("serve: --tls-cert, --tls-key and --tls-ca go with --peers")
+	}
+	prov, model, err := serveProvider(f, env)
 	if err != nil {
 		return err
 	}
@@ -164,17 +189,48 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		_ = st.Close()
 		return err
 	}
-	var logMu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&logMu, stderr}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := httpapi.New(httpapi.Config{Backend: httpapi.HostBackend{Host: h}, Token: token, LoopbackOnly: token == "",
+	closeHost := func(drain time.Duration) error { return drainHost(h, drain) }
+	return listenAndServe(ctx, f, httpapi.HostBackend{Host: h}, token, logger, &logMu, stderr, env, loc.String(), closeHost)
+}
+
+// servePeers serves the sessions of the cluster of --peers.
+func servePeers(ctx context.Context, f serveFlags, loc persister.Location, token string, logger *slog.Logger, logMu *sync.Mutex,
+	stderr io.Writer, env serveEnv) error {
+	tc, err := f.tls.load()
+	if err != nil {
+		return err
+	}
+	rd, err := persister.OpenReader(loc.String())
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: splitPeers(f.peers), TLS: tc})
+	if err != nil {
+		_ = rd.Close()
+		return err
+	}
+	closeAll := func(time.Duration) error {
+		return errors.Join(cl.Close(), rd.Close())
+	}
+	return listenAndServe(ctx, f, peersBackend{c: cl, store: rd}, token, logger, logMu, stderr, env, "the cluster of "+f.peers, closeAll)
+}
+
+// listenAndServe serves be on --addr until ctx ends, then shuts down:
+// stops accepting, ends the event streams, lets running turns end within
+// --drain, and closes the backend with closeBackend.
+func listenAndServe(ctx context.Context, f serveFlags, be httpapi.Backend, token string, logger *slog.Logger, logMu *sync.Mutex,
+	stderr io.Writer, env serveEnv, where string, closeBackend func(drain time.Duration) error) error {
+	srv, err := httpapi.New(httpapi.Config{Backend: be, Token: token, LoopbackOnly: token == "",
 		CORSOrigin: f.cors, MaxBody: f.maxBody, KeepAlive: f.keepAlive, Logger: logger})
 	if err != nil {
-		_ = h.Close(context.Background())
+		_ = closeBackend(0)
 		return usagef("serve: %v", err)
 	}
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
-		_ = h.Close(context.Background())
+		_ = closeBackend(0)
 		return err
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
@@ -189,7 +245,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if token == "" {
 		fmt.Fprintf(stderr, "dsh serve: no token (--token-file or DSH_TOKEN): no auth, loopback only\n")
 	}
-	fmt.Fprintf(stderr, "dsh serve: listening on %s (sessions in %s)\n", url, loc)
+	fmt.Fprintf(stderr, "dsh serve: listening on %s (sessions in %s)\n", url, where)
 	logMu.Unlock()
 	if env.listening != nil {
 		env.listening(url)
@@ -207,23 +263,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	case <-ctx.Done():
 	case serveErr = <-served:
 	}
-	return shutdown(hs, srv, h, f.drain, serveErr, stderr, &logMu)
-}
-
-// shutdown stops accepting, ends the event streams, lets running turns
-// end within drain, then closes the host (which cancels what still runs,
-// cause disposed, and flushes every session).
-func shutdown(hs *http.Server, srv *httpapi.Server, h *supervisor.Host, drain time.Duration, serveErr error, stderr io.Writer, logMu *sync.Mutex) error {
 	logMu.Lock()
-	fmt.Fprintf(stderr, "dsh serve: shutting down (running turns may end within %v)\n", drain)
+	fmt.Fprintf(stderr, "dsh serve: shutting down (running turns may end within %v)\n", f.drain)
 	logMu.Unlock()
-	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(context.Background(), f.drain)
 	defer cancel()
 	srv.Close()
 	if err := hs.Shutdown(dctx); err != nil {
 		_ = hs.Close()
 	}
 	srv.Wait()
+	cerr := closeBackend(max(f.drain-time.Since(start), 0))
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return cerr
+}
+
+// drainHost lets the host's running turns end within drain, then closes
+// it (which cancels what still runs, cause disposed, and flushes every
+// session).
+func drainHost(h *supervisor.Host, drain time.Duration) error {
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
 	if list, err := h.List(dctx); err == nil {
 		var wg sync.WaitGroup
 		for _, i := range list {
@@ -235,11 +298,7 @@ func shutdown(hs *http.Server, srv *httpapi.Server, h *supervisor.Host, drain ti
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 	defer ccancel()
-	cerr := h.Close(cctx)
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return serveErr
-	}
-	return cerr
+	return h.Close(cctx)
 }
 
 // serveProvider builds the model provider of the flags.
@@ -277,3 +336,93 @@ func loopbackAddr(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// peersBackend serves the sessions of a cluster (dsh serve --peers): the
+// verbs go to the members through a cluster client; listing reads the
+// members' shared store without locks, so it activates nothing.
+type peersBackend struct {
+	c     *cluster.Client
+	store persister.Reader
+}
+
+func (b peersBackend) Create(ctx context.Context, opts supervisor.CreateOptions) (session.SessionID, error) {
+	return b.c.Create(ctx, opts)
+}
+
+func (b peersBackend) SetSystem(ctx context.Context, id session.SessionID, prompt string) error {
+	return b.c.SetSystem(ctx, id, prompt)
+}
+
+func (b peersBackend) Send(ctx context.Context, id session.SessionID, mode httpapi.Mode, msg messages.Message) error {
+	switch mode {
+	case httpapi.ModeSteer:
+		return b.c.Steer(ctx, id, msg)
+	case httpapi.ModeInject:
+		return b.c.Inject(ctx, id, msg)
+	}
+	return b.c.Followup(ctx, id, msg)
+}
+
+func (b peersBackend) Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error {
+	return b.c.Cancel(ctx, id, cause)
+}
+
+func (b peersBackend) Flush(ctx context.Context, id session.SessionID) (int64, error) {
+	return b.c.Flush(ctx, id)
+}
+
+func (b peersBackend) Messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
+	return b.c.Messages(ctx, id)
+}
+
+func (b peersBackend) Fork(ctx context.Context, id session.SessionID, at int64) (session.SessionID, error) {
+	return b.c.Fork(ctx, id, at)
+}
+
+func (b peersBackend) List(ctx context.Context) ([]supervisor.Info, error) {
+	ls, err := b.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]supervisor.Info, len(ls))
+	for i, l := range ls {
+		out[i] = supervisor.Info{Header: l.Header}
+	}
+	return out, nil
+}
+
+// Peek asks the member that runs the session (activating it if needed):
+// the events committed so far.
+func (b peersBackend) Peek(ctx context.Context, id session.SessionID, from int64) (supervisor.Info, []session.Event, error) {
+	evs, err := b.c.Events(ctx, id, from)
+	if err != nil {
+		return supervisor.Info{}, nil, err
+	}
+	return supervisor.Info{Header: session.Header{ID: id}, Resident: true}, evs, nil
+}
+
+// Inspect reads the shared store: a session whose log is on disk with a
+// turn open is running (or was cut off), else stored. One not written yet
+// (just created) is asked of its member.
+func (b peersBackend) Inspect(ctx context.Context, id session.SessionID) (supervisor.Info, []session.Event, error) {
+	st, err := b.store.Inspect(ctx, id)
+	if errors.Is(err, persister.ErrNotFound) {
+		return b.Peek(ctx, id, 0)
+	}
+	if err != nil {
+		return supervisor.Info{}, nil, err
+	}
+	return supervisor.Info{Header: st.Header, Running: len(st.Closers) > 0}, st.Events[:len(st.Events)-len(st.Closers)], nil
+}
+
+func (b peersBackend) Subscribe(ctx context.Context, id session.SessionID, from int64) (httpapi.Stream, error) {
+	sub, err := b.c.Subscribe(ctx, id, from)
+	if err != nil {
+		return nil, err
+	}
+	return peersStream{sub}, nil
+}
+
+type peersStream struct{ *cluster.Subscription }
+
+func (s peersStream) Events() <-chan session.Event { return s.C }

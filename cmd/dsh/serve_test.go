@@ -34,6 +34,14 @@ func TestServeUsage(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
 		require.Equal(t, 2, strings.Count(errOut, "\n"), errOut)
 	}
+	t.Setenv("DSH_TOKEN", "")
+	for _, args := range [][]string{
+		{"serve", "--peers", "127.0.0.1:1"},
+		{"serve", "--dir", t.TempDir(), "--tls-cert", "c.pem"},
+	} {
+		code, _, errOut := runDsh(args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+	}
 	code, out, _ := runDsh("serve", "--help")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "--token-file")
