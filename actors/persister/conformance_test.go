@@ -34,11 +34,6 @@ var storeFactories = map[string]func(t *testing.T) Store{
 	"mem": func(t *testing.T) Store { return NewMemStore() },
 }
 
-// notApplicable names, per factory, the cases that do not apply to its
-// store and why (a comment beside the entry). Test files fill it from an
-// init function, as they do storeFactories.
-var notApplicable = map[string]map[string]bool{}
-
 // conformanceCase is one case of the suite, run on a fresh store.
 type conformanceCase struct {
 	name string
@@ -70,9 +65,6 @@ func TestStoreConformance(t *testing.T) {
 		factory := storeFactories[name]
 		t.Run(name, func(t *testing.T) {
 			for _, c := range conformanceCases {
-				if notApplicable[name][c.name] {
-					continue
-				}
 				t.Run(c.name, func(t *testing.T) {
 					s := factory(t)
 					t.Cleanup(func() { _ = s.Close() })

@@ -34,14 +34,19 @@ import (
 // fenced by SQLite's own locking (BEGIN IMMEDIATE, the busy timeout) and
 // by the tail check of every append.
 //
-// Every append commits a transaction with synchronous=FULL, so every
-// append is durable when it returns, whatever its durable flag (the
-// Writer contract allows a barrier to cover more than it must): a failed
-// append leaves what was stored before it, and nothing needs cutting
-// back.
+// Every append commits a transaction. A durable one commits with
+// synchronous=FULL: SQLite fsyncs the WAL, which makes it and every commit
+// before it durable, of any session. In WAL mode an append without
+// durable commits with synchronous=NORMAL (no fsync: committed and seen
+// by every reader, durable at the next barrier); in the other journal
+// modes, where NORMAL is not safe against power loss, every commit is
+// FULL. A failed append cuts the session back to its last barrier (the
+// rows of the appends without durable since are deleted), as the Writer
+// contract says: the persister appends them again.
 type SQLiteStore struct {
 	path     string
 	readOnly bool
+	wal      bool // journal mode WAL: appends without durable commit with synchronous=NORMAL
 	busy     time.Duration
 	identity string // "file:<dev>:<ino>:<birthNs>:store:<store_id>"
 
@@ -52,6 +57,9 @@ type SQLiteStore struct {
 	conn     *sql.Conn
 	lock     vfs.Lock // the writer lock; nil for ReadOnly or NoWriterLock
 	sessions map[session.SessionID]*sqlSession
+	// normal says the connection's synchronous is NORMAL (else FULL);
+	// unsynced that a NORMAL commit was made since the last fsync.
+	normal, unsynced bool
 }
 
 // sqlSession is what the store knows about one session id.
@@ -61,6 +69,16 @@ type sqlSession struct {
 	// materialized); otherwise the header is from Create and the first
 	// append inserts the row.
 	stored bool
+	// next is the stored next seq as this store last committed it, and
+	// barrier the next seq as of the session's last barrier (a durable
+	// append, or the first append this store made): a failed append cuts
+	// the rows from barrier on. Both -1 until the store appends.
+	next, barrier int64
+}
+
+// newSQLSession is the state of a session the store has not appended to.
+func newSQLSession(h session.Header, stored bool) *sqlSession {
+	return &sqlSession{header: h, stored: stored, next: -1, barrier: -1}
 }
 
 var _ Store = (*SQLiteStore)(nil)
@@ -95,7 +113,7 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLiteStore, error) {
 	if mode == "" {
 		mode = "wal"
 	}
-	s := &SQLiteStore{path: path, readOnly: opts.ReadOnly, busy: busy, sessions: map[session.SessionID]*sqlSession{}}
+	s := &SQLiteStore{path: path, readOnly: opts.ReadOnly, wal: mode == "wal", busy: busy, sessions: map[session.SessionID]*sqlSession{}}
 	start := time.Now()
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -175,7 +193,7 @@ func (s *SQLiteStore) open(exists bool, mode string, start time.Time) error {
 		return dbError(s.path, s.busy, err)
 	}
 	if !s.readOnly {
-		if _, err := setJournalMode(ctx, conn, mode, start.Add(s.busy), time.Sleep); err != nil {
+		if err := setJournalMode(ctx, conn, mode, start.Add(s.busy)); err != nil {
 			return dbError(s.path, s.busy, fmt.Errorf("journal mode %s: %w", mode, err))
 		}
 		if err := checkPragma(ctx, conn, "synchronous", "FULL", 2); err != nil {
@@ -269,7 +287,7 @@ func (s *SQLiteStore) Create(h session.Header) error {
 	if found {
 		return fmt.Errorf("persister: create %s: %w", h.ID, ErrExists)
 	}
-	s.sessions[h.ID] = &sqlSession{header: h}
+	s.sessions[h.ID] = newSQLSession(h, false)
 	return nil
 }
 
@@ -295,30 +313,41 @@ func (s *SQLiteStore) Append(ctx context.Context, id session.SessionID, events [
 		return err
 	}
 	defer s.mu.Unlock()
-	if err := s.appendLocked(ctx, id, events); err != nil {
+	if s.readOnly {
+		return fmt.Errorf("persister: append %s: %w", id, ErrReadOnly)
+	}
+	st, err := s.sessionLocked(ctx, id)
+	if err != nil {
+		return fmt.Errorf("persister: append %s: %w", id, err)
+	}
+	if err := s.appendLocked(ctx, id, st, events, durable); err != nil {
+		if cerr := s.cutBack(id, st); cerr != nil {
+			err = fmt.Errorf("%w; then %w", err, cerr)
+		}
 		return fmt.Errorf("persister: append %s: %w", id, err)
 	}
 	return nil
 }
 
-func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, events []session.Event) error {
+func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, st *sqlSession, events []session.Event, durable bool) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
-	if s.readOnly {
-		return ErrReadOnly
-	}
-	st, err := s.sessionLocked(ctx, id)
-	if err != nil {
-		return err
-	}
 	if len(events) == 0 {
+		if durable {
+			return s.barrierLocked(st)
+		}
 		return nil
 	}
 	if err := checkBatch(id, events); err != nil {
 		return err
 	}
-	err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
+	first := !st.stored
+	full := durable || first || !s.wal
+	if err := s.setSync(ctx, full); err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	err := s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
 		if err := checkMutation(ctx, s.conn, s.path); err != nil {
 			return err
 		}
@@ -327,7 +356,92 @@ func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, ev
 	if err != nil {
 		return s.txError(err)
 	}
-	st.stored = true
+	s.committed(st, events, durable || first, full)
+	return nil
+}
+
+// committed records a committed append of events to st: a barrier (a
+// durable append, or a session's first) or not, committed with
+// synchronous=FULL (full) or NORMAL. The first append a store makes to a
+// session starts from a barrier: what was stored before is the session's
+// durable past. A FULL commit outside a barrier is durable, but the
+// session's barrier stays where its writer put it: a failed append cuts
+// back to it, as the writer expects.
+func (s *SQLiteStore) committed(st *sqlSession, events []session.Event, barrier, full bool) {
+	next := events[len(events)-1].Seq() + 1
+	if st.barrier < 0 {
+		st.barrier = events[0].Seq()
+	}
+	st.stored, st.next = true, next
+	if barrier {
+		st.barrier = next
+	}
+	s.unsynced = !full
+}
+
+// setSync sets the connection's synchronous to FULL (full) or NORMAL.
+func (s *SQLiteStore) setSync(ctx context.Context, full bool) error {
+	if s.normal == !full {
+		return nil
+	}
+	value := "FULL"
+	if !full {
+		value = "NORMAL"
+	}
+	if _, err := s.conn.ExecContext(ctx, "PRAGMA synchronous = "+value); err != nil {
+		return err
+	}
+	s.normal = !full
+	return nil
+}
+
+// barrierLocked makes what st's appends without durable committed
+// durable: if any commit since the last fsync was NORMAL, a FULL commit
+// that changes nothing (store_id set to itself) fsyncs the WAL, which
+// covers every commit before it.
+func (s *SQLiteStore) barrierLocked(st *sqlSession) error {
+	if s.unsynced {
+		ctx := context.Background()
+		if err := s.setSync(ctx, true); err != nil {
+			return dbError(s.path, s.busy, err)
+		}
+		err := s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
+			_, err := s.conn.ExecContext(ctx, `UPDATE persistence_state SET store_id = store_id WHERE singleton = 1`)
+			return err
+		})
+		if err != nil {
+			return dbError(s.path, s.busy, err)
+		}
+		s.unsynced = false
+	}
+	if st != nil {
+		st.barrier = st.next
+	}
+	return nil
+}
+
+// cutBack deletes, after a failed append, the rows st's appends without
+// durable committed since its last barrier (one transaction, which bumps
+// the revision), so that the log is back at the barrier (see Writer).
+func (s *SQLiteStore) cutBack(id session.SessionID, st *sqlSession) error {
+	if st.barrier < 0 || st.next <= st.barrier {
+		return nil
+	}
+	ctx := context.Background()
+	if err := s.setSync(ctx, true); err != nil {
+		return dbError(s.path, s.busy, err)
+	}
+	err := s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
+		if _, err := s.conn.ExecContext(ctx, `DELETE FROM events WHERE session_id = ? AND seq >= ?`, string(id), st.barrier); err != nil {
+			return err
+		}
+		return bumpRevision(ctx, s.conn, id)
+	})
+	if err != nil {
+		return fmt.Errorf("cut back to seq %d: %w", st.barrier, dbError(s.path, s.busy, err))
+	}
+	st.next = st.barrier
+	s.unsynced = false
 	return nil
 }
 
@@ -370,7 +484,7 @@ func (s *SQLiteStore) sessionLocked(ctx context.Context, id session.SessionID) (
 	if !found {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	st := &sqlSession{stored: true}
+	st := newSQLSession(session.Header{}, true)
 	s.sessions[id] = st
 	return st, nil
 }
@@ -786,14 +900,22 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 	if sc.torn >= 0 {
 		out.Torn = &session.TornTail{Offset: sc.torn, NextSeq: sc.next, Err: sc.cause}
 	}
-	if st := s.sessions[id]; st == nil {
-		s.sessions[id] = &sqlSession{header: row.header, stored: true}
+	st := s.sessions[id]
+	if st == nil {
+		st = newSQLSession(row.header, true)
+		s.sessions[id] = st
+	}
+	if mode == commitRepair && st.next < 0 && sc.torn < 0 {
+		st.next, st.barrier = int64(len(sc.events)), int64(len(sc.events))
 	}
 	if mode == memoryRepair || (sc.torn < 0 && len(closers) == 0) {
 		return out, nil
 	}
 	if s.readOnly {
 		return Stored{}, fmt.Errorf("commit repair: %w", ErrReadOnly)
+	}
+	if err := s.setSync(ctx, true); err != nil {
+		return Stored{}, fmt.Errorf("commit repair: %w", dbError(s.path, s.busy, err))
 	}
 	err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
 		if err := checkMutation(ctx, s.conn, s.path); err != nil {
@@ -804,6 +926,9 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 	if err != nil {
 		return Stored{}, fmt.Errorf("commit repair: %w", s.txError(err))
 	}
+	// A repair is durable, and covers what was before it.
+	st.next = int64(len(out.Events))
+	st.barrier, s.unsynced = st.next, false
 	row.revision++
 	out.Revision = s.revisionOf(row)
 	return out, nil
@@ -926,14 +1051,24 @@ func (s *SQLiteStore) List(ctx context.Context) ([]Listed, error) {
 	return out, nil
 }
 
-// Release checks the store is open: every append is durable when it
-// returns and the store's lock is per database, not per session, so there
-// is nothing to sync or give back.
+// Release is a barrier of the session: what its appends without durable
+// committed is made durable. The writer lock is the database's, held until
+// Close, so there is nothing else to give back.
 func (s *SQLiteStore) Release(id session.SessionID) error {
 	if err := s.lockOpen(); err != nil {
 		return err
 	}
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	st := s.sessions[id]
+	if st == nil || st.next <= st.barrier {
+		return nil
+	}
+	if err := s.barrierLocked(st); err != nil {
+		if cerr := s.cutBack(id, st); cerr != nil {
+			err = fmt.Errorf("%w; then %w", err, cerr)
+		}
+		return fmt.Errorf("persister: release %s: %w", id, err)
+	}
 	return nil
 }
 
@@ -947,7 +1082,11 @@ func (s *SQLiteStore) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.sessions = nil
-	if err := s.shut(); err != nil {
+	var err error
+	if s.unsynced {
+		err = s.barrierLocked(nil)
+	}
+	if err = errors.Join(err, s.shut()); err != nil {
 		return fmt.Errorf("persister: close %s: %w", s.path, err)
 	}
 	return nil

@@ -385,26 +385,42 @@ func storeID(ctx context.Context, q queryer, path string) (string, error) {
 	return id.String, nil
 }
 
-// setJournalMode selects mode, retrying only SQLITE_BUSY, every 10 ms at
-// most, until deadline (no attempt starts at or after it; a zero budget
-// makes exactly one attempt).
-func setJournalMode(ctx context.Context, q queryer, mode string, deadline time.Time, sleep func(time.Duration)) (attempts int, err error) {
+// setJournalMode selects mode, retrying only SQLITE_BUSY (see
+// retryBusy).
+func setJournalMode(ctx context.Context, q queryer, mode string, deadline time.Time) error {
+	_, err := retryBusy(func() error {
+		var got string
+		if err := q.QueryRowContext(ctx, "PRAGMA journal_mode = "+mode).Scan(&got); err != nil {
+			return err
+		}
+		if strings.ToLower(got) != mode {
+			return fmt.Errorf("journal mode is %q after selecting %q", got, mode)
+		}
+		return nil
+	}, func(err error) bool { return sqlCode(err) == sqlite3.SQLITE_BUSY }, deadline, time.Now, time.Sleep)
+	return err
+}
+
+// retryBusy runs attempt until it succeeds or fails with an error that is
+// not busy, or the deadline comes: SQLite may answer a journal mode change
+// with SQLITE_BUSY at once, without its busy handler. Between attempts it
+// sleeps min(10 ms, the time left); no attempt starts at or after the
+// deadline, so a zero budget makes exactly one. It returns the attempts
+// made.
+func retryBusy(attempt func() error, busy func(error) bool, deadline time.Time, now func() time.Time,
+	sleep func(time.Duration)) (attempts int, err error) {
 	for {
 		attempts++
-		var got string
-		err = q.QueryRowContext(ctx, "PRAGMA journal_mode = "+mode).Scan(&got)
-		if err == nil {
-			if strings.ToLower(got) != mode {
-				return attempts, fmt.Errorf("journal mode is %q after selecting %q", got, mode)
-			}
-			return attempts, nil
+		err = attempt()
+		if err == nil || !busy(err) {
+			return attempts, err
 		}
-		left := time.Until(deadline)
-		if sqlCode(err) != sqlite3.SQLITE_BUSY || left <= 0 {
+		left := deadline.Sub(now())
+		if left <= 0 {
 			return attempts, err
 		}
 		sleep(min(10*time.Millisecond, left))
-		if !time.Now().Before(deadline) {
+		if !now().Before(deadline) {
 			return attempts, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -995,4 +996,40 @@ func TestSQLiteContextDone(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	_, err = s.Load(done, "x")
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// The journal mode change retries SQLITE_BUSY only, paced, within the busy
+// timeout counted from the open's start (on a fake clock).
+func TestSQLiteJournalModeRetries(t *testing.T) {
+	errBusy := errors.New("busy")
+	isBusy := func(err error) bool { return errors.Is(err, errBusy) }
+	run := func(budget time.Duration, results ...error) (int, time.Duration, error) {
+		clock := time.Unix(1000, 0)
+		start := clock
+		i := 0
+		n, err := retryBusy(func() error {
+			r := results[min(i, len(results)-1)]
+			i++
+			return r
+		}, isBusy, start.Add(budget), func() time.Time { return clock }, func(d time.Duration) { clock = clock.Add(d) })
+		return n, clock.Sub(start), err
+	}
+	n, _, err := run(time.Second, errBusy, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "one busy answer, then success")
+	n, _, err = run(0, errBusy)
+	require.ErrorIs(t, err, errBusy)
+	require.Equal(t, 1, n, "no budget: one attempt")
+	other := errors.New("disk I/O error")
+	n, _, err = run(time.Second, other)
+	require.ErrorIs(t, err, other)
+	require.Equal(t, 1, n, "only busy is retried")
+	n, _, err = run(5*time.Millisecond, errBusy)
+	require.ErrorIs(t, err, errBusy)
+	require.Equal(t, 1, n, "the sleep reaches the deadline: no attempt starts at it")
+	n, took, err := run(50*time.Millisecond, errBusy)
+	require.ErrorIs(t, err, errBusy)
+	require.GreaterOrEqual(t, n, 2)
+	require.LessOrEqual(t, n, 6)
+	require.Equal(t, 50*time.Millisecond, took)
 }

@@ -1,7 +1,6 @@
 package persister
 
 import (
-	"context"
 	"database/sql"
 	"path/filepath"
 	"testing"
@@ -19,16 +18,6 @@ func init() {
 	storeFactories["sqlite-delete-journal"] = func(t *testing.T) Store {
 		return openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{JournalMode: "delete"})
 	}
-	for _, name := range []string{"sqlite", "sqlite-delete-journal"} {
-		notApplicable[name] = map[string]bool{
-			// Every SQLite append commits with synchronous=FULL: an append
-			// without durable is durable too (a barrier may cover more than
-			// it must), so a failed append has nothing to cut back.
-			// TestSQLiteFailedAppendKeepsEveryCommittedAppend checks what
-			// happens instead.
-			"a failed append cuts back to the last barrier": true,
-		}
-	}
 }
 
 func openTestSQLite(t *testing.T, path string, opts SQLiteOptions) *SQLiteStore {
@@ -38,31 +27,50 @@ func openTestSQLite(t *testing.T, path string, opts SQLiteOptions) *SQLiteStore 
 	return s
 }
 
-// A failed append (here its context is done) stores nothing of its batch
-// and leaves every append that returned before it, with or without
-// durable: they were committed durably, so appending the failed batch
-// again continues after them.
-func TestSQLiteFailedAppendKeepsEveryCommittedAppend(t *testing.T) {
+// In WAL mode an append without durable commits with synchronous=NORMAL:
+// committed (another connection reads it) but not yet fsynced; a barrier
+// (a durable append, an empty durable append, Release, Close) commits
+// FULL, which fsyncs it. In the other journal modes every commit is FULL.
+func TestSQLiteWriteBehindCommitsThenBarriers(t *testing.T) {
 	ctx := t.Context()
-	s := openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{})
-	defer s.Close()
-	b := newLogBuilder(t, "session-cut")
-	b.textTurn("one", "1")
-	k1 := b.len()
-	b.textTurn("two", "2")
-	k2 := b.len()
-	b.textTurn("three", "3")
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{})
+	b := newLogBuilder(t, "session-wb")
+	for range 4 {
+		b.textTurn("more", "ok")
+	}
+	k := b.len() / 4
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], true))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[k1:k2], false))
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	require.ErrorIs(t, s.Append(done, b.id(), b.from(k2), true), context.Canceled)
-	got, err := s.ReadFrom(ctx, b.id(), 0)
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
+	require.False(t, s.unsynced, "a first append is durable with its header")
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[k:2*k], false))
+	require.True(t, s.unsynced)
+	require.True(t, s.normal)
+	var n int
+	require.NoError(t, rawDB(t, path).QueryRow(`SELECT count(*) FROM events`).Scan(&n))
+	require.Equal(t, int(2*k), n, "committed: another connection reads it")
+	require.NoError(t, s.Append(ctx, b.id(), nil, true))
+	require.False(t, s.unsynced, "an empty durable append is a barrier")
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[2*k:3*k], false))
+	require.True(t, s.unsynced)
+	require.NoError(t, s.Release(b.id()))
+	require.False(t, s.unsynced, "Release is a barrier")
+	require.NoError(t, s.Append(ctx, b.id(), b.from(3*k), false))
+	require.True(t, s.unsynced)
+	require.NoError(t, s.Close())
+	r := openTestSQLite(t, path, SQLiteOptions{ReadOnly: true})
+	defer r.Close()
+	got, err := r.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
-	requireSameEvents(t, b.events()[:k2], got)
-	require.NoError(t, s.Append(ctx, b.id(), b.from(k2), true))
-	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
+	requireSameEvents(t, b.events(), got)
+
+	d := openTestSQLite(t, filepath.Join(t.TempDir(), "d.sqlite"), SQLiteOptions{JournalMode: "delete"})
+	defer d.Close()
+	require.NoError(t, d.Create(b.header()))
+	require.NoError(t, d.Append(ctx, b.id(), b.events()[:k], false))
+	require.NoError(t, d.Append(ctx, b.id(), b.events()[k:2*k], false))
+	require.False(t, d.unsynced, "outside WAL every commit is FULL")
+	require.False(t, d.normal)
 }
 
 // An ignorable event typed as a packed-row tag, which a JSONL store
