@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -218,6 +219,8 @@ func TestLogRepairRefusesAFileAWriterHolds(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out, &res), "%s", out)
 	path := findLog(t, dir)
 	require.NotEmpty(t, path)
+	seeds := endSeeds(path)
+	require.GreaterOrEqual(t, seeds, 0)
 
 	chat := dshCmd(bin, "chat", "--dir", dir, "--workdir", work, "--session", res.Session)
 	stdin, err := chat.StdinPipe()
@@ -235,6 +238,11 @@ func TestLogRepairRefusesAFileAWriterHolds(t *testing.T) {
 	require.True(t, sc.Scan(), "chat said nothing: %v", sc.Err())
 	require.True(t, strings.HasPrefix(sc.Text(), "session "+res.Session+" under "), sc.Text())
 	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	// Resuming appends a session/end-seed, written behind: the chat says
+	// it is open before that reaches the file. Wait for it, so that the
+	// comparison below sees only what the repair could have done.
+	require.Eventually(t, func() bool { return endSeeds(path) > seeds }, time.Minute, 10*time.Millisecond,
+		"the chat never wrote its session/end-seed")
 	before, err := os.ReadFile(path)
 	require.NoError(t, err)
 
@@ -257,4 +265,20 @@ func TestLogRepairRefusesAFileAWriterHolds(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &rout, &rerr
 	require.NoError(t, cmd.Run(), "%s", rerr.String())
 	require.Contains(t, rout.String(), "nothing to repair")
+}
+
+// endSeeds counts the session/end-seed events in the log at path, or
+// returns -1 while it cannot be read.
+func endSeeds(path string) int {
+	f, err := session.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range f.Events {
+		if e.Type() == session.TypeEndSeed {
+			n++
+		}
+	}
+	return n
 }
