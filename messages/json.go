@@ -936,3 +936,8 @@ func scanNumber(b []byte, i int) (int, error) {
 	}
 	return i, nil
 }
+
+// Clone returns j with its own copy of its text. A value taken out of a
+// larger one (Field, Elements) shares the larger one's memory, so keeping
+// it alone keeps all of that; its clone keeps only itself.
+func (j JSON) Clone() JSON { return JSON{text: strings.Clone(j.text)} }

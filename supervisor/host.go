@@ -467,7 +467,7 @@ func (e *entry) observe(h *Host) session.Observer {
 // fold adds one event to the counters: live for an event committed while
 // resident, !live for the events of a loaded log.
 func (e *entry) fold(h *Host, ev session.Event, live bool) {
-	e.bytes.Add(int64(ev.Data().Len()) + EventOverheadBytes)
+	e.bytes.Add(int64(ev.DataLen()) + EventOverheadBytes)
 	switch ev.Type() {
 	case session.TypeAssistantChunk:
 		e.chunks.Add(1)

@@ -87,11 +87,18 @@ type chunkMember struct {
 
 // packable returns e as a run member, or false when e must stay verbatim.
 func packable(e Event) (chunkMember, bool) {
-	if e.typ != codeChunk || e.flags != 0 ||
+	if e.typ != codeChunk || e.flags&flagsEnvelope != 0 ||
 		e.time < -maxSafe || e.time > maxSafe || e.seq < 0 || e.seq >= maxSafe {
 		return chunkMember{}, false // the range checks keep the gap arithmetic exact
 	}
 	m := chunkMember{seq: e.seq, time: e.time}
+	if e.dataForm() == dataChunkText {
+		// Kept compact (compact.go): the parts are at hand, as the data
+		// below would spell them.
+		c := e.payload.(*chunkStep)
+		m.kind, m.turn, m.step, m.index, m.text = c.kind, c.lits.turn, c.lits.step, c.lits.index, e.data.String()
+		return m, true
+	}
 	var turn, step, chunk messages.JSON
 	n := 0
 	for k, v := range e.data.Members() {

@@ -59,10 +59,10 @@ func AppendEvent(dst []byte, e Event) []byte {
 	dst = append(dst, `,"time":`...)
 	dst = strconv.AppendInt(dst, e.time, 10)
 	dst = append(dst, `,"data":`...)
-	if e.data.IsZero() {
+	if e.dataForm() == dataVerbatim && e.data.IsZero() {
 		dst = append(dst, "null"...)
 	} else {
-		dst = append(dst, e.data.String()...)
+		dst = e.appendData(dst)
 	}
 	switch e.opKind() {
 	case OpAppend:

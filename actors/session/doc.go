@@ -79,6 +79,17 @@
 // length and never see later appends. Drafts and messages passed in are
 // copied or immutable already.
 //
+// # Memory
+//
+// A log keeps its events in fixed pages of 1,024 (pages.go): no growth
+// slack beyond the last page, nothing copied as it grows, and a loaded
+// log copies each event once. An [Event] is 64 bytes; a streamed text or
+// reasoning delta keeps only its text beside it (its turn, step and index
+// shared with the other chunks of its step), and an assistant message or
+// tool result appended from its typed value keeps no copy of its data
+// beside the message it holds. [Event.Data] writes such data back, byte
+// for byte (compact.go); [Event.DataLen] measures it without building it.
+//
 // # Errors and crashes
 //
 // A refused append is an expected failure: the actor replies AppendFailed

@@ -119,15 +119,29 @@ const (
 	flagOpReplace                         // surfaceOp replace; its range in ext
 	flagHasSources                        // the event carries sourceEventSeqs (in ext; empty when ext has none)
 	flagIgnorable
+	flagChunkText       // data holds a chunk's text literal only (compact.go)
+	flagDataFromPayload // data is not kept but encoded from the payload (compact.go)
 )
+
+// flagsEnvelope are the flags that stand for envelope fields.
+const flagsEnvelope = flagOpAppend | flagOpReplace | flagHasSources | flagIgnorable
 
 // chunkStep is the payload the log keeps for an assistant/chunk event.
 // Chunks are most of a log, so their typed view is not kept (it would
 // double their memory): only the turn and step, which the core needs on
 // every chunk, and which every chunk of a step shares (the log hands the
 // same pointer to all of them); Payload decodes the rest from data on
-// demand.
-type chunkStep struct{ turn, step int64 }
+// demand. A chunk that keeps only its text (compact.go) has its type and
+// index here too, with the three integers' literals for the row packer.
+type chunkStep struct {
+	turn, step int64
+	kind       messages.ChunkType // set when the chunks sharing it keep their text only
+	index      int64
+	lits       *chunkLits // the literals of turn, step and index; nil unless kind is set
+}
+
+// chunkLits are the integers of a chunkStep as JSON text.
+type chunkLits struct{ turn, step, index string }
 
 func (*chunkStep) eventType() EventType { return TypeAssistantChunk }
 
@@ -257,7 +271,11 @@ func (e Event) Seq() int64 { return e.seq }
 func (e Event) Time() int64 { return e.time }
 
 // Data returns the event's data.
-func (e Event) Data() messages.JSON { return e.data }
+func (e Event) Data() messages.JSON { return e.fullData() }
+
+// DataLen returns the length of the event's data in bytes, without
+// building it when the log keeps it compact.
+func (e Event) DataLen() int { return e.dataLen() }
 
 // SurfaceOp returns the surface operation (OpNone for log-only events).
 func (e Event) SurfaceOp() SurfaceOp {
@@ -307,7 +325,7 @@ func (e Event) Message() (messages.Message, bool) {
 // log does not keep it; see chunkStep).
 func (e Event) Payload() any {
 	if _, ok := e.payload.(*chunkStep); ok {
-		p, err := decodePayload(TypeAssistantChunk, e.data)
+		p, err := decodePayload(TypeAssistantChunk, e.fullData())
 		if err != nil {
 			return nil // unreachable: the data was decoded at commit
 		}
@@ -343,7 +361,7 @@ func (e Event) TurnStep() (turn, step int64, ok bool) {
 func (e Event) Equal(o Event) bool {
 	return e.Type() == o.Type() && e.seq == o.seq && e.time == o.time && e.SurfaceOp() == o.SurfaceOp() &&
 		e.hasSources() == o.hasSources() && slices.Equal(e.sources(), o.sources()) &&
-		e.Ignorable() == o.Ignorable() && e.data.Equal(o.data)
+		e.Ignorable() == o.Ignorable() && e.fullData().Equal(o.fullData())
 }
 
 // Draft is an event not yet appended: its type, data and surface metadata.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/dshgo/dsh/internal/invariants"
 	"github.com/dshgo/dsh/messages"
@@ -41,7 +42,7 @@ func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge || 
 // accepts. The bound below is cheap (lengths only) and only an event near
 // the limit is encoded to measure it exactly.
 func checkRecordSize(e *Event) error {
-	bound := e.data.Len() + 6*len(e.Type()) + 21*len(e.sources()) + 256
+	bound := e.dataLen() + 6*len(e.Type()) + 21*len(e.sources()) + 256
 	if bound <= DefaultMaxRecordBytes {
 		return nil
 	}
@@ -126,8 +127,8 @@ func (e *UnsupportedTypeError) Is(target error) bool { return target == ErrInval
 // and may be shared freely.
 type Log struct {
 	header       Header
-	events       eventPages // appended in place; views are clipped
-	chunkStep    *chunkStep // the turn and step of the last chunk, shared by the chunks of a step
+	events       eventPages    // appended in place; views are clipped
+	chunkStep    [2]*chunkStep // the last chunk payloads handed out, without and with a shape (chunkStepOf)
 	surface      surface
 	derived      deriveCache
 	lastHeader   int // index of the last request/header, -1 if none
@@ -191,6 +192,7 @@ func Restore(h Header, events []Event) (*Log, error) {
 		if err != nil {
 			return nil, err
 		}
+		l.compact(e, false)
 		l.record(t, e, i)
 	}
 	l.firstLiveSeq = int64(len(events))
@@ -211,11 +213,11 @@ func (l *Log) Append(d Draft, now int64) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	if err := l.commit(e); err != nil {
+	if err := l.commit(e, d.payload != nil); err != nil {
 		return Event{}, err
 	}
 	l.publish(l.EventsFrom(e.seq))
-	return e, nil
+	return *l.events.at(int(e.seq)), nil
 }
 
 // Mirror commits e, an event another log already committed (its copy in a
@@ -231,7 +233,7 @@ func (l *Log) Mirror(e Event) error {
 	if n := l.events.len(); e.seq != int64(n) {
 		return &EventError{Seq: e.seq, Type: e.Type(), Err: fmt.Errorf("mirrored event has seq %d, want %d", e.seq, n)}
 	}
-	if err := l.commit(e); err != nil {
+	if err := l.commit(e, false); err != nil {
 		return err
 	}
 	l.publish(l.EventsFrom(e.seq))
@@ -263,7 +265,7 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 		if _, ok := d.payload.(chunkMarker); ok {
 			// AssistantChunk.Draft: turn and step are in the op.
 			e.setOp(SurfaceOp{})
-			e.payload = l.chunkStepOf(d.op.start, d.op.end)
+			e.payload = l.chunkStepOf(chunkStep{turn: d.op.start, step: d.op.end})
 		} else {
 			e.setPayload(d.payload)
 		}
@@ -278,25 +280,38 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 }
 
 // commit validates e as the next event and, if valid, applies it. Nothing
-// changes on error.
-func (l *Log) commit(e Event) error {
+// changes on error. typed says that e's payload is the typed value of a
+// draft, which its data was encoded from.
+func (l *Log) commit(e Event, typed bool) error {
 	n := l.events.len()
 	t, err := l.admit(&e, l.events.view(0, n))
 	if err != nil {
 		return err
 	}
+	l.compact(&e, typed)
 	l.record(t, l.events.push(e), n)
 	return nil
 }
 
-// chunkStepOf returns the payload of a chunk of turn and step: the last
-// chunk's when it names the same, so that the chunks of a step share one.
-func (l *Log) chunkStepOf(turn, step int64) *chunkStep {
-	if c := l.chunkStep; c != nil && c.turn == turn && c.step == step {
-		return c
+// chunkStepOf returns the shared payload for chunks of c's turn, step and
+// shape: the last chunk's when it is the same, so that the chunks of a
+// step share one.
+func (l *Log) chunkStepOf(c chunkStep) *chunkStep {
+	last := &l.chunkStep[0] // a chunk on its way to compact (or not compact)
+	if c.kind != "" {
+		last = &l.chunkStep[1]
 	}
-	l.chunkStep = &chunkStep{turn: turn, step: step}
-	return l.chunkStep
+	if p := *last; p != nil && p.turn == c.turn && p.step == c.step && p.kind == c.kind && p.index == c.index {
+		return p
+	}
+	p := new(chunkStep) // not &c: c would escape, and cost every call an allocation
+	*p = c
+	if c.kind != "" {
+		p.lits = &chunkLits{turn: strconv.FormatInt(c.turn, 10), step: strconv.FormatInt(c.step, 10),
+			index: strconv.FormatInt(c.index, 10)}
+	}
+	*last = p
+	return p
 }
 
 // admit validates e as the next event of the log, whose events so far are
@@ -321,7 +336,7 @@ func (l *Log) admit(e *Event, prior Events) (transition, error) {
 		return fail(fmt.Errorf("event type %q was removed from the format", typ))
 	case class&classKnown == 0 && !e.Ignorable():
 		return transition{}, &UnsupportedTypeError{Seq: e.seq, Type: typ}
-	case e.data.IsZero():
+	case e.dataForm() == dataVerbatim && e.data.IsZero():
 		return fail(fmt.Errorf("event carries no data"))
 	case e.time < -maxSafe || e.time > maxSafe:
 		return fail(fmt.Errorf("time %d is not a safe integer", e.time))
@@ -340,7 +355,7 @@ func (l *Log) admit(e *Event, prior Events) (transition, error) {
 		e.setPayload(p)
 	}
 	if c, ok := e.payload.(*chunkStep); ok {
-		e.payload = l.chunkStepOf(c.turn, c.step) // one per step, not per chunk
+		e.payload = l.chunkStepOf(*c) // one per step, not per chunk
 	}
 	t, err := l.surface.validateNext(prior, e)
 	if err != nil {

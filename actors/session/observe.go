@@ -102,7 +102,7 @@ func (l *Log) appendBatch(drafts []Draft, now int64) error {
 	for _, d := range drafts {
 		e, err := l.build(d, now)
 		if err == nil {
-			err = l.commit(e)
+			err = l.commit(e, d.payload != nil)
 		}
 		if err != nil {
 			l.rollback(m)

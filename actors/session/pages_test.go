@@ -10,8 +10,8 @@ import (
 )
 
 // chunkLog returns a log holding a turn/start, a step/start and then n
-// chunks that all share one draft, so one data string: what the log
-// retains beyond that string is its own per-event cost.
+// chunks of one draft, built before it: what the log retains is its own
+// per-event cost and each chunk's text (four bytes).
 func chunkLog(t testing.TB, n int) *Log {
 	t.Helper()
 	l, err := New(logHeader("s"))
@@ -29,9 +29,9 @@ func chunkLog(t testing.TB, n int) *Log {
 }
 
 // TestLogRetainsLittlePerEvent holds the log's own cost per event (its
-// event header, the slack of its storage, the chunk's turn and step) to
-// 72 bytes: a chunk's header was 120 bytes, in one slice that kept up to a
-// quarter of its length as growth slack.
+// event header, the slack of its storage, the chunk's turn and step, and
+// the text a chunk keeps) to 80 bytes: a chunk's header was 120 bytes, in
+// one slice that kept up to a quarter of its length as growth slack.
 func TestLogRetainsLittlePerEvent(t *testing.T) {
 	const n = 20_000
 	runtime.GC()
@@ -41,7 +41,7 @@ func TestLogRetainsLittlePerEvent(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perEvent := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
-	require.LessOrEqual(t, perEvent, 72.0, "bytes retained per chunk")
+	require.LessOrEqual(t, perEvent, 80.0, "bytes retained per chunk")
 	runtime.KeepAlive(l)
 }
 

@@ -130,7 +130,7 @@ func syntheticToolResult(id, callID, text string) messages.Message {
 func (l *Log) Repair() ([]Event, error) {
 	closers := interruptedTurnClosers(l.Events())
 	for _, c := range closers {
-		if err := l.commit(c); err != nil {
+		if err := l.commit(c, false); err != nil {
 			return nil, fmt.Errorf("session: repair: %w", err)
 		}
 	}

@@ -75,7 +75,7 @@ func (s *surface) validateNext(events Events, e *Event) (transition, error) {
 		if old.Type() != TypeToolResult {
 			return transition{}, fmt.Errorf("tool/result replace targets a %s node, not a tool/result", old.Type())
 		}
-		if !withoutResultContent(old.data).Equal(withoutResultContent(e.data)) {
+		if !withoutResultContent(old.fullData()).Equal(withoutResultContent(e.fullData())) {
 			return transition{}, fmt.Errorf("tool/result replace changes more than the result content")
 		}
 	}

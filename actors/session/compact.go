@@ -1,0 +1,233 @@
+package session
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/dshgo/dsh/messages"
+)
+
+// This file keeps the two kinds of events that hold most of a session's
+// bytes without their data's second copy:
+//
+//   - A text or reasoning delta chunk whose data is exactly the form
+//     AssistantChunk.Draft writes keeps only its text's JSON literal; its
+//     turn, step, chunk type and index sit in the *chunkStep that every
+//     such chunk of the same step, type and index shares, and Data
+//     writes the rest back around the literal.
+//   - An assistant message or tool result appended from its typed value
+//     keeps no data: its data is that value's encoding (the draft was
+//     built from it), so Data encodes it again from the payload the event
+//     keeps anyway (the message it holds is the bulk of both).
+//
+// Both are exact: Data returns the text the event was built with, byte for
+// byte, and the file holds what it always held.
+
+// compactData is how an event's data is kept.
+type compactData uint8
+
+const (
+	dataVerbatim    compactData = iota // data holds the data
+	dataChunkText                      // data holds the chunk's text literal (see chunkStep)
+	dataFromPayload                    // data is the payload's encoding, built on demand
+)
+
+// dataForm returns how e keeps its data.
+func (e *Event) dataForm() compactData {
+	switch {
+	case e.flags&flagChunkText != 0:
+		return dataChunkText
+	case e.flags&flagDataFromPayload != 0:
+		return dataFromPayload
+	}
+	return dataVerbatim
+}
+
+// fullData returns e's data, built when e keeps it compact.
+func (e *Event) fullData() messages.JSON {
+	switch e.dataForm() {
+	case dataChunkText:
+		c := e.payload.(*chunkStep)
+		var o, in messages.ObjectBuilder
+		in.String("type", string(c.kind)).Int("index", c.index).Raw("text", e.data)
+		return o.Int("turn", c.turn).Int("step", c.step).Object("chunk", &in).Build()
+	case dataFromPayload:
+		switch p := e.payload.(type) {
+		case AssistantMessage:
+			return p.Draft().data
+		case ToolResult:
+			return p.Draft().data
+		}
+	}
+	return e.data
+}
+
+// dataLen returns len(e.fullData()), building it only for an event whose
+// data is encoded from its payload.
+func (e *Event) dataLen() int {
+	if e.dataForm() != dataChunkText {
+		return e.fullData().Len()
+	}
+	c := e.payload.(*chunkStep)
+	// {"turn":,"step":,"chunk":{"type":"","index":,"text":}}
+	return 54 + len(c.lits.turn) + len(c.lits.step) + len(c.kind) + len(c.lits.index) + e.data.Len()
+}
+
+// appendData appends e's data to dst, as fullData would return it,
+// without building a value.
+func (e *Event) appendData(dst []byte) []byte {
+	if e.dataForm() != dataChunkText {
+		return append(dst, e.fullData().String()...)
+	}
+	c := e.payload.(*chunkStep)
+	dst = append(dst, `{"turn":`...)
+	dst = strconv.AppendInt(dst, c.turn, 10)
+	dst = append(dst, `,"step":`...)
+	dst = strconv.AppendInt(dst, c.step, 10)
+	dst = append(dst, `,"chunk":{"type":"`...)
+	dst = append(dst, c.kind...)
+	dst = append(dst, `","index":`...)
+	dst = strconv.AppendInt(dst, c.index, 10)
+	dst = append(dst, `,"text":`...)
+	dst = append(dst, e.data.String()...)
+	return append(dst, "}}"...)
+}
+
+// compactable reports whether a typed draft's payload may be dropped from
+// its data: the data is the payload's encoding, by construction.
+func compactable(p payload) bool {
+	switch p.(type) {
+	case AssistantMessage, ToolResult:
+		return true
+	}
+	return false
+}
+
+// compact makes e, an admitted event about to be stored, keep its data
+// compact where that is exact (see the top of this file). fromDraft says
+// that e's payload is the typed value its data was encoded from.
+func (l *Log) compact(e *Event, fromDraft bool) {
+	if fromDraft && compactable(e.payload) {
+		e.data = messages.JSON{}
+		e.flags |= flagDataFromPayload
+		return
+	}
+	c, ok := e.payload.(*chunkStep)
+	if !ok || e.flags != 0 {
+		return
+	}
+	kind, index, lit, ok := chunkTextForm(e.data.String(), c.turn, c.step)
+	if !ok {
+		return
+	}
+	// The literal is copied out: kept as a part of data, it would keep all
+	// of data. Without escapes, it is what JSONString writes for its
+	// content, which copies it without looking for it again.
+	var text messages.JSON
+	if s := lit[1 : len(lit)-1]; plainText(s) {
+		text = messages.JSONString(s)
+	} else {
+		chunk, _ := e.data.Field("chunk")
+		t, _ := chunk.Field("text")
+		text = t.Clone()
+	}
+	e.payload = l.chunkStepOf(chunkStep{turn: c.turn, step: c.step, kind: kind, index: index})
+	e.data = text
+	e.flags |= flagChunkText
+}
+
+// chunkTextForm reports whether data is exactly
+//
+//	{"turn":T,"step":S,"chunk":{"type":K,"index":I,"text":"..."}}
+//
+// for the given turn and step, K text-delta or reasoning-delta and I a
+// non-negative integer written without leading zeros, and returns K and I.
+func chunkTextForm(data string, turn, step int64) (kind messages.ChunkType, index int64, lit string, ok bool) {
+	s, ok := strings.CutPrefix(data, `{"turn":`)
+	if !ok {
+		return "", 0, "", false
+	}
+	if s, ok = cutInt(s, turn); !ok {
+		return "", 0, "", false
+	}
+	if s, ok = strings.CutPrefix(s, `,"step":`); !ok {
+		return "", 0, "", false
+	}
+	if s, ok = cutInt(s, step); !ok {
+		return "", 0, "", false
+	}
+	if s, ok = strings.CutPrefix(s, `,"chunk":{"type":"`); !ok {
+		return "", 0, "", false
+	}
+	switch {
+	case strings.HasPrefix(s, string(messages.ChunkTextDelta)+`"`):
+		kind = messages.ChunkTextDelta
+	case strings.HasPrefix(s, string(messages.ChunkReasoningDelta)+`"`):
+		kind = messages.ChunkReasoningDelta
+	default:
+		return "", 0, "", false
+	}
+	if s, ok = strings.CutPrefix(s[len(kind):], `","index":`); !ok {
+		return "", 0, "", false
+	}
+	digits := 0
+	for digits < len(s) && digits < 16 && s[digits] >= '0' && s[digits] <= '9' {
+		digits++
+	}
+	if digits == 0 || (digits > 1 && s[0] == '0') {
+		return "", 0, "", false
+	}
+	index, err := strconv.ParseInt(s[:digits], 10, 64)
+	if err != nil {
+		return "", 0, "", false
+	}
+	lit, ok = strings.CutPrefix(s[digits:], `,"text":`)
+	if !ok {
+		return "", 0, "", false
+	}
+	lit, ok = strings.CutSuffix(lit, "}}")
+	if !ok || !isOneStringLiteral(lit) {
+		return "", 0, "", false
+	}
+	return kind, index, lit, true
+}
+
+// plainText reports whether s, the content of a string literal, needs no
+// escape: AppendQuoted writes it back as it is.
+func plainText(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
+}
+
+// cutInt returns s without its prefix n (in decimal), and whether s had
+// it.
+func cutInt(s string, n int64) (string, bool) {
+	var buf [24]byte
+	b := strconv.AppendInt(buf[:0], n, 10)
+	if len(s) < len(b) || s[:len(b)] != string(b) {
+		return s, false
+	}
+	return s[len(b):], true
+}
+
+// isOneStringLiteral reports whether lit, a run of valid JSON text, is one
+// string literal and nothing after it.
+func isOneStringLiteral(lit string) bool {
+	if len(lit) < 2 || lit[0] != '"' {
+		return false
+	}
+	for i := 1; i < len(lit); i++ {
+		switch lit[i] {
+		case '\\':
+			i++
+		case '"':
+			return i == len(lit)-1
+		}
+	}
+	return false
+}
