@@ -77,7 +77,15 @@ func AppendEvent(dst []byte, e Event) []byte {
 	}
 	if e.hasSources() {
 		dst = append(dst, `,"sourceEventSeqs":[`...)
-		for i, s := range e.sources() {
+		if x := e.ext; x != nil && x.srcLen > 0 {
+			for i := range x.srcLen {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = strconv.AppendInt(dst, x.srcFirst+i, 10)
+			}
+		}
+		for i, s := range e.ext.sourcesOrNil() {
 			if i > 0 {
 				dst = append(dst, ',')
 			}

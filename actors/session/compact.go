@@ -108,6 +108,7 @@ func compactable(p payload) bool {
 // compact where that is exact (see the top of this file). fromDraft says
 // that e's payload is the typed value its data was encoded from.
 func (l *Log) compact(e *Event, fromDraft bool) {
+	compactSources(e)
 	if fromDraft && compactable(e.payload) {
 		e.data = messages.JSON{}
 		e.flags |= flagDataFromPayload
@@ -135,6 +136,28 @@ func (l *Log) compact(e *Event, fromDraft bool) {
 	e.payload = l.chunkStepOf(chunkStep{turn: c.turn, step: c.step, kind: kind, index: index})
 	e.data = text
 	e.flags |= flagChunkText
+}
+
+// minSourceRun is the shortest run of sources kept as a run: below it, the
+// list costs about what the run does.
+const minSourceRun = 4
+
+// compactSources keeps e's sourceEventSeqs as a run (first seq and
+// length) when they are consecutive seqs in order, as an assistant
+// message citing the chunks of its stream has them.
+func compactSources(e *Event) {
+	if e.ext == nil || len(e.ext.sources) < minSourceRun {
+		return
+	}
+	s := e.ext.sources
+	for i := 1; i < len(s); i++ {
+		if s[i] != s[0]+int64(i) {
+			return
+		}
+	}
+	x := e.extCopy()
+	x.srcFirst, x.srcLen, x.sources = s[0], int64(len(s)), nil
+	e.ext = x
 }
 
 // chunkTextForm reports whether data is exactly

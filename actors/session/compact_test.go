@@ -59,7 +59,7 @@ func TestCompactEventsKeepTheirDataExactly(t *testing.T) {
 	require.NoError(t, err)
 	result := messages.NewToolResultMessage("call_1", []messages.ContentBlock{messages.TextBlock("out")}, false)
 	drafts = append(drafts,
-		AssistantMessage{Turn: 1, Step: 1, Message: answer, Usage: messages.TokenUsage{InputTokens: 3}, HasUsage: true}.Draft().WithSources([]int64{2, 3}),
+		AssistantMessage{Turn: 1, Step: 1, Message: answer, Usage: messages.TokenUsage{InputTokens: 3}, HasUsage: true}.Draft().WithSources([]int64{2, 3, 4, 5, 6}),
 		ToolCall{Turn: 1, Step: 1, CallID: "call_1", Name: "bash", Arguments: `{"a":1}`}.Draft(),
 		ToolResult{Turn: 1, Step: 1, Message: result, Error: ToolError{Name: "E", Code: "C"}}.Draft())
 	compact = append(compact, false, false, false)
@@ -69,6 +69,12 @@ func TestCompactEventsKeepTheirDataExactly(t *testing.T) {
 		require.Equal(t, d.Data().Len(), e.DataLen(), "draft %d", i)
 		if d.Type() == TypeAssistantChunk {
 			require.Equal(t, compact[i], e.flags&flagChunkText != 0, "draft %d kept compact", i)
+		}
+		if d.hasSources {
+			srcs, ok := e.SourceEventSeqs()
+			require.True(t, ok)
+			require.Equal(t, d.sources, srcs, "draft %d", i)
+			require.Equal(t, len(d.sources) >= minSourceRun, e.ext.srcLen > 0, "draft %d keeps its sources as a run", i)
 		}
 		want, err := decodePayload(d.Type(), d.Data())
 		require.NoError(t, err)

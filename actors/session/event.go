@@ -109,6 +109,9 @@ type eventExt struct {
 	name       EventType // the type's name when it has no code (typeOther)
 	start, end int64     // the range of a replace operation
 	sources    []int64   // sourceEventSeqs; never modified after construction
+	// A run of consecutive seqs (an assistant message citing its stream)
+	// is kept as its first seq and length instead (compact.go).
+	srcFirst, srcLen int64
 }
 
 // eventFlags are an Event's small fields, as bits.
@@ -223,13 +226,36 @@ func (e *Event) opKind() OpKind {
 // hasSources reports whether e carries sourceEventSeqs.
 func (e *Event) hasSources() bool { return e.flags&flagHasSources != 0 }
 
-// sources returns e's sourceEventSeqs, not copied: the caller must not
-// modify them.
+// sources returns e's sourceEventSeqs, not copied (but built when the
+// event keeps them as a run): the caller must not modify them.
 func (e *Event) sources() []int64 {
 	if e.ext == nil {
 		return nil
 	}
+	if e.ext.srcLen > 0 {
+		out := make([]int64, e.ext.srcLen)
+		for i := range out {
+			out[i] = e.ext.srcFirst + int64(i)
+		}
+		return out
+	}
 	return e.ext.sources
+}
+
+// sourcesOrNil returns x's listed sources; nil for a nil x.
+func (x *eventExt) sourcesOrNil() []int64 {
+	if x == nil {
+		return nil
+	}
+	return x.sources
+}
+
+// numSources returns len(e.sources()), without building them.
+func (e *Event) numSources() int {
+	if e.ext == nil {
+		return 0
+	}
+	return len(e.ext.sources) + int(e.ext.srcLen)
 }
 
 // setPayload installs p as e's typed view (see chunkStep).
@@ -292,6 +318,9 @@ func (e Event) SurfaceOp() SurfaceOp {
 // carries the field at all (absent means "provenance unknown"; an empty
 // list on an assistant message means a known-empty stream).
 func (e Event) SourceEventSeqs() ([]int64, bool) {
+	if e.ext != nil && e.ext.srcLen > 0 {
+		return e.sources(), e.hasSources() // built, so the caller's already
+	}
 	return slices.Clone(e.sources()), e.hasSources()
 }
 

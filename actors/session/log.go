@@ -42,7 +42,7 @@ func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge || 
 // accepts. The bound below is cheap (lengths only) and only an event near
 // the limit is encoded to measure it exactly.
 func checkRecordSize(e *Event) error {
-	bound := e.dataLen() + 6*len(e.Type()) + 21*len(e.sources()) + 256
+	bound := e.dataLen() + 6*len(e.Type()) + 21*e.numSources() + 256
 	if bound <= DefaultMaxRecordBytes {
 		return nil
 	}

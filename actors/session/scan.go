@@ -358,7 +358,7 @@ func (s *scanner) line(text []byte, no int, cut int64, frame int) {
 	default:
 		s.read += int64(len(text)) + 1
 		for i := n; i < len(evs); i++ {
-			s.cited += int64(len(evs[i].sources()))
+			s.cited += int64(evs[i].numSources())
 		}
 		if s.cited > s.read+MaxExpandedSources {
 			err = fmt.Errorf("sourceEventSeqs ranges expand past %d seqs more than the %d bytes read", MaxExpandedSources, s.read)
