@@ -15,7 +15,7 @@ import (
 //
 //	jsonl:DIR     the JSONL store rooted at DIR (doc.go)
 //	DIR           the same: a bare path is a JSONL directory
-//	sqlite:PATH   the SQLite store in the database file PATH
+//	sqlite:PATH   the SQLite store in the database file PATH (SQLiteStore)
 //
 // A path may itself hold a colon: a bare path whose text before the first
 // colon looks like a scheme ("foo:bar") is refused as an unknown scheme
@@ -32,9 +32,6 @@ const (
 // ErrStoreURL says a store URL names no store: its scheme is unknown or its
 // path is empty. The error is a *StoreURLError.
 var ErrStoreURL = errors.New("persister: bad store URL")
-
-// ErrUnavailable says the store a URL names is not built into this dsh.
-var ErrUnavailable = errors.New("persister: store not available")
 
 // ErrReadOnly refuses a write through a store opened for reading only
 // (OpenReader): Load, which commits crash repair, is such a write.
@@ -164,13 +161,15 @@ func openJSONLDir(dir string, lock bool) (*JSONLStore, error) {
 	return plain, nil
 }
 
-// openSQLiteURL opens the SQLite store of loc.
-//
-// This build has no SQLite store yet: the URL is recognised, so that a
-// user learns it is not available rather than that it is misspelt.
+// openSQLiteURL opens the SQLite store of loc: a writer holds the
+// database's writer lock (SQLiteStore); a reader takes none, and needs the
+// database to exist.
 func openSQLiteURL(loc Location, readOnly bool) (Store, error) {
-	_ = readOnly
-	return nil, fmt.Errorf("%w: %s: this dsh has no SQLite store yet", ErrUnavailable, loc)
+	s, err := OpenSQLite(loc.Path, SQLiteOptions{ReadOnly: readOnly})
+	if err != nil {
+		return nil, err // not a nil *SQLiteStore in a non-nil Store
+	}
+	return s, nil
 }
 
 // readOnly is a Reader that refuses Load.

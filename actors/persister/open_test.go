@@ -130,12 +130,39 @@ func TestOpenReaderMissing(t *testing.T) {
 	require.ErrorContains(t, err, "not a directory")
 }
 
-// Until this build has a SQLite store, a sqlite: URL says so, as such.
-func TestOpenSQLiteUnavailable(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "dsh.db")
-	_, err := Open("sqlite:" + path)
-	require.ErrorIs(t, err, ErrUnavailable)
-	_, err = OpenReader("sqlite:" + path)
-	require.ErrorIs(t, err, ErrUnavailable)
-	require.NoFileExists(t, path)
+// Open opens a SQLite database for writing, creating it, and holds its
+// writer lock; OpenReader reads it meanwhile, without the lock, and
+// refuses to repair; a reader of a missing database creates nothing.
+func TestOpenSQLite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dsh.db")
+	_, err := OpenReader("sqlite:" + path)
+	require.Error(t, err)
+	require.NoFileExists(t, path, "a reader creates nothing")
+
+	w, err := Open("sqlite:" + path)
+	require.NoError(t, err)
+	defer w.Close()
+	require.IsType(t, &SQLiteStore{}, w)
+	b := newJL(t, "s-sqlite")
+	b.textTurn("one", 5)
+	require.NoError(t, w.Create(b.header()))
+	require.NoError(t, w.Append(t.Context(), b.id(), b.events(), true))
+
+	_, err = Open("sqlite:" + path)
+	require.ErrorIs(t, err, ErrLocked, "a second writer is refused")
+
+	r, err := OpenReader("sqlite:" + path)
+	require.NoError(t, err)
+	defer r.Close()
+	listed, err := r.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	got, err := r.Inspect(t.Context(), b.id())
+	require.NoError(t, err)
+	jlRequireEvents(t, b.events(), got.Events)
+	_, err = r.Load(t.Context(), b.id())
+	require.ErrorIs(t, err, ErrReadOnly)
+	_, isWriter := r.(Writer)
+	require.False(t, isWriter, "a reader must not offer writes")
 }

@@ -126,9 +126,11 @@ func (c copier) copy(ctx context.Context, id session.SessionID) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if c.toJSONL {
+	if c.toJSONL && session.CheckJSONL(events) != nil {
+		// Refused before anything is written (the store would refuse the
+		// append too, after creating the session's directory).
 		for _, e := range events {
-			if isRowTag(e.Type()) {
+			if session.CheckJSONL([]session.Event{e}) != nil {
 				return "", fmt.Errorf("session %s: seq %d is an event of type %q, which a JSONL log cannot hold (it is the tag of a packed chunk row): not copied to %s",
 					id, e.Seq(), e.Type(), c.to)
 			}
@@ -179,14 +181,4 @@ func (c copier) same(ctx context.Context, id session.SessionID, h session.Header
 		return fmt.Errorf("holds %d events, the source %d", len(got), len(events))
 	}
 	return nil
-}
-
-// isRowTag reports whether t is the tag of a packed chunk row, a type no
-// JSONL log can hold: its reader would take the event for a malformed row.
-func isRowTag(t session.EventType) bool {
-	switch t {
-	case "text-chunks", "reasoning-chunks", "tool-call-chunks":
-		return true
-	}
-	return false
 }

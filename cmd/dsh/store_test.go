@@ -54,6 +54,27 @@ func TestStoreFlagNamesTheStore(t *testing.T) {
 	require.Contains(t, errOut, "--store goes without --peers")
 }
 
+// dsh run writes to and resumes from a SQLite store; the read-only
+// commands read it while nothing holds it.
+func TestRunOnASQLiteStore(t *testing.T) {
+	t.Setenv("DEEPSEEK_API_KEY", "")
+	db, wd := filepath.Join(t.TempDir(), "dsh.db"), t.TempDir()
+	code, _, errOut := runDsh("run", "--store", "sqlite:"+db, "--workdir", wd, "hello")
+	require.Equal(t, exitOK, code, errOut)
+	id := sessionFrom(t, errOut)
+	code, _, errOut = runDsh("run", "--store", "sqlite:"+db, "--workdir", wd, "--session", id, "again")
+	require.Equal(t, exitOK, code, errOut)
+	code, out, errOut := runDsh("log", "messages", "--store", "sqlite:"+db, "--session", id)
+	require.Equal(t, exitOK, code, errOut)
+	require.Len(t, strings.Split(strings.TrimSuffix(out, "\n"), "\n"), 4, "two prompts, two answers")
+	code, out, errOut = runDsh("log", "verify", "--store", "sqlite:"+db, "--session", id)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, ": ok: ")
+	code, _, errOut = runDsh("run", "--store", "sqlite:"+db, "--session", "nope", "hi")
+	require.Equal(t, exitFailure, code)
+	require.Equal(t, "dsh: no session nope under sqlite:"+db+"\n", errOut)
+}
+
 // A cluster shares a JSONL directory: dsh member refuses a SQLite store
 // with one line that says why, and takes --store jsonl:DIR as --dir DIR.
 func TestMemberRefusesASQLiteStore(t *testing.T) {
@@ -90,6 +111,26 @@ func TestBenchStoreKeepsTheStore(t *testing.T) {
 	var rows []sessionRow
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 3, "the directory was kept")
+
+	// A database, the same way: kept, verified through the store.
+	db := filepath.Join(t.TempDir(), "bench.db")
+	code, out, errOut = runDsh("bench", "--store", "sqlite:"+db, "--sessions", "3", "--turns", "1", "--chunks", "5",
+		"--no-baselines", "--quiet", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var dbRep struct {
+		Store    string `json:"store"`
+		Verified int    `json:"files_verified"`
+		OnDisk   int64  `json:"bytes_on_disk"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &dbRep))
+	require.Equal(t, "sqlite:"+db, dbRep.Store)
+	require.Equal(t, 3, dbRep.Verified)
+	require.Positive(t, dbRep.OnDisk)
+	code, out, errOut = runDsh("sessions", "--json", "--store", "sqlite:"+db)
+	require.Equal(t, exitOK, code, errOut)
+	rows = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 3, "the database was kept")
 
 	code, _, errOut = runDsh("bench", "--dir", dir, "--store", "jsonl:"+dir, "--quiet")
 	require.Equal(t, exitUsage, code)
