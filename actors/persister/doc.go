@@ -345,6 +345,18 @@
 // transaction (checking the tail is still the one it read), inserting the
 // closers of an open turn as scalar rows. A packed row is all or nothing.
 //
+// Group commit (sqlite_group.go): the store is a [GroupWriter], so the
+// persister writes it a group at a time: one transaction holds every
+// session's write that was due while the previous commit ran, each
+// session's append (tail check, rows, revision) in its own SAVEPOINT, and
+// one COMMIT syncs them all (FULL when any write in it is a barrier or a
+// first append, else NORMAL, as for one Append). A session refused inside the group (its
+// fence, its checks) is rolled back to its savepoint and fails alone; a
+// failed transaction fails every session in it. The writer connection
+// never checkpoints on commit (wal_autocheckpoint 0): a goroutine with its
+// own connection runs PASSIVE checkpoints once the WAL passes 4 MiB, and
+// Close checkpoints with TRUNCATE.
+//
 // A writer holds the kernel lock of PATH.lock (the same kind as a JSONL
 // session.lock) for its lifetime: a second dsh writer is refused at once,
 // naming the holder (*DatabaseLockedError). Other SQLite clients (the

@@ -60,6 +60,9 @@ type SQLiteStore struct {
 	// normal says the connection's synchronous is NORMAL (else FULL);
 	// unsynced that a NORMAL commit was made since the last fsync.
 	normal, unsynced bool
+	// checkpoints runs the WAL checkpoints of a writer in WAL mode (nil
+	// otherwise): sqlite_group.go.
+	checkpoints *checkpointer
 }
 
 // sqlSession is what the store knows about one session id.
@@ -199,6 +202,13 @@ func (s *SQLiteStore) open(exists bool, mode string, start time.Time) error {
 		if err := checkPragma(ctx, conn, "synchronous", "FULL", 2); err != nil {
 			return dbError(s.path, s.busy, err)
 		}
+		if mode == "wal" {
+			c, err := startCheckpointer(ctx, conn, s.path, s.busy)
+			if err != nil {
+				return dbError(s.path, s.busy, err)
+			}
+			s.checkpoints = c
+		}
 	}
 	id, err := storeID(ctx, conn, s.path)
 	if err != nil {
@@ -215,7 +225,13 @@ func (s *SQLiteStore) open(exists bool, mode string, start time.Time) error {
 // shut closes the connection and releases the writer lock.
 func (s *SQLiteStore) shut() error {
 	var errs []error
+	errs = append(errs, s.checkpoints.stop())
 	if s.conn != nil {
+		if s.checkpoints != nil {
+			// The WAL into the database, and emptied (sqlite_group.go).
+			_, err := s.conn.ExecContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)")
+			errs = append(errs, err)
+		}
 		errs = append(errs, s.conn.Close())
 	}
 	if s.db != nil {
@@ -224,7 +240,7 @@ func (s *SQLiteStore) shut() error {
 	if s.lock != nil {
 		errs = append(errs, s.lock.Release())
 	}
-	s.conn, s.db, s.lock = nil, nil, nil
+	s.conn, s.db, s.lock, s.checkpoints = nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,248 @@
+package persister
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// Tests of the SQLite store's group commit and WAL checkpoint policy
+// (sqlite_group.go).
+
+// groupFixture is n sessions of two text turns each, created in s, with
+// k1[i] the length of session i's first turn.
+type groupFixture struct {
+	builders []*logBuilder
+	k1       []int64
+}
+
+func newGroupFixture(t *testing.T, s Store, prefix string, n int) *groupFixture {
+	t.Helper()
+	f := &groupFixture{}
+	for i := range n {
+		b := newLogBuilder(t, session.SessionID(fmt.Sprintf("%s-%d", prefix, i)))
+		b.textTurn("one", "1")
+		f.k1 = append(f.k1, b.len())
+		b.textTurn("two", "2")
+		require.NoError(t, s.Create(b.header()))
+		f.builders = append(f.builders, b)
+	}
+	return f
+}
+
+// firstTurns and secondTurns are the group of every session's first
+// (second) turn.
+func (f *groupFixture) firstTurns() []Batch {
+	var bs []Batch
+	for i, b := range f.builders {
+		bs = append(bs, Batch{ID: b.id(), Events: b.events()[:f.k1[i]], Durable: true})
+	}
+	return bs
+}
+
+func (f *groupFixture) secondTurns() []Batch {
+	var bs []Batch
+	for i, b := range f.builders {
+		bs = append(bs, Batch{ID: b.id(), Events: b.from(f.k1[i]), Durable: true})
+	}
+	return bs
+}
+
+// revisionNumber is the revision count at the end of a SQLite revision
+// token.
+func revisionNumber(t *testing.T, r Revision) string {
+	t.Helper()
+	i := strings.LastIndex(string(r), ":revision:")
+	require.GreaterOrEqual(t, i, 0, "revision %q", r)
+	return string(r)[i+len(":revision:"):]
+}
+
+func revisionsOf(t *testing.T, s Store) map[session.SessionID]string {
+	t.Helper()
+	listed, err := s.List(t.Context())
+	require.NoError(t, err)
+	out := map[session.SessionID]string{}
+	for _, l := range listed {
+		out[l.Header.ID] = revisionNumber(t, l.Revision)
+	}
+	return out
+}
+
+// TestSQLiteAppendGroupCommitsEverySession: one group holds the first
+// appends of six sessions (their rows inserted with them), the next their
+// second turns, with an empty barrier batch among them; each session
+// stores exactly its events and its revision counts one per group it had
+// rows in.
+func TestSQLiteAppendGroupCommitsEverySession(t *testing.T) {
+	s := openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{})
+	defer s.Close()
+	f := newGroupFixture(t, s, "group", 6)
+	ctx := t.Context()
+	for i, err := range s.AppendGroup(ctx, f.firstTurns()) {
+		require.NoError(t, err, "batch %d", i)
+	}
+	second := f.secondTurns()
+	second[2].Events = nil // a barrier alone
+	for i, err := range s.AppendGroup(ctx, second) {
+		require.NoError(t, err, "batch %d", i)
+	}
+	revs := revisionsOf(t, s)
+	for i, b := range f.builders {
+		want := b.events()
+		rev := "2"
+		if i == 2 {
+			want, rev = want[:f.k1[i]], "1"
+		}
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, want, got)
+		require.Equal(t, rev, revs[b.id()], "%s", b.id())
+	}
+}
+
+// TestSQLiteAppendGroupFailsOnlyTheRefusedSessions: a stale writer's
+// batch (another writer of the database appended first: its tail check
+// refuses it inside the transaction), a batch with a gap and a batch for
+// a session never created each fail alone; the other sessions of the
+// group commit, and the refused ones are left as they were.
+func TestSQLiteAppendGroupFailsOnlyTheRefusedSessions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{NoWriterLock: true})
+	defer s.Close()
+	f := newGroupFixture(t, s, "fence", 4)
+	ctx := t.Context()
+	for _, err := range s.AppendGroup(ctx, f.firstTurns()) {
+		require.NoError(t, err)
+	}
+	// Another writer of the database appends session 1's second turn.
+	other := openTestSQLite(t, path, SQLiteOptions{NoWriterLock: true})
+	stale := f.builders[1]
+	require.NoError(t, other.Append(ctx, stale.id(), stale.from(f.k1[1]), true))
+	require.NoError(t, other.Close())
+	before := revisionsOf(t, s)
+
+	group := f.secondTurns()
+	gap := f.builders[2]
+	group[2].Events = append(gap.from(f.k1[2])[:1:1], gap.from(f.k1[2])[2:]...)
+	group = append(group, Batch{ID: "never-created", Events: f.builders[3].events()[:1], Durable: true})
+	errs := s.AppendGroup(ctx, group)
+	require.Len(t, errs, 5)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ErrFenced, "the stale writer's batch")
+	require.ErrorContains(t, errs[1], string(stale.id()))
+	require.ErrorIs(t, errs[2], ErrFenced, "a gap in the batch")
+	require.NoError(t, errs[3])
+	require.ErrorIs(t, errs[4], ErrNotFound)
+
+	after := revisionsOf(t, s)
+	for i, b := range f.builders {
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		switch i {
+		case 0, 3:
+			requireSameEvents(t, b.events(), got)
+			require.Equal(t, "2", after[b.id()])
+		case 1: // as the other writer left it
+			requireSameEvents(t, b.events(), got)
+			require.Equal(t, before[b.id()], after[b.id()])
+		case 2:
+			requireSameEvents(t, b.events()[:f.k1[i]], got)
+			require.Equal(t, before[b.id()], after[b.id()])
+		}
+	}
+	require.NotContains(t, after, session.SessionID("never-created"))
+}
+
+// TestSQLiteAppendGroupFailedTransactionFailsEverySession: when the
+// transaction itself fails (here another client changed the schema
+// version: the ownership check refuses to write), every session of the
+// group fails and nothing of any is stored; the same group commits once
+// the database is right again.
+func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{})
+	defer s.Close()
+	f := newGroupFixture(t, s, "whole", 3)
+	ctx := t.Context()
+	for _, err := range s.AppendGroup(ctx, f.firstTurns()) {
+		require.NoError(t, err)
+	}
+	raw, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.ExecContext(ctx, "PRAGMA user_version = 16")
+	require.NoError(t, err)
+
+	errs := s.AppendGroup(ctx, f.secondTurns())
+	for i, err := range errs {
+		require.Error(t, err, "batch %d", i)
+		require.ErrorContains(t, err, string(f.builders[i].id()))
+		require.ErrorContains(t, err, "schema")
+	}
+	_, err = raw.ExecContext(ctx, "PRAGMA user_version = 17")
+	require.NoError(t, err)
+	for i, b := range f.builders {
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, b.events()[:f.k1[i]], got)
+	}
+	for _, err := range s.AppendGroup(ctx, f.secondTurns()) {
+		require.NoError(t, err)
+	}
+	for _, b := range f.builders {
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, b.events(), got)
+	}
+}
+
+// TestSQLiteCheckpointsOffTheCommitPath: the writer connection never
+// checkpoints on commit (wal_autocheckpoint 0); the checkpointer does,
+// in the background, once the WAL passes its threshold (lowered here);
+// Close leaves the database whole, without a WAL, and it opens again
+// with every event.
+func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{})
+	ctx := t.Context()
+	var auto int
+	require.NoError(t, s.conn.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&auto))
+	require.Zero(t, auto, "no checkpoint on the commit path")
+	require.NotNil(t, s.checkpoints)
+	s.checkpoints.limit.Store(64 << 10)
+
+	f := newGroupFixture(t, s, "wal", 40)
+	for _, err := range s.AppendGroup(ctx, f.firstTurns()) {
+		require.NoError(t, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; s.checkpoints.checkpointRuns() == 0; i++ {
+		require.True(t, time.Now().Before(deadline), "no checkpoint ran")
+		// Keep committing: each commit tells the checkpointer to look.
+		b := newLogBuilder(t, session.SessionID(fmt.Sprintf("wal-more-%d", i)))
+		b.textTurn("one", "1")
+		require.NoError(t, s.Create(b.header()))
+		for _, err := range s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: b.events(), Durable: true}}) {
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, s.Close())
+	_, err := os.Stat(path + "-wal")
+	require.ErrorIs(t, err, os.ErrNotExist, "closed: the WAL is in the database")
+
+	again := openTestSQLite(t, path, SQLiteOptions{})
+	defer again.Close()
+	for i, b := range f.builders {
+		got, err := again.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, b.events()[:f.k1[i]], got)
+	}
+}
