@@ -32,7 +32,7 @@ import (
 // mid-batch, between turns.
 
 // killChildEnv, when set, makes the test binary the kill test's child:
-// its value is the store path.
+// its value is the store, "sqlite:PATH" or "jsonl:DIR".
 const killChildEnv = "DSH_PERSISTER_KILL_CHILD"
 
 const (
@@ -62,12 +62,12 @@ func (p killPrinter) Receive(ctx actor.Context) {
 
 // runKillChild is the child: it never returns on its own (the parent
 // kills it); it returns 2 if it cannot start.
-func runKillChild(path string) int {
+func runKillChild(url string) int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "kill child:", err)
 		return 2
 	}
-	store, err := openKillStore(path)
+	store, err := openKillStore(url)
 	if err != nil {
 		return fail(err)
 	}
@@ -128,25 +128,32 @@ func runKillChild(path string) int {
 	return fail(<-errs)
 }
 
-// TestKilledWriterKeepsEveryDurableEvent runs the child killRounds times,
-// each on a fresh store, killing it after a random number of Durable
-// lines (some rounds at the first one, while the first commits run).
+// TestKilledWriterKeepsEveryDurableEvent runs the child killRounds times
+// on the SQLite store and half as many on the JSONL store (cmd/dsh's kill
+// test covers it too), a fresh one each time, killing it after a random number
+// of Durable lines (some rounds at the first one, while the first commits
+// run). On the SQLite store the persister group-commits, so a kill lands
+// inside transactions holding many sessions' rows.
 func TestKilledWriterKeepsEveryDurableEvent(t *testing.T) {
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
-	for round := range killRounds {
-		path := filepath.Join(t.TempDir(), "sessions")
-		acked := runKilledChild(t, path, 1+rng.IntN(120))
-		checkKilledStore(t, path, acked)
-		t.Logf("round %d: %d sessions with durable events", round, len(acked))
+	for kind, rounds := range map[string]int{"sqlite": killRounds, "jsonl": killRounds / 2} {
+		t.Run(kind, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
+			for round := range rounds {
+				url := kind + ":" + filepath.Join(t.TempDir(), "sessions")
+				acked := runKilledChild(t, url, 1+rng.IntN(120))
+				checkKilledStore(t, url, acked)
+				t.Logf("round %d: %d sessions with durable events", round, len(acked))
+			}
+		})
 	}
 }
 
-// runKilledChild starts the child on path, kills it after acks Durable
+// runKilledChild starts the child on url, kills it after acks Durable
 // lines and returns the highest seq heard Durable per session.
-func runKilledChild(t *testing.T, path string, acks int) map[session.SessionID]int64 {
+func runKilledChild(t *testing.T, url string, acks int) map[session.SessionID]int64 {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), killChildEnv+"="+path)
+	cmd.Env = append(os.Environ(), killChildEnv+"="+url)
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -199,16 +206,21 @@ func runKilledChild(t *testing.T, path string, acks int) map[session.SessionID]i
 	return acked
 }
 
-// checkKilledStore opens the store the child left and checks every
-// session: its stored events are contiguous from 0 and reach at least its
+// checkKilledStore opens the store the child left and checks it: SQLite's
+// integrity check passes, and for every session its stored events are contiguous from 0 and reach at least its
 // acknowledged seq, and it loads (the repair of a turn the kill left open
 // commits).
-func checkKilledStore(t *testing.T, path string, acked map[session.SessionID]int64) {
+func checkKilledStore(t *testing.T, url string, acked map[session.SessionID]int64) {
 	t.Helper()
-	store, err := openKillStore(path)
+	store, err := openKillStore(url)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, store.Close()) }()
 	ctx := context.Background()
+	if db, ok := store.(*SQLiteStore); ok {
+		var check string
+		require.NoError(t, db.conn.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check))
+		require.Equal(t, "ok", check, "SQLite's own check of the database")
+	}
 	listed, err := store.List(ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(listed), len(acked))
@@ -261,7 +273,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// openKillStore opens the store the kill test runs on.
-func openKillStore(path string) (Store, error) {
-	return NewJSONLStore(JSONLConfig{Root: path})
+// openKillStore opens the kill test's store, "sqlite:PATH" or "jsonl:DIR".
+func openKillStore(url string) (Store, error) {
+	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
+		return OpenSQLite(path, SQLiteOptions{})
+	}
+	return NewJSONLStore(JSONLConfig{Root: strings.TrimPrefix(url, "jsonl:")})
 }
