@@ -36,6 +36,14 @@ import (
 //	    what raw-fsync writes: the persister's own overhead.
 //	.../impl=raw-fsync      the same bytes appended to 1,000 files with
 //	    write+fsync, FsyncWorkers at a time.
+//	.../impl=sqlite         the persister over a SQLiteStore: the turn ends
+//	    of many sessions in one transaction per commit (group commit).
+//	.../impl=sqlite-nogroup the same store written one Append (one
+//	    transaction, one sync) per session's batch.
+//	.../impl=sqlite-autocheckpoint  group commit with SQLite's default
+//	    checkpoints (in the commit that passes 1000 WAL pages) instead of
+//	    the store's background ones.
+//	.../impl=none           the persister with PolicyNone: no store write.
 
 const (
 	benchSessions = 1000
@@ -54,9 +62,15 @@ func BenchmarkPersist(b *testing.B) {
 
 func BenchmarkTurnEndFlush(b *testing.B) {
 	n := benchSessions
-	b.Run(fmt.Sprintf("sessions=%d/impl=persister", n), func(b *testing.B) { benchTurnEndFlush(b, n, jsonlFiles) })
-	b.Run(fmt.Sprintf("sessions=%d/impl=persister-rawfile", n), func(b *testing.B) { benchTurnEndFlush(b, n, rawFiles) })
+	b.Run(fmt.Sprintf("sessions=%d/impl=persister", n), func(b *testing.B) { benchTurnEndFlush(b, n, PolicyTurnEnd, jsonlFiles) })
+	b.Run(fmt.Sprintf("sessions=%d/impl=persister-rawfile", n), func(b *testing.B) { benchTurnEndFlush(b, n, PolicyTurnEnd, rawFiles) })
 	b.Run(fmt.Sprintf("sessions=%d/impl=raw-fsync", n), func(b *testing.B) { benchRawFsync(b, n) })
+	b.Run(fmt.Sprintf("sessions=%d/impl=sqlite", n), func(b *testing.B) { benchTurnEndFlush(b, n, PolicyTurnEnd, sqliteFile) })
+	b.Run(fmt.Sprintf("sessions=%d/impl=sqlite-nogroup", n), func(b *testing.B) { benchTurnEndFlush(b, n, PolicyTurnEnd, sqliteNoGroup) })
+	b.Run(fmt.Sprintf("sessions=%d/impl=sqlite-autocheckpoint", n), func(b *testing.B) {
+		benchTurnEndFlush(b, n, PolicyTurnEnd, sqliteAutoCheckpoint)
+	})
+	b.Run(fmt.Sprintf("sessions=%d/impl=none", n), func(b *testing.B) { benchTurnEndFlush(b, n, PolicyNone, jsonlFiles) })
 }
 
 // countingWriter counts the Appends that reach the store and the time
@@ -65,6 +79,34 @@ type countingWriter struct {
 	Writer
 	appends atomic.Int64
 	busy    atomic.Int64 // ns inside Append, summed over the workers
+}
+
+// countingGroupWriter is a countingWriter that also commits groups,
+// counting each commit as one append.
+type countingGroupWriter struct {
+	*countingWriter
+	group GroupWriter
+}
+
+func (w *countingGroupWriter) AppendGroup(ctx context.Context, batches []Batch) []error {
+	start := time.Now()
+	errs := w.group.AppendGroup(ctx, batches)
+	w.busy.Add(int64(time.Since(start)))
+	w.appends.Add(1)
+	return errs
+}
+
+// noBackgroundCheckpoints puts s back on SQLite's default checkpoints: in
+// the commit that takes the WAL past 1000 pages, none in the background.
+func noBackgroundCheckpoints(b *testing.B, s *SQLiteStore) {
+	b.Helper()
+	if err := s.checkpoints.stop(); err != nil {
+		b.Fatal(err)
+	}
+	s.checkpoints = nil
+	if _, err := s.conn.ExecContext(context.Background(), "PRAGMA wal_autocheckpoint = 1000"); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func (w *countingWriter) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
@@ -81,7 +123,7 @@ func (w *countingWriter) Append(ctx context.Context, id session.SessionID, event
 type benchRig struct {
 	sys       *actor.ActorSystem
 	persister *actor.PID
-	store     *JSONLStore
+	store     Store // closed by close; nil for rawFiles
 	counter   *countingWriter
 	sessions  []*actor.PID
 	ids       []session.SessionID
@@ -94,8 +136,11 @@ type benchRig struct {
 type storeKind int
 
 const (
-	jsonlFiles storeKind = iota // the JSONLStore (zstd frames)
-	rawFiles                    // rawFileStore: what raw-fsync does, per batch
+	jsonlFiles           storeKind = iota // the JSONLStore (zstd frames)
+	rawFiles                              // rawFileStore: what raw-fsync does, per batch
+	sqliteFile                            // a SQLiteStore, group commit
+	sqliteNoGroup                         // a SQLiteStore, one Append per batch
+	sqliteAutoCheckpoint                  // a SQLiteStore, group commit, checkpoints on commit
 )
 
 func newBenchRig(b *testing.B, n int, policy Policy, kind storeKind) *benchRig {
@@ -111,9 +156,22 @@ func newBenchRig(b *testing.B, n int, policy Policy, kind storeKind) *benchRig {
 		r.store, w = store, store
 	case rawFiles:
 		w = &rawFileStore{dir: b.TempDir()}
+	case sqliteFile, sqliteNoGroup, sqliteAutoCheckpoint:
+		store, err := OpenSQLite(filepath.Join(b.TempDir(), "bench.sqlite"), SQLiteOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if kind == sqliteAutoCheckpoint {
+			noBackgroundCheckpoints(b, store)
+		}
+		r.store, w = store, store
 	}
 	r.counter = &countingWriter{Writer: w}
-	props, err := Props(Config{Store: r.counter, Policy: policy})
+	var cw Writer = r.counter // hides AppendGroup: one Append per batch
+	if kind == sqliteFile || kind == sqliteAutoCheckpoint {
+		cw = &countingGroupWriter{countingWriter: r.counter, group: w.(GroupWriter)}
+	}
+	props, err := Props(Config{Store: cw, Policy: policy})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -359,8 +417,8 @@ func benchEncodeOnly(b *testing.B, n int) {
 	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
 }
 
-func benchTurnEndFlush(b *testing.B, n int, kind storeKind) {
-	r := newBenchRig(b, n, PolicyTurnEnd, kind)
+func benchTurnEndFlush(b *testing.B, n int, policy Policy, kind storeKind) {
+	r := newBenchRig(b, n, policy, kind)
 	defer r.close(b)
 	var lat []time.Duration
 	var elapsed time.Duration
