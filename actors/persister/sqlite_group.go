@@ -19,12 +19,13 @@ import (
 // session row on a first append, the rows, the revision bump) inside its
 // own SAVEPOINT, then one COMMIT. When the group holds a barrier, that
 // COMMIT (synchronous=FULL) is one sync of the WAL for every session in
-// the group, where Append would sync once per session. A session whose append fails (refused by its fence,
-// failing its checks, a SQLite error in its statements) is rolled back to
-// its savepoint and fails alone; the others commit. A failure of the
-// transaction itself (BEGIN, the ownership checks, COMMIT, a rollback to a
-// savepoint that fails) fails every session in the group, and since the
-// transaction rolled back, nothing of any of them is stored.
+// the group, where Append would sync once per session. A session whose
+// append fails (refused by its fence, failing its checks, a SQLite error
+// in its statements) is rolled back to its savepoint and fails alone (cut
+// back to its last barrier, as after a failed Append); the others commit.
+// A failure of the transaction itself (BEGIN, the ownership checks,
+// COMMIT, a rollback to a savepoint that fails) fails every session in
+// the group: nothing of any of them is stored.
 //
 // Checkpoints. SQLite's default runs a checkpoint inside the COMMIT that
 // takes the WAL past 1000 pages: that commit (and every session waiting
