@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
@@ -199,14 +201,43 @@ func (h *Host) passivate(e *entry) error {
 	if e.open.Load() {
 		return errors.New("a turn started")
 	}
-	if d, err := h.barrier(ctx, persister.Untrack{Ref: h.refs.Add(1), ID: e.id}); err != nil {
-		e.setFailure(err, d)
+	cancel()
+	if err := h.untrackIdle(e); err != nil {
 		return err
 	}
-	if err := h.sys.Root.PoisonFuture(e.agent).Wait(); err != nil {
-		return err
+	// Untracked, the session must leave the host whatever happens next: a
+	// stop that outlasts the future's wait is still under way (the poison
+	// is in the mailbox), so wait again; a stopped actor answers at once.
+	for _, pid := range []*actor.PID{e.agent, e.session} {
+		for h.sys.Root.PoisonFuture(pid).Wait() != nil && !h.isClosed() {
+		}
 	}
-	return h.sys.Root.PoisonFuture(e.session).Wait()
+	return nil
+}
+
+// untrackIdle untracks e for passivation and says how the untrack ended.
+// An untrack cannot be abandoned half way: the persister may complete it
+// after a wait has given up, and a session left resident but untracked
+// would log turns that nothing persists. So a wait that runs out asks
+// again: an Untrack of a session being drained waits for the same drain,
+// and one of a session already forgotten is answered ErrNotTracked, which
+// after a lost answer means the earlier Untrack went through. A flush
+// failure leaves the session tracked (and resident).
+func (h *Host) untrackIdle(e *entry) error {
+	for asked := false; ; asked = true {
+		ctx, cancel := context.WithTimeout(context.Background(), min(h.cfg.RequestTimeout, 5*time.Second))
+		d, err := h.barrier(ctx, persister.Untrack{Ref: h.refs.Add(1), ID: e.id})
+		cancel()
+		switch {
+		case err == nil, asked && errors.Is(err, persister.ErrNotTracked):
+			return nil
+		case (errors.Is(err, actor.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) && !h.isClosed():
+			continue
+		default:
+			e.setFailure(err, d)
+			return err
+		}
+	}
 }
 
 // ErrEvicted ends the Subscriptions of a session evicted by Host.Evict.
@@ -264,4 +295,11 @@ func (h *Host) Evict(ctx context.Context, id session.SessionID) error {
 		return fmt.Errorf("supervisor: evict %s: %w", id, err)
 	}
 	return nil
+}
+
+// isClosed says whether Close has begun.
+func (h *Host) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
 }
