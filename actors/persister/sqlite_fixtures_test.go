@@ -1,22 +1,19 @@
 package persister
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/testutil"
 )
 
 // The databases the reference wrote (testdata/sqlite, see its README):
@@ -76,56 +73,13 @@ func copyFixture(t *testing.T, name string) string {
 // canonicalEventsHash is the manifest's eventsSha256 of events.
 func canonicalEventsHash(t *testing.T, events []session.Event) string {
 	t.Helper()
-	h := sha256.New()
-	for _, e := range events {
-		var v any
-		require.NoError(t, json.Unmarshal(session.AppendEvent(nil, e), &v))
-		var buf bytes.Buffer
-		writeCanonical(t, &buf, v)
-		buf.WriteByte('\n')
-		h.Write(buf.Bytes())
+	lines := make([][]byte, len(events))
+	for i, e := range events {
+		lines[i] = session.AppendEvent(nil, e)
 	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-func writeCanonical(t *testing.T, buf *bytes.Buffer, v any) {
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		buf.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeCanonical(t, buf, k)
-			buf.WriteByte(':')
-			writeCanonical(t, buf, v[k])
-		}
-		buf.WriteByte('}')
-	case []any:
-		buf.WriteByte('[')
-		for i, x := range v {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeCanonical(t, buf, x)
-		}
-		buf.WriteByte(']')
-	case string:
-		var s bytes.Buffer
-		enc := json.NewEncoder(&s)
-		enc.SetEscapeHTML(false)
-		require.NoError(t, enc.Encode(v))
-		buf.Write(bytes.TrimSuffix(s.Bytes(), []byte("\n")))
-	default:
-		b, err := json.Marshal(v)
-		require.NoError(t, err)
-		buf.Write(b)
-	}
+	sum, err := testutil.EventsSha256(lines)
+	require.NoError(t, err)
+	return sum
 }
 
 // headerJSON is the header as the manifest writes it.

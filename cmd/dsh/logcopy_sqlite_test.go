@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/internal/testutil"
 )
 
 // The SQLite fixtures are databases the reference wrote (testdata/sqlite,
@@ -54,62 +52,16 @@ func fixtureDB(t *testing.T, name string) string {
 	return path
 }
 
-// canonical writes the JSON value v as the manifest's canonical JSON:
-// keys sorted, no whitespace, strings escaped as ECMAScript does (only
-// quote, backslash and controls), numbers as encoding/json prints them.
-func canonical(t *testing.T, b *bytes.Buffer, v any) {
-	switch x := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			canonical(t, b, k)
-			b.WriteByte(':')
-			canonical(t, b, x[k])
-		}
-		b.WriteByte('}')
-	case []any:
-		b.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			canonical(t, b, e)
-		}
-		b.WriteByte(']')
-	case string:
-		var s bytes.Buffer
-		enc := json.NewEncoder(&s)
-		enc.SetEscapeHTML(false)
-		require.NoError(t, enc.Encode(x))
-		b.Write(bytes.TrimSuffix(s.Bytes(), []byte("\n")))
-	default:
-		out, err := json.Marshal(x)
-		require.NoError(t, err)
-		b.Write(out)
-	}
-}
-
 // eventsHash is the manifest's eventsSha256 of `dsh log events` lines.
 func eventsHash(t *testing.T, lines []string) string {
 	t.Helper()
-	h := sha256.New()
-	for _, l := range lines {
-		var v any
-		require.NoError(t, json.Unmarshal([]byte(l), &v), l)
-		var b bytes.Buffer
-		canonical(t, &b, v)
-		b.WriteByte('\n')
-		h.Write(b.Bytes())
+	events := make([][]byte, len(lines))
+	for i, l := range lines {
+		events[i] = []byte(l)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	sum, err := testutil.EventsSha256(events)
+	require.NoError(t, err)
+	return sum
 }
 
 // requireManifestEvents checks that every session of the fixture database
