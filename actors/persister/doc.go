@@ -167,8 +167,9 @@
 // session) gets group commit across sessions as well: its writes go to
 // one committer goroutine instead of the workers, and each commit takes
 // every write queued while the one before ran (barriers first, then
-// background batches, at most 1024) in one AppendGroup call, one
-// transaction and one sync. Each session still has its own watermark: a
+// background batches; at most 1024, of them at most 64 background ones,
+// so that a turn end never waits behind a long commit) in one AppendGroup
+// call, one transaction and one sync. Each session still has its own watermark: a
 // batch refused inside the commit fails that session only, a commit that
 // fails fails every session in it, and each failed session is retried as
 // any failed write is. A background batch in a commit that held a barrier

@@ -50,6 +50,12 @@ type Batch struct {
 // what is left over goes in the next commit, barriers first.
 const maxGroupBatches = 1024
 
+// maxGroupBackground bounds the write-behind batches of one group, so that
+// a turn end arriving while a commit runs waits for a short one: under a
+// thousand streaming sessions, a commit of every session's write-behind
+// batch held the next turn ends for seconds.
+const maxGroupBackground = 64
+
 // commit is the pool's group committer (pool.group set): it takes every
 // write queued (barriers first, then write-behind batches, up to
 // maxGroupBatches) and commits them with one AppendGroup, and again, until
@@ -82,14 +88,19 @@ func (p *pool) takeGroup(jobs []*writeJob) []*writeJob {
 	if p.closed {
 		return jobs
 	}
-	for _, q := range []*jobQueue{&p.gBarrier, &p.gBehind} {
-		for len(jobs) < maxGroupBatches {
-			j := q.pop()
-			if j == nil {
-				break
-			}
-			jobs = append(jobs, j)
+	for len(jobs) < maxGroupBatches {
+		j := p.gBarrier.pop()
+		if j == nil {
+			break
 		}
+		jobs = append(jobs, j)
+	}
+	for limit := min(maxGroupBatches, len(jobs)+maxGroupBackground); len(jobs) < limit; {
+		j := p.gBehind.pop()
+		if j == nil {
+			break
+		}
+		jobs = append(jobs, j)
 	}
 	return jobs
 }

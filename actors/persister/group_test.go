@@ -326,3 +326,39 @@ func TestAppendGroupSafelyFailsEveryBatchOfABrokenStore(t *testing.T) {
 	}
 	require.False(t, errors.Is(appendGroupSafely(context.Background(), &badGroupStore{}, batches)[0], ErrFenced))
 }
+
+// TestActorGroupCommitBoundsWriteBehindBatches: a commit takes at most
+// maxGroupBackground write-behind batches, so that a turn end queued
+// behind a thousand streaming sessions waits for a short commit; the rest
+// follow in the next ones, and a turn end queued meanwhile goes first.
+func TestActorGroupCommitBoundsWriteBehindBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newGroupStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow, MaxBatchEvents: 2})
+		first := r.track("s-first")
+		var behind []session.SessionID
+		for i := range maxGroupBackground + 6 {
+			behind = append(behind, r.track(fmt.Sprintf("s-behind-%03d", i)))
+		}
+		turn := r.track("s-turn")
+		r.append(first, wbUserDrafts(2)...)
+		require.Equal(t, []session.SessionID{first}, store.waitCommit(t))
+		for _, id := range behind {
+			r.append(id, wbUserDrafts(2)...)
+		}
+		synctest.Wait()
+		store.release(1)
+		require.Len(t, store.waitCommit(t), maxGroupBackground, "write-behind batches are bounded per commit")
+		evs := r.turn(turn, 2)
+		synctest.Wait()
+		store.release(1)
+		next := store.waitCommit(t)
+		require.Equal(t, turn, next[0], "the turn end first")
+		require.Len(t, next, 7, "then the six batches left")
+		store.release(1)
+		r.owner.waitDurable(t, turn, lastSeqOf(evs))
+		for _, id := range behind {
+			require.Equal(t, int64(1), store.lastSeq(id))
+		}
+	})
+}
