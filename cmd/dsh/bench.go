@@ -170,14 +170,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		// would only hide the one line that says why.
 		return err
 	}
-	if asJSON {
-		b, jerr := json.MarshalIndent(rep, "", "  ")
-		if jerr != nil {
-			return jerr
-		}
-		fmt.Fprintf(stdout, "%s\n", b)
-	} else {
-		bench.WriteTable(stdout, rep)
+	if werr := writeReport(stdout, asJSON, rep, bench.WriteTable); werr != nil {
+		return werr
 	}
 	if rep.Interrupted {
 		return errors.New("bench: interrupted")
@@ -218,15 +212,23 @@ func runCapacity(ctx context.Context, o bench.Options, budget string, timeout ti
 	if err != nil && len(rep.Steps) == 0 {
 		return err
 	}
-	if asJSON {
-		b, jerr := json.MarshalIndent(rep, "", "  ")
-		if jerr != nil {
-			return jerr
-		}
-		fmt.Fprintf(stdout, "%s\n", b)
-	} else {
-		bench.WriteCapacity(stdout, rep)
+	if werr := writeReport(stdout, asJSON, rep, bench.WriteCapacity); werr != nil {
+		return werr
 	}
+	return err
+}
+
+// writeReport prints rep to w as indented JSON, or with table.
+func writeReport[R any](w io.Writer, asJSON bool, rep R, table func(io.Writer, R)) error {
+	if !asJSON {
+		table(w, rep)
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
 }
 
