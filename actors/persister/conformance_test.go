@@ -56,6 +56,7 @@ var conformanceCases = []conformanceCase{
 	{"concurrent appends at one seq fence all but one", testConcurrentFence},
 	{"appends without durable are committed, and a barrier covers them", testUnsyncedAppends},
 	{"a failed append cuts back to the last barrier", testFailedAppendCutsBack},
+	{"a first append without durable is no barrier", testFirstAppendIsNoBarrier},
 }
 
 // TestStoreConformance runs every case against every factory as subtests
@@ -437,6 +438,28 @@ func testFailedAppendCutsBack(t *testing.T, s Store) {
 	require.NoError(t, err)
 	requireSameEvents(t, b.events()[:k1], got)
 	require.NoError(t, s.Append(ctx, b.id(), b.from(k1), true), "the events cut off are appended again")
+	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
+}
+
+// A session's first append is durable with its header, durable or not,
+// but it is no barrier: a failed append after it cuts back to the header,
+// and the caller, which holds those events as not yet durable, appends
+// them again from seq 0 without being fenced.
+func testFirstAppendIsNoBarrier(t *testing.T, s Store) {
+	ctx := t.Context()
+	b := newLogBuilder(t, "session-first")
+	b.textTurn("one", "1")
+	k1 := b.len()
+	b.textTurn("two", "2")
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], false))
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, s.Append(done, b.id(), b.from(k1), true), context.Canceled)
+	got, err := s.ReadFrom(ctx, b.id(), 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "cut back to the header")
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), true), "the events cut off are appended again")
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }
 

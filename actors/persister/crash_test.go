@@ -368,7 +368,7 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 					retry("create", func() error { return s.Create(cs.header) })
 				}
 				acked := make([]int, len(w))   // written, durable or not
-				durable := make([]int, len(w)) // acknowledged durable
+				durable := make([]int, len(w)) // written by the last barrier
 				for round := 0; ; round++ {
 					progress := false
 					for i, cs := range w {
@@ -387,7 +387,7 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 								return err
 							}
 							acked[i] = end
-							if sync || start == 0 { // the first append is durable whatever its flag
+							if sync { // the last barrier, where a failure cuts back to
 								durable[i] = end
 							}
 							return nil

@@ -327,7 +327,7 @@ func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events 
 		if err := fence(st.id, events, 0); err != nil || len(events) == 0 {
 			return err
 		}
-		published, err := s.publish(st, events)
+		published, err := s.publish(st, events, durable)
 		if err != nil || published {
 			return err
 		}
@@ -397,7 +397,7 @@ func fence(id session.SessionID, events []session.Event, next int64) error {
 // taken once the directory exists; if the artifact appeared meanwhile
 // (another writer published it and gave the lock up), nothing is written,
 // st now names that file and published is false.
-func (s *JSONLStore) publish(st *jsonlSession, events []session.Event) (published bool, err error) {
+func (s *JSONLStore) publish(st *jsonlSession, events []session.Event, durable bool) (published bool, err error) {
 	path := s.Locate(st.header)
 	dir := filepath.Dir(path)
 	if _, err := s.fs.Stat(filepath.Join(dir, s.other)); err == nil {
@@ -419,13 +419,15 @@ func (s *JSONLStore) publish(st *jsonlSession, events []session.Event) (publishe
 			return false, err
 		}
 	}
-	return true, s.link(st, path, events)
+	return true, s.link(st, path, events, durable)
 }
 
 // link is publish's write: the temp file, the link, the directory sync.
-func (s *JSONLStore) link(st *jsonlSession, path string, events []session.Event) error {
+func (s *JSONLStore) link(st *jsonlSession, path string, events []session.Event, durable bool) error {
 	dir := filepath.Dir(path)
-	data := s.encodeBatch(s.encodeHeader(nil, st.header), events)
+	header := s.encodeHeader(nil, st.header)
+	headerLen := int64(len(header))
+	data := s.encodeBatch(header, events)
 
 	tmp := fmt.Sprintf("%s.%016x.tmp", path, rand.Uint64())
 	f, err := s.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -469,6 +471,12 @@ func (s *JSONLStore) link(st *jsonlSession, path string, events []session.Event)
 	st.registered, st.path = false, path
 	st.known = false
 	st.setKnown(int64(len(events)), int64(len(data)))
+	if !durable {
+		// Synced with the header all the same, but no barrier: a failed
+		// append cuts back to the header, as the caller, which holds
+		// these events as not yet durable, expects (Writer.Append).
+		st.syncedNext, st.syncedSize = 0, headerLen
+	}
 	return nil
 }
 

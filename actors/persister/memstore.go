@@ -53,9 +53,10 @@ type memSession struct {
 }
 
 // materialized reports whether anything is stored: the first Append with
-// at least one event materializes a session, and List, Load, Inspect and
-// ReadFrom see only materialized sessions.
-func (s *memSession) materialized() bool { return len(s.events) > 0 }
+// at least one event materializes a session (which stays so, its header
+// stored, if a failure cuts it back to no event), and List, Load, Inspect
+// and ReadFrom see only materialized sessions.
+func (s *memSession) materialized() bool { return s.rev != "" }
 
 var _ Store = (*MemStore)(nil)
 
@@ -141,12 +142,11 @@ func (m *MemStore) Append(ctx context.Context, id session.SessionID, events []se
 			return &FenceError{ID: id, Want: want, Got: events[i].Seq()}
 		}
 	}
-	first := len(s.events) == 0
 	if len(events) > 0 {
 		s.events = append(s.events, events...)
 		s.rev = m.tickLocked()
 	}
-	if durable || first {
+	if durable {
 		s.synced = len(s.events)
 	}
 	return nil

@@ -74,8 +74,9 @@ type sqlSession struct {
 	stored bool
 	// next is the stored next seq as this store last committed it, and
 	// barrier the next seq as of the session's last barrier (a durable
-	// append, or the first append this store made): a failed append cuts
-	// the rows from barrier on. Both -1 until the store appends.
+	// append, or where the first append this store made started): a
+	// failed append cuts the rows from barrier on. Both -1 until the
+	// store appends.
 	next, barrier int64
 }
 
@@ -372,12 +373,12 @@ func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, st
 	if err != nil {
 		return s.txError(err)
 	}
-	s.committed(st, events, durable || first, full)
+	s.committed(st, events, durable, full)
 	return nil
 }
 
 // committed records a committed append of events to st: a barrier (a
-// durable append, or a session's first) or not, committed with
+// durable append) or not, committed with
 // synchronous=FULL (full) or NORMAL. The first append a store makes to a
 // session starts from a barrier: what was stored before is the session's
 // durable past. A FULL commit outside a barrier is durable, but the

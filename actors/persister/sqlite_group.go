@@ -154,8 +154,7 @@ func (s *SQLiteStore) AppendGroup(ctx context.Context, batches []Batch) []error 
 			}
 			continue
 		}
-		first := !sts[i].stored
-		s.committed(sts[i], batches[i].Events, durable || first, full)
+		s.committed(sts[i], batches[i].Events, durable, full)
 	}
 	if err == nil && durable {
 		for _, i := range empty {

@@ -37,7 +37,11 @@ type Writer interface {
 	// appended before them are durable (written and fsynced), whichever
 	// call wrote them. An empty durable batch is a barrier alone (it syncs
 	// what earlier calls wrote). On the first append the header and the
-	// batch are made durable together, durable or not.
+	// batch are made durable together, durable or not; but only a durable
+	// call is a barrier: a failure after a first append without durable
+	// cuts the session back to its header (still stored, with no events),
+	// so the caller, which holds those events as not yet durable, appends
+	// them again from seq 0.
 	//
 	// On any error the session's stored log is cut back to its last
 	// durable event: nothing of the batch is stored, nor anything appended
