@@ -54,12 +54,12 @@ func TestPassivationOutwaitedByItsUntrackStillPassivates(t *testing.T) {
 		// The idle timer fires; the untrack's Release hangs well past the
 		// passivation's wait, then completes before the next idle period.
 		store.gated.Store(true)
-		time.Sleep(idle + time.Minute)
+		<-time.After(idle + time.Minute) // fake time: the bubble's clock
 		synctest.Wait()
 		require.Positive(t, store.releases.Load(), "the passivation untracked the session")
 		require.True(t, store.gated.CompareAndSwap(true, false))
 		close(store.gate)
-		time.Sleep(time.Minute)
+		<-time.After(time.Minute)
 		synctest.Wait()
 
 		st, err := h.Stats(id)
