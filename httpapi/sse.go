@@ -63,6 +63,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("X-Content-Type-Options", "nosniff")
+	// A stream that ends (its subscription dropped for falling behind,
+	// the backend closing) ends its connection too: a client that stopped
+	// reading would otherwise find, once it reads again, a finished
+	// response on an idle keep-alive connection instead of an end.
+	h.Set("Connection", "close")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 32<<10)
 	// flush hands what is buffered to the client within WriteTimeout; a
