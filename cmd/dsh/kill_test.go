@@ -39,10 +39,7 @@ func (l *lockedBuffer) Len() int {
 // same directory: the log is repaired (the interrupted turn closed), valid,
 // and the next turn completes.
 func TestKilledDshProcessMidTurnResumes(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "dsh")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildDsh(t)
 
 	dir := t.TempDir()
 	work := t.TempDir()

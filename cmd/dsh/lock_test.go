@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,15 +27,6 @@ import (
 // inUseLine matches the one line a refused writer prints: the session and
 // the holder, a pid and a host.
 var inUseLine = regexp.MustCompile(`^dsh: session (\S+) is in use by (?:.* )?pid (\d+) on \S+$`)
-
-// buildDsh builds the dsh binary into a temporary directory.
-func buildDsh(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "dsh")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
-}
 
 // dshCmd is a dsh command with the synthetic model.
 func dshCmd(bin string, args ...string) *exec.Cmd {

@@ -44,9 +44,7 @@ func freePort(t *testing.T) int {
 // member is killed with SIGKILL and the other sees it leave, and SIGTERM
 // makes the survivor leave and exit 0.
 func TestMemberProcessesFormAClusterRunTurnsAndSeeADeadMemberLeave(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "dsh")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildDsh(t)
 
 	dir := t.TempDir()
 	ports := []int{freePort(t), freePort(t)}
@@ -138,7 +136,7 @@ func TestMemberProcessesFormAClusterRunTurnsAndSeeADeadMemberLeave(t *testing.T)
 	logs, err := filepath.Glob(filepath.Join(dir, "*", first.Session, "session.jsonl.zstd"))
 	require.NoError(t, err)
 	require.Len(t, logs, 1)
-	out, err = exec.Command(bin, "log", "verify", logs[0]).CombinedOutput()
+	out, err := exec.Command(bin, "log", "verify", logs[0]).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "2 turns")
 
@@ -268,9 +266,7 @@ func (p *memberProc) waitEvent(t *testing.T, what string, ok func(memberEvent) b
 // reported once on stderr however often it retries; a member given
 // --insecure says so on stderr as it starts.
 func TestMemberProcessesOverMutualTLS(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "dsh")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildDsh(t)
 
 	pki := t.TempDir()
 	ca := testutil.NewCA(t, "dsh test CA")
@@ -293,7 +289,7 @@ func TestMemberProcessesOverMutualTLS(t *testing.T) {
 		}
 	}
 
-	out, err = exec.Command(bin, append(append([]string{"run", "--peers", peers, "--json"}, tlsArgs("client")...), "hello")...).Output()
+	out, err := exec.Command(bin, append(append([]string{"run", "--peers", peers, "--json"}, tlsArgs("client")...), "hello")...).Output()
 	require.NoError(t, err, "dsh run --peers over TLS: %s", out)
 	var res runResult
 	require.NoError(t, json.Unmarshal(out, &res), "%s", out)

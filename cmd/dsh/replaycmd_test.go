@@ -14,7 +14,10 @@ func TestMain(m *testing.M) {
 	if code, ok := cliMain(); ok {
 		os.Exit(code)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeBuilt()
+		os.Exit(code)
+	}))
 }
 
 func TestReplayPrintsConformant(t *testing.T) {

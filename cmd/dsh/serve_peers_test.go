@@ -5,14 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -21,9 +16,7 @@ import (
 // sessions on HTTP: create, send with wait, the event stream, the
 // messages, the listing (read from the shared store), then a clean exit.
 func TestServePeersEndToEnd(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "dsh")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildDsh(t)
 	dir := t.TempDir()
 	ports := []int{freePort(t), freePort(t)}
 	peers := "127.0.0.1:" + strconv.Itoa(ports[0]) + ",127.0.0.1:" + strconv.Itoa(ports[1])
@@ -35,28 +28,8 @@ func TestServePeersEndToEnd(t *testing.T) {
 		m.waitEvent(t, "two members", func(ev memberEvent) bool { return len(ev.Members) == 2 })
 	}
 
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--peers", peers, "--dir", dir)
-	cmd.Env = append(os.Environ(), "DEEPSEEK_API_KEY=", "DSH_TOKEN=")
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	url := ""
-	deadline := time.Now().Add(60 * time.Second)
-	for url == "" {
-		require.True(t, time.Now().Before(deadline), "dsh serve --peers never listened: %s", stderr.String())
-		if _, rest, ok := strings.Cut(stderr.String(), "listening on "); ok {
-			url, _, _ = strings.Cut(rest, " ")
-		} else {
-			<-time.After(5 * time.Millisecond) // the poll interval
-		}
-	}
+	srv := startServe(t, bin, "--addr", "127.0.0.1:0", "--peers", peers, "--dir", dir)
+	url := srv.url
 	call := func(method, path, body string, want int, out any) {
 		t.Helper()
 		req, err := http.NewRequest(method, url+path, strings.NewReader(body))
@@ -118,8 +91,6 @@ func TestServePeersEndToEnd(t *testing.T) {
 	require.EqualValues(t, 1, list.Sessions[0].Turns)
 	call("GET", "/v1/sessions/nobody", "", http.StatusNotFound, nil)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
-	exited = true
+	srv.stop(t)
 	http.DefaultClient.CloseIdleConnections()
 }

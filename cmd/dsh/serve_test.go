@@ -17,7 +17,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -106,9 +105,7 @@ func TestServeInProcess(t *testing.T) {
 // cause disposed) when --drain is over first; the event stream ends
 // cleanly, the log is valid and closed, and dsh exits 0.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "dsh")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildDsh(t)
 	for _, c := range []struct {
 		drain string
 		want  session.TurnEndReason
@@ -122,28 +119,8 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 			if c.drain == "1ms" {
 				speed = "2"
 			}
-			cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--dir", dir, "--synthetic-speed", speed, "--drain", c.drain)
-			cmd.Env = append(os.Environ(), "DEEPSEEK_API_KEY=", "DSH_TOKEN=")
-			var stderr lockedBuffer
-			cmd.Stderr = &stderr
-			require.NoError(t, cmd.Start())
-			exited := false
-			t.Cleanup(func() {
-				if !exited {
-					_ = cmd.Process.Kill()
-					_ = cmd.Wait()
-				}
-			})
-			url := ""
-			deadline := time.Now().Add(30 * time.Second)
-			for url == "" {
-				require.True(t, time.Now().Before(deadline), "dsh serve never listened: %s", stderr.String())
-				if _, rest, ok := strings.Cut(stderr.String(), "listening on "); ok {
-					url, _, _ = strings.Cut(rest, " ")
-				} else {
-					<-time.After(5 * time.Millisecond) // the poll interval
-				}
-			}
+			srv := startServe(t, bin, "--addr", "127.0.0.1:0", "--dir", dir, "--synthetic-speed", speed, "--drain", c.drain)
+			url := srv.url
 			post := func(path, body string) {
 				res, err := http.Post(url+path, "application/json", strings.NewReader(body))
 				require.NoError(t, err)
@@ -164,13 +141,12 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 					break
 				}
 			}
-			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
 			// The stream ends cleanly (EOF at an event boundary).
 			rest, err := io.ReadAll(r)
 			require.NoError(t, err)
 			require.True(t, len(rest) == 0 || strings.HasSuffix(string(rest), "\n\n"), "%q", rest)
-			require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
-			exited = true
+			srv.wait(t)
 
 			f, err := session.ReadFile(findLog(t, dir))
 			require.NoError(t, err)
