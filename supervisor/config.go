@@ -13,6 +13,7 @@ import (
 	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/telemetry"
 )
 
 // Config configures a Host. The zero Config is a memory-only host with the
@@ -89,6 +90,12 @@ type Config struct {
 	// the commit and before the append is acknowledged; it must not block.
 	// Its error or panic is contained and handed to OnObserverFailure.
 	SessionObservers []session.Observer
+	// Observers watch the events of every session (metrics, traces): each
+	// one's Open is called when a session becomes resident and what it
+	// returns is installed on the session's log after SessionObservers,
+	// with the same contract (in the session actor, cheap, never blocking,
+	// failures contained); see telemetry.Observer. nil: none, at no cost.
+	Observers []telemetry.Observer
 	// OnObserverFailure, when set, receives every contained observer
 	// failure of a session (session.Config.OnObserverFailure), inside the
 	// session actor; it must not block. nil: logged at warn level. Should

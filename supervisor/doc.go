@@ -75,6 +75,15 @@
 // through a bounded channel; a subscriber that falls behind is dropped
 // with [ErrSlowSubscriber] and never stalls the session.
 //
+// # Observers
+//
+// Config.Observers (telemetry.Observer) watch every session's committed
+// events: each is opened when a session becomes resident, with its id and
+// the events it already holds, and what it returns is called inside the
+// session actor with each event committed from then on (cheap, never
+// blocking; failures contained). Metrics and traces are built there, from
+// the log, not from calls spread through the agent loop.
+//
 // # Errors
 //
 // [ErrClosed], [ErrNoSession], [ErrExists], [ErrSlowSubscriber]; errors of

@@ -394,8 +394,13 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 	}
 	_, _, open := l.OpenTurn()
 	e.open.Store(open)
-	scfg := session.Config{Log: l, Clock: h.cfg.Clock,
-		Observers: append([]session.Observer{e.observe(h)}, h.cfg.SessionObservers...)}
+	obs := append([]session.Observer{e.observe(h)}, h.cfg.SessionObservers...)
+	for _, o := range h.cfg.Observers {
+		if f := o.Open(e.id, l.Events()); f != nil {
+			obs = append(obs, f)
+		}
+	}
+	scfg := session.Config{Log: l, Clock: h.cfg.Clock, Observers: obs}
 	if f := h.cfg.OnObserverFailure; f != nil {
 		id := e.id
 		scfg.OnObserverFailure = func(o session.ObserverFailure) { f(id, o) }
