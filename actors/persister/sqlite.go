@@ -63,6 +63,18 @@ type SQLiteStore struct {
 	// checkpoints runs the WAL checkpoints of a writer in WAL mode (nil
 	// otherwise): sqlite_group.go.
 	checkpoints *checkpointer
+	// stmts prepares the statements of the write path once, for the
+	// store's lifetime (nil for ReadOnly).
+	stmts *stmtCache
+	// dataVersion is the connection's data_version as last read in a
+	// mutating transaction, and epoch counts the changes of it: SQLite
+	// changes data_version whenever another connection (another process,
+	// the reference) committed to the database, and never for this
+	// connection's own commits. A session's tail checked or written in
+	// epoch e is still the stored tail while the epoch is e (see tailOf).
+	dataVersion int64
+	epoch       uint64
+	tailChecks  int // tail checks run (tests)
 }
 
 // sqlSession is what the store knows about one session id.
@@ -78,6 +90,10 @@ type sqlSession struct {
 	// failed append cuts the rows from barrier on. Both -1 until the
 	// store appends.
 	next, barrier int64
+	// tailEpoch is the store epoch in which next was last known to be the
+	// stored tail (by the tail check, or by a commit of this store); 0
+	// when it is not known (before the first append, after a failure).
+	tailEpoch uint64
 }
 
 // newSQLSession is the state of a session the store has not appended to.
@@ -117,7 +133,8 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLiteStore, error) {
 	if mode == "" {
 		mode = "wal"
 	}
-	s := &SQLiteStore{path: path, readOnly: opts.ReadOnly, wal: mode == "wal", busy: busy, sessions: map[session.SessionID]*sqlSession{}}
+	s := &SQLiteStore{path: path, readOnly: opts.ReadOnly, wal: mode == "wal", busy: busy, sessions: map[session.SessionID]*sqlSession{},
+		epoch: 1}
 	start := time.Now()
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -179,6 +196,9 @@ func (s *SQLiteStore) open(exists bool, mode string, start time.Time) error {
 		return dbError(s.path, s.busy, err)
 	}
 	s.conn = conn
+	if !s.readOnly {
+		s.stmts = &stmtCache{conn: conn}
+	}
 	if err := checkPragma(ctx, conn, "trusted_schema", "OFF", 0); err != nil {
 		return dbError(s.path, s.busy, err)
 	}
@@ -227,6 +247,7 @@ func (s *SQLiteStore) open(exists bool, mode string, start time.Time) error {
 func (s *SQLiteStore) shut() error {
 	var errs []error
 	errs = append(errs, s.checkpoints.stop())
+	s.stmts.close()
 	if s.conn != nil {
 		if s.checkpoints != nil {
 			// The WAL into the database, and emptied (sqlite_group.go).
@@ -241,7 +262,7 @@ func (s *SQLiteStore) shut() error {
 	if s.lock != nil {
 		errs = append(errs, s.lock.Release())
 	}
-	s.conn, s.db, s.lock, s.checkpoints = nil, nil, nil, nil
+	s.conn, s.db, s.lock, s.checkpoints, s.stmts = nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 
@@ -252,14 +273,18 @@ func (s *SQLiteStore) Path() string { return s.path }
 // IMMEDIATE"), committing if it returns nil and rolling back otherwise.
 // s.mu must be held (or s not yet shared).
 func (s *SQLiteStore) inTx(ctx context.Context, begin string, fn func() error) (err error) {
-	if _, err := s.conn.ExecContext(ctx, begin); err != nil {
+	var q queryer = s.conn
+	if s.stmts != nil {
+		q = s.stmts
+	}
+	if _, err := q.ExecContext(ctx, begin); err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
 			// A rollback on a fresh context: a done ctx must not leave the
 			// transaction open.
-			if _, rerr := s.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
+			if _, rerr := q.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
 				err = fmt.Errorf("%w; rollback: %w", err, rerr)
 			}
 		}
@@ -267,7 +292,7 @@ func (s *SQLiteStore) inTx(ctx context.Context, begin string, fn func() error) (
 	if err := fn(); err != nil {
 		return err
 	}
-	_, err = s.conn.ExecContext(ctx, "COMMIT")
+	_, err = q.ExecContext(ctx, "COMMIT")
 	return err
 }
 
@@ -365,10 +390,10 @@ func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, st
 		return dbError(s.path, s.busy, err)
 	}
 	err := s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-		if err := checkMutation(ctx, s.conn, s.path); err != nil {
+		if err := s.checkMutation(ctx); err != nil {
 			return err
 		}
-		return s.appendTx(ctx, s.conn, id, st, events)
+		return s.appendTx(ctx, s.stmts, id, st, events)
 	})
 	if err != nil {
 		return s.txError(err)
@@ -389,7 +414,7 @@ func (s *SQLiteStore) committed(st *sqlSession, events []session.Event, barrier,
 	if st.barrier < 0 {
 		st.barrier = events[0].Seq()
 	}
-	st.stored, st.next = true, next
+	st.stored, st.next, st.tailEpoch = true, next, s.epoch
 	if barrier {
 		st.barrier = next
 	}
@@ -423,7 +448,7 @@ func (s *SQLiteStore) barrierLocked(st *sqlSession) error {
 			return dbError(s.path, s.busy, err)
 		}
 		err := s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-			_, err := s.conn.ExecContext(ctx, `UPDATE persistence_state SET store_id = store_id WHERE singleton = 1`)
+			_, err := s.stmts.ExecContext(ctx, `UPDATE persistence_state SET store_id = store_id WHERE singleton = 1`)
 			return err
 		})
 		if err != nil {
@@ -441,6 +466,7 @@ func (s *SQLiteStore) barrierLocked(st *sqlSession) error {
 // durable committed since its last barrier (one transaction, which bumps
 // the revision), so that the log is back at the barrier (see Writer).
 func (s *SQLiteStore) cutBack(id session.SessionID, st *sqlSession) error {
+	st.tailEpoch = 0 // the append failed: check the tail again
 	if st.barrier < 0 || st.next <= st.barrier {
 		return nil
 	}
@@ -449,10 +475,10 @@ func (s *SQLiteStore) cutBack(id session.SessionID, st *sqlSession) error {
 		return dbError(s.path, s.busy, err)
 	}
 	err := s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-		if _, err := s.conn.ExecContext(ctx, `DELETE FROM events WHERE session_id = ? AND seq >= ?`, string(id), st.barrier); err != nil {
+		if _, err := s.stmts.ExecContext(ctx, `DELETE FROM events WHERE session_id = ? AND seq >= ?`, string(id), st.barrier); err != nil {
 			return err
 		}
-		return bumpRevision(ctx, s.conn, id)
+		return bumpRevision(ctx, s.stmts, id)
 	})
 	if err != nil {
 		return fmt.Errorf("cut back to seq %d: %w", st.barrier, dbError(s.path, s.busy, err))
@@ -514,7 +540,7 @@ func (s *SQLiteStore) sessionLocked(ctx context.Context, id session.SessionID) (
 // On error the caller rolls back (the transaction, or a savepoint around
 // this call). s.mu must be held.
 func (s *SQLiteStore) appendTx(ctx context.Context, q queryer, id session.SessionID, st *sqlSession, events []session.Event) error {
-	next, err := s.tailNext(ctx, q, id)
+	next, err := s.tailOf(ctx, q, id, st)
 	if err != nil {
 		return err
 	}
@@ -607,10 +633,48 @@ func nullOptInt(v messages.OptInt) any {
 	return nil
 }
 
+// checkMutation repeats the ownership checks at the start of a mutating
+// transaction (already begun), then reads data_version: a change since
+// the last mutating transaction means another connection committed, and
+// starts a new epoch, in which every session's tail is checked again.
+// s.mu must be held.
+func (s *SQLiteStore) checkMutation(ctx context.Context) error {
+	if err := checkMutation(ctx, s.stmts, s.path); err != nil {
+		return err
+	}
+	v, err := pragmaInt(ctx, s.stmts, "data_version")
+	if err != nil {
+		return err
+	}
+	if v != s.dataVersion {
+		s.dataVersion = v
+		s.epoch++
+	}
+	return nil
+}
+
+// tailOf returns the stored next seq of id inside a mutating transaction
+// whose checkMutation ran. The tail check (tailNext) reads and decodes
+// the session's last rows, the largest cost of an append; it runs only
+// when the store cannot know the tail: st.next is the tail this store
+// checked or wrote in the current epoch, and no other connection has
+// committed since (data_version is unchanged), so nothing can have moved
+// it. A stale writer (another SQLite client that appended behind this
+// store's back) changes data_version, so the next append checks the tail
+// and is fenced as before; so is a row planted by hand without a
+// revision bump, which a cache keyed on the revision would miss.
+func (s *SQLiteStore) tailOf(ctx context.Context, q queryer, id session.SessionID, st *sqlSession) (int64, error) {
+	if st.next >= 0 && st.tailEpoch == s.epoch {
+		return st.next, nil
+	}
+	return s.tailNext(ctx, q, id)
+}
+
 // tailNext returns the stored next seq of id, checking the physical tail:
 // the span from the older of the last two rows (widened back to a packed
 // row covering it) must decode and be gapless.
 func (s *SQLiteStore) tailNext(ctx context.Context, q queryer, id session.SessionID) (int64, error) {
+	s.tailChecks++
 	rows, err := q.QueryContext(ctx, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 2`, string(id))
 	if err != nil {
 		return 0, err
@@ -923,7 +987,7 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 		s.sessions[id] = st
 	}
 	if mode == commitRepair && st.next < 0 && sc.torn < 0 {
-		st.next, st.barrier = int64(len(sc.events)), int64(len(sc.events))
+		st.next, st.barrier, st.tailEpoch = int64(len(sc.events)), int64(len(sc.events)), 0
 	}
 	if mode == memoryRepair || (sc.torn < 0 && len(closers) == 0) {
 		return out, nil
@@ -935,7 +999,7 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 		return Stored{}, fmt.Errorf("commit repair: %w", dbError(s.path, s.busy, err))
 	}
 	err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-		if err := checkMutation(ctx, s.conn, s.path); err != nil {
+		if err := s.checkMutation(ctx); err != nil {
 			return err
 		}
 		return s.repairTx(ctx, s.conn, id, sc.torn, closers)
@@ -944,7 +1008,7 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 		return Stored{}, fmt.Errorf("commit repair: %w", s.txError(err))
 	}
 	// A repair is durable, and covers what was before it.
-	st.next = int64(len(out.Events))
+	st.next, st.tailEpoch = int64(len(out.Events)), 0
 	st.barrier, s.unsynced = st.next, false
 	row.revision++
 	out.Revision = s.revisionOf(row)

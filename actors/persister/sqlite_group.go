@@ -121,15 +121,13 @@ func (s *SQLiteStore) AppendGroup(ctx context.Context, batches []Batch) []error 
 		return errs
 	}
 	err := s.setSync(ctx, full)
-	var q *stmtCache
 	if err == nil {
-		q = &stmtCache{conn: s.conn}
 		err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-			if err := checkMutation(ctx, s.conn, s.path); err != nil {
+			if err := s.checkMutation(ctx); err != nil {
 				return err
 			}
 			for _, i := range todo {
-				if err := s.appendSavepoint(ctx, q, batches[i], sts[i]); err != nil {
+				if err := s.appendSavepoint(ctx, s.stmts, batches[i], sts[i]); err != nil {
 					if _, ok := err.(savepointError); ok {
 						return err
 					}
@@ -138,7 +136,6 @@ func (s *SQLiteStore) AppendGroup(ctx context.Context, batches []Batch) []error 
 			}
 			return nil
 		})
-		q.close()
 	}
 	if err != nil {
 		err = s.txError(err)
@@ -195,11 +192,13 @@ func (s *SQLiteStore) appendSavepoint(ctx context.Context, q *stmtCache, b Batch
 }
 
 // stmtCache is a queryer over conn that prepares each statement text once
-// and reuses it: a group runs the same few statements (the tail check,
-// the row insert, the revision bump, the savepoints) for every session in
-// it, and compiling each one again per call was a fifth of a commit's CPU.
-// It lives for one AppendGroup (close releases the statements); not safe
-// for concurrent use (s.mu serialises it with everything on conn).
+// and reuses it: every append runs the same few statements (the ownership
+// checks, the tail check, the row insert, the revision bump, the
+// savepoints), and compiling each one again per call was a fifth of a
+// commit's CPU. It lives as long as the store's connection (close
+// releases the statements); SQLite prepares a statement again by itself
+// when the schema changed. Not safe for concurrent use (s.mu serialises
+// it with everything on conn).
 type stmtCache struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
@@ -248,8 +247,11 @@ func (c *stmtCache) QueryRowContext(ctx context.Context, query string, args ...a
 	return st.QueryRowContext(ctx, args...)
 }
 
-// close releases the prepared statements.
+// close releases the prepared statements. A nil cache has none.
 func (c *stmtCache) close() {
+	if c == nil {
+		return
+	}
 	for _, st := range c.stmts {
 		_ = st.Close()
 	}

@@ -246,3 +246,54 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 		requireSameEvents(t, b.events()[:f.k1[i]], got)
 	}
 }
+
+// TestSQLiteTailIsCheckedOnlyAfterAnotherWriter: the tail check of an
+// append (reading and decoding the session's last rows) runs on a
+// session's first append and after another connection committed to the
+// database, not on every append: the store knows the tail it wrote. A
+// checkpoint of the WAL is no write and checks nothing again. Another
+// writer that appended behind the store's back still fences its next
+// append, in Append and in AppendGroup alike.
+func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{NoWriterLock: true})
+	defer s.Close()
+	checks := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.tailChecks
+	}
+	b := newLogBuilder(t, "session-tail")
+	b.textTurn("one", "1")
+	b.textTurn("two", "2")
+	b.textTurn("three", "3")
+	all := b.events()
+	require.GreaterOrEqual(t, len(all), 12)
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(ctx, b.id(), all[:2], false))
+	require.NoError(t, s.Append(ctx, b.id(), all[2:4], true))
+	require.NoError(t, s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: all[4:5]}})[0])
+	var busy, frames, done int
+	require.NoError(t, s.checkpoints.db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done))
+	require.NoError(t, s.Append(ctx, b.id(), all[5:6], true))
+	require.Equal(t, 1, checks(), "only the first append checks the tail")
+
+	other := openTestSQLite(t, path, SQLiteOptions{NoWriterLock: true})
+	require.NoError(t, other.Append(ctx, b.id(), all[6:8], true))
+	err := s.Append(ctx, b.id(), all[6:7], true)
+	requireFenced(t, err, b.id(), 8, 6)
+	require.Equal(t, 2, checks())
+	require.NoError(t, s.Append(ctx, b.id(), all[8:9], true))
+	require.Equal(t, 3, checks(), "a failed append checks again")
+	require.NoError(t, s.Append(ctx, b.id(), all[9:10], true))
+	require.Equal(t, 3, checks())
+
+	require.NoError(t, other.Append(ctx, b.id(), all[10:11], true))
+	require.NoError(t, other.Close())
+	errs := s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: all[10:12], Durable: true}})
+	requireFenced(t, errs[0], b.id(), 11, 10)
+	got, err := s.ReadFrom(ctx, b.id(), 0)
+	require.NoError(t, err)
+	requireSameEvents(t, all[:11], got)
+}
