@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,6 +111,7 @@ type JSONLStore struct {
 	synced   map[string]bool                     // dirs whose entry in their parent was synced; guarded by mu
 	made     map[string]bool                     // dirs above the root this store may have created, entry not synced yet; guarded by mu
 	orphans  map[string]bool                     // every jsonlSession.orphan; guarded by mu
+	dirSyncs map[string]*dirSyncs                // shared directory fsyncs by directory; guarded by mu
 }
 
 // jsonlSession is what the store knows about one id. mu serialises every
@@ -204,6 +204,7 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 		synced:   map[string]bool{},
 		made:     map[string]bool{},
 		orphans:  map[string]bool{},
+		dirSyncs: map[string]*dirSyncs{},
 	}
 	if cfg.Plain {
 		s.artifact, s.other = plainArtifact, zstdArtifact
@@ -390,13 +391,17 @@ func fence(id session.SessionID, events []session.Event, next int64) error {
 	return nil
 }
 
-// publish makes the first write of a session: header and batch in a temp
-// file, fsync, link to the artifact name, fsync the directory. On error
-// nothing is published (a linked artifact whose directory sync failed is
-// unlinked again), so a retry starts over. With Lock, the writer lock is
-// taken once the directory exists; if the artifact appeared meanwhile
-// (another writer published it and gave the lock up), nothing is written,
-// st now names that file and published is false.
+// publish makes the first write of a session: the artifact created under
+// its name (O_EXCL) and written, header and batch in one write, then
+// fdatasynced, then its directory fsynced. With Lock, the writer lock is
+// taken once the directory exists. An artifact that exists already is
+// either a torn creation (tornCreation: the file ends inside its header,
+// all a crash can leave of an unacknowledged first write), which this
+// writer removes and creates again, or a log another writer published
+// (and gave the lock up): then nothing is written, st now names that
+// file and published is false. On error nothing is published (the
+// artifact is unlinked again, or recorded as the orphan the next
+// operation unlinks), so a retry starts over.
 func (s *JSONLStore) publish(st *jsonlSession, events []session.Event, durable bool) (published bool, err error) {
 	path := s.Locate(st.header)
 	dir := filepath.Dir(path)
@@ -412,62 +417,88 @@ func (s *JSONLStore) publish(st *jsonlSession, events []session.Event, durable b
 		if err := s.writerLock(st, dir); err != nil {
 			return false, err
 		}
-		if _, err := s.fs.Stat(path); err == nil {
-			st.registered, st.path, st.known = false, path, false
-			return false, nil
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return false, err
-		}
 	}
-	return true, s.link(st, path, events, durable)
+	f, err := s.createArtifact(path)
+	if errors.Is(err, fs.ErrExist) {
+		st.registered, st.path, st.known = false, path, false
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, s.writeFirst(st, f, path, events, durable)
 }
 
-// link is publish's write: the temp file, the link, the directory sync.
-func (s *JSONLStore) link(st *jsonlSession, path string, events []session.Event, durable bool) error {
-	dir := filepath.Dir(path)
+// createArtifact creates the artifact at path for a first write. If it
+// exists and is a torn creation, it is removed and created again: the
+// store holds the session's writer lock (or, without Lock, is its only
+// writer), so no writer is in the middle of creating it. An error
+// matching fs.ErrExist means a log is stored there.
+func (s *JSONLStore) createArtifact(path string) (vfs.File, error) {
+	const flags = os.O_WRONLY | os.O_APPEND | os.O_CREATE | os.O_EXCL
+	f, err := s.fs.OpenFile(path, flags, 0o600)
+	if !errors.Is(err, fs.ErrExist) {
+		return f, err
+	}
+	torn, terr := s.tornCreation(path)
+	switch {
+	case terr != nil:
+		return nil, terr
+	case !torn:
+		return nil, err
+	}
+	if err := s.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove the torn creation %s: %w", path, err)
+	}
+	return s.fs.OpenFile(path, flags, 0o600)
+}
+
+// tornCreation reports whether the artifact at path ends inside its
+// header (an empty file included): what a crash can leave of a first write
+// that was never acknowledged, since the artifact is created under its
+// name and then written and synced. Such a file stores nothing; List
+// skips it, and reads find no session there. A file that is gone counts
+// as one too.
+func (s *JSONLStore) tornCreation(path string) (bool, error) {
+	_, _, err := s.readHeader(path)
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, session.ErrNoHeader):
+		return true, nil
+	case errors.As(err, &pe):
+		// An I/O error: whether the file stores a log is unknown.
+		return false, err
+	}
+	// A header, or a damaged one: a log is stored there (a damaged one
+	// is corruption, which the reads report).
+	return false, nil
+}
+
+// writeFirst is publish's write through f, the artifact just created: the
+// header and the batch in one write, fdatasync, then the directory's
+// fsync, which makes the artifact's name durable. f becomes the cached
+// append handle.
+func (s *JSONLStore) writeFirst(st *jsonlSession, f vfs.File, path string, events []session.Event, durable bool) error {
 	header := s.encodeHeader(nil, st.header)
 	headerLen := int64(len(header))
 	data := s.encodeBatch(header, events)
-
-	tmp := fmt.Sprintf("%s.%016x.tmp", path, rand.Uint64())
-	f, err := s.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
+	_, err := f.Write(data)
 	if err == nil {
-		err = f.Sync()
+		err = vfs.Datasync(f)
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		err = s.fs.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
-		_ = s.fs.Remove(tmp)
-		return err
-	}
-	if err := s.fs.Link(tmp, path); err != nil {
-		_ = s.fs.Remove(tmp)
-		if errors.Is(err, fs.ErrExist) {
-			// Another writer published this session first. Its file is
-			// the truth from now on.
-			st.registered, st.path, st.known = false, path, false
-			return fmt.Errorf("%w: %s was published by another writer", ErrExists, path)
-		}
-		return err
-	}
-	if err := s.fs.SyncDir(dir); err != nil {
+		_ = f.Close()
 		// The batch must not count as stored after an error, or a retry
 		// would be fenced. Unlink it; if even that fails, the next
 		// operation on the id does before anything else.
-		if rerr := s.fs.Remove(path); rerr != nil {
+		if rerr := s.fs.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			s.setOrphan(st, path)
 		}
-		_ = s.fs.Remove(tmp)
 		return err
 	}
-	// A temp name that fails to go is garbage nothing reads; the append
-	// is durable either way.
-	_ = s.fs.Remove(tmp)
 	st.registered, st.path = false, path
 	st.known = false
 	st.setKnown(int64(len(events)), int64(len(data)))
@@ -477,6 +508,7 @@ func (s *JSONLStore) link(st *jsonlSession, path string, events []session.Event,
 		// these events as not yet durable, expects (Writer.Append).
 		st.syncedNext, st.syncedSize = 0, headerLen
 	}
+	s.release(path, f, true)
 	return nil
 }
 
@@ -520,12 +552,59 @@ func (s *JSONLStore) mkdirDurable(dir string) error {
 		if parent == d || s.isSynced(d) {
 			continue
 		}
-		if err := s.fs.SyncDir(parent); err != nil {
+		if err := s.syncDirShared(parent); err != nil {
 			return err
 		}
 		s.markSynced(d)
 	}
 	return nil
+}
+
+// dirSyncs is the state of the shared fsyncs of one directory
+// (syncDirShared). Rounds run one at a time; started and finished count
+// them.
+type dirSyncs struct {
+	started, finished uint64
+	running           bool
+	done              chan struct{} // closed when the running round ends
+	err               error         // the outcome of the last finished round
+}
+
+// syncDirShared fsyncs dir, sharing the fsync with concurrent callers: it
+// returns the outcome of a fsync of dir that started after it was called,
+// which makes every entry made in dir before the call durable. So the
+// first writes of many new sessions in one project directory, which each
+// need their session directory's entry durable, share a fsync of the
+// project directory instead of each paying one. A caller waits for at
+// most the round running when it came and the one after, which it may run
+// itself.
+func (s *JSONLStore) syncDirShared(dir string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dirSyncs[dir]
+	if d == nil {
+		d = &dirSyncs{}
+		s.dirSyncs[dir] = d
+	}
+	need := d.started + 1
+	for d.finished < need {
+		if d.running {
+			done := d.done
+			s.mu.Unlock()
+			<-done
+			s.mu.Lock()
+			continue
+		}
+		d.running, d.done = true, make(chan struct{})
+		d.started++
+		round, done := d.started, d.done
+		s.mu.Unlock()
+		err := s.fs.SyncDir(dir)
+		s.mu.Lock()
+		d.running, d.finished, d.err = false, round, err
+		close(done)
+	}
+	return d.err
 }
 
 // writerLock takes st's writer lock, the file lockName in the session
@@ -1057,6 +1136,9 @@ func (s *JSONLStore) find(ctx context.Context, st *jsonlSession) (bool, error) {
 	}
 	if found == "" {
 		return false, nil
+	}
+	if torn, err := s.tornCreation(found); err != nil || torn {
+		return false, err
 	}
 	if err := Superseded(s.fs, found); err != nil {
 		return false, err

@@ -329,7 +329,7 @@ func TestJSONLLockFileAloneIsNoSession(t *testing.T) {
 	b.textTurn("x", 1)
 	require.NoError(t, s.Create(b.header()))
 	m.InjectError(func(op vfs.Op, _ string) error {
-		if op == vfs.OpLink {
+		if op == vfs.OpWrite {
 			return vfs.ErrInjected
 		}
 		return nil

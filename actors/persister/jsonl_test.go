@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 
@@ -428,7 +430,7 @@ func TestJSONLRetriedFirstAppendSyncsTheDirectoriesItCreated(t *testing.T) {
 // A first append that fails at any step publishes nothing; the retry
 // publishes.
 func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
-	for _, step := range []vfs.Op{vfs.OpMkdir, vfs.OpOpen, vfs.OpWrite, vfs.OpSync, vfs.OpLink, vfs.OpSyncDir} {
+	for _, step := range []vfs.Op{vfs.OpMkdir, vfs.OpOpen, vfs.OpWrite, vfs.OpSync, vfs.OpSyncDir} {
 		t.Run(step.String(), func(t *testing.T) {
 			ctx := t.Context()
 			s, m := newMemJSONL(t, JSONLConfig{})
@@ -448,7 +450,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 			_, err := m.Stat(path)
 			require.ErrorIs(t, err, fs.ErrNotExist)
 			if entries, err := m.ReadDir(dir); err == nil {
-				require.Empty(t, entries, "no temp file is left")
+				require.Empty(t, entries, "no file is left")
 			}
 			listed, err := s.List(ctx)
 			require.NoError(t, err)
@@ -817,11 +819,24 @@ func TestJSONLPermissions(t *testing.T) {
 }
 
 // The first append is published in this order: directories made durable,
-// temp file written and fsynced, linked to its name, directory fsynced,
-// temp removed. A crash at any step leaves no session or the whole batch.
+// the artifact created under its name, written (header and batch in one
+// write) and fdatasynced, its directory fsynced. A crash before any of
+// those operations leaves no session or the whole batch; on a file system
+// that made the artifact's name durable before its data (a journal
+// commits a create with any later fsync), it may leave the artifact empty
+// or holding any prefix of that write. One cut inside the header is a
+// torn creation: no session, and the next first append replaces it. One
+// with the header whole is a stored log with a torn tail, loaded with
+// the events it kept (none of them was acknowledged).
 func TestJSONLPublishOrder(t *testing.T) {
+	for _, enc := range crashConfigs {
+		t.Run(enc.name, func(t *testing.T) { testJSONLPublishOrder(t, enc.cfg) })
+	}
+}
+
+func testJSONLPublishOrder(t *testing.T, cfg JSONLConfig) {
 	ctx := t.Context()
-	s, m := newMemJSONL(t, JSONLConfig{})
+	s, m := newMemJSONL(t, cfg)
 	b := newJL(t, "order")
 	b.textTurn("hello", 3)
 	require.NoError(t, s.Create(b.header()))
@@ -833,71 +848,119 @@ func TestJSONLPublishOrder(t *testing.T) {
 		switch op {
 		case vfs.OpStat, vfs.OpReadDir, vfs.OpRead:
 		default:
-			p = strings.Replace(p, path+".", "<final>.", 1)
-			if strings.HasSuffix(p, ".tmp") {
-				p = "<tmp>"
-			}
 			ops = append(ops, fmt.Sprintf("%s %s", op, strings.Replace(p, path, "<final>", 1)))
 		}
 		return nil
 	})
 	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	m.InjectError(nil)
-	require.Equal(t, []string{
+	want := []string{
 		"mkdir " + dir,
 		"syncdir /",                    // /data, created for the root, in /
 		"syncdir /data",                // the root's entry in its parent
 		"syncdir " + memRoot,           // the project directory's entry
 		"syncdir " + filepath.Dir(dir), // the session directory's entry
-		"open <tmp>", "write <tmp>", "sync <tmp>",
-		"link <final>",
-		"syncdir " + dir,
-		"remove <tmp>",
-	}, ops)
-
-	// Crash before each of those operations (and after the last).
-	for i := range len(ops) + 1 {
-		t.Run(fmt.Sprintf("crash before op %d", i), func(t *testing.T) {
-			m := vfs.NewMem()
-			s := newJSONLOn(t, m, memRoot, JSONLConfig{})
-			defer s.Close()
-			require.NoError(t, s.Create(b.header()))
-			var crashed *vfs.MemFS
-			n := 0
-			m.InjectError(func(op vfs.Op, _ string) error {
-				switch op {
-				case vfs.OpStat, vfs.OpReadDir, vfs.OpRead:
-					return nil
-				}
-				if n == i {
-					crashed = m.CrashClone()
-				}
-				n++
-				if crashed != nil {
-					return vfs.ErrInjected // the process is gone
-				}
-				return nil
-			})
-			err := s.Append(ctx, b.id(), b.events(), true)
-			if crashed == nil {
-				require.NoError(t, err)
-				crashed = m.CrashClone()
-			}
-			after := newJSONLOn(t, crashed, memRoot, JSONLConfig{})
-			defer after.Close()
-			got, lerr := after.Load(ctx, b.id())
-			listed, err := after.List(ctx)
-			require.NoError(t, err)
-			if i < len(ops)-1 { // before the directory sync
-				require.ErrorIs(t, lerr, ErrNotFound)
-				require.Empty(t, listed)
-				return
-			}
-			require.NoError(t, lerr)
-			jlRequireEvents(t, b.events(), got.Events)
-			require.Len(t, listed, 1)
-		})
 	}
+	if cfg.Lock {
+		want = append(want, "lock "+filepath.Join(dir, lockName))
+	}
+	want = append(want, "open <final>", "write <final>", "sync <final>", "syncdir "+dir)
+	require.Equal(t, want, ops)
+	data := readRaw(t, m, path)
+	headerLen := len(headerBytes(b.header(), cfg.Plain))
+
+	// Crash before each of those operations (and after the last), keeping
+	// the durable names only, or every name with each file cut to its
+	// synced bytes and the first k of the rest: every k around the end of
+	// the header and of the batch, and k in steps between.
+	var cuts []int
+	for k := 0; k <= len(data); k++ {
+		if k <= 2 || abs(k-headerLen) <= 2 || k >= len(data)-2 || k%(len(data)/16) == 0 {
+			cuts = append(cuts, k)
+		}
+	}
+	for i := range len(ops) + 1 {
+		crashes := map[string]*vfs.MemFS{"durable names": replayCrash(t, i, b, cfg, (*vfs.MemFS).CrashClone)}
+		for _, k := range cuts {
+			crashes[fmt.Sprintf("every name, %d bytes", k)] = replayCrash(t, i, b, cfg, func(m *vfs.MemFS) *vfs.MemFS {
+				return m.CrashCloneEntries(vfs.DropUnsynced(func(int) int { return k }))
+			})
+		}
+		for name, crashed := range crashes {
+			t.Run(fmt.Sprintf("crash before op %d/%s", i, name), func(t *testing.T) {
+				after := newJSONLOn(t, crashed, memRoot, cfg)
+				defer after.Close()
+				kept := -1 // no artifact
+				if _, err := crashed.Stat(path); err == nil {
+					kept = len(readRaw(t, crashed, path))
+				}
+				listed, err := after.List(ctx)
+				require.NoError(t, err)
+				got, lerr := after.Load(ctx, b.id())
+				_, ierr := after.Inspect(ctx, b.id())
+				if kept < headerLen {
+					// Nothing, or a torn creation: no session.
+					require.ErrorIs(t, lerr, ErrNotFound)
+					require.ErrorIs(t, ierr, ErrNotFound)
+					require.Empty(t, listed)
+					require.NoError(t, after.Create(b.header()), "no session is stored")
+					require.NoError(t, after.Append(ctx, b.id(), b.events(), true), "the first append replaces a torn creation")
+					got, err := after.Load(ctx, b.id())
+					require.NoError(t, err)
+					jlRequireEvents(t, b.events(), got.Events)
+					return
+				}
+				require.NoError(t, lerr)
+				require.NoError(t, ierr)
+				require.Len(t, listed, 1)
+				// A prefix of the batch, then the closers of what it kept.
+				k := 0
+				for k < len(got.Events) && k < len(b.events()) && b.events()[k].Equal(got.Events[k]) {
+					k++
+				}
+				jlRequireEvents(t, session.InterruptedTurnClosers(b.events()[:k]), got.Events[k:])
+				if kept == len(data) {
+					require.Len(t, b.events(), k)
+				}
+				require.ErrorIs(t, after.Create(b.header()), ErrExists)
+			})
+		}
+	}
+}
+
+func abs(n int) int { return max(n, -n) }
+
+// replayCrash runs the first append of b on a fresh store and returns
+// what clone makes of the file system before its i-th mutating operation
+// (or after the append, if it has fewer).
+func replayCrash(t *testing.T, i int, b *jlBuilder, cfg JSONLConfig, clone func(*vfs.MemFS) *vfs.MemFS) *vfs.MemFS {
+	t.Helper()
+	m := vfs.NewMem()
+	s := newJSONLOn(t, m, memRoot, cfg)
+	defer s.Close()
+	require.NoError(t, s.Create(b.header()))
+	var crashed *vfs.MemFS
+	n := 0
+	m.InjectError(func(op vfs.Op, _ string) error {
+		switch op {
+		case vfs.OpStat, vfs.OpReadDir, vfs.OpRead:
+			return nil
+		}
+		if n == i {
+			crashed = clone(m)
+		}
+		n++
+		if crashed != nil {
+			return vfs.ErrInjected
+		}
+		return nil
+	})
+	_ = s.Append(t.Context(), b.id(), b.events(), true)
+	m.InjectError(nil)
+	if crashed == nil {
+		crashed = clone(m)
+	}
+	return crashed
 }
 
 func TestJSONLLayoutRejections(t *testing.T) {
@@ -1285,4 +1348,64 @@ func TestJSONLRefusesAnEventOnlySQLiteHolds(t *testing.T) {
 	got, err := js.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
 	requireSameEvents(t, b.events()[:n], got)
+}
+
+// The first appends of sessions in one project directory share the fsyncs
+// of that directory (their session directories' entries): while one runs,
+// every first append that needs one waits for the next, which then covers
+// them all. Each still syncs its own session directory.
+func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s, m := newMemJSONL(t, JSONLConfig{})
+		first := newJL(t, "first")
+		first.textTurn("x", 1)
+		require.NoError(t, s.Create(first.header()))
+		require.NoError(t, s.Append(ctx, first.id(), first.events(), true))
+		project := filepath.Dir(filepath.Dir(s.Locate(first.header())))
+
+		const n = 6
+		release := make(chan struct{})
+		var mu sync.Mutex
+		syncs := map[string]int{}
+		m.InjectError(func(op vfs.Op, p string) error {
+			if op != vfs.OpSyncDir {
+				return nil
+			}
+			mu.Lock()
+			syncs[p]++
+			blocked := p == project && syncs[p] == 1
+			mu.Unlock()
+			if blocked {
+				<-release // the first round runs until every append waits
+			}
+			return nil
+		})
+		bs := make([]*jlBuilder, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range bs {
+			bs[i] = newJL(t, session.SessionID(fmt.Sprintf("s%d", i)))
+			bs[i].textTurn("x", 1)
+			require.NoError(t, s.Create(bs[i].header()))
+			wg.Go(func() { errs[i] = s.Append(ctx, bs[i].id(), bs[i].events(), true) })
+		}
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		require.Equal(t, 2, syncs[project], "one fsync of the project directory running, one for all who waited")
+		for _, b := range bs {
+			require.Equal(t, 1, syncs[filepath.Dir(s.Locate(b.header()))], "each session directory synced once")
+		}
+		crashed := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{})
+		defer crashed.Close()
+		for _, b := range bs {
+			got, err := crashed.Load(ctx, b.id())
+			require.NoError(t, err, "a first append is durable when it returns")
+			jlRequireEvents(t, b.events(), got.Events)
+		}
+	})
 }

@@ -193,6 +193,23 @@ func (m *MemFS) CrashClone() *MemFS { return m.CrashCloneWith(nil) }
 // produces the torn tail a real crash can leave in the middle of an
 // append. keep must not modify or retain its arguments.
 func (m *MemFS) CrashCloneWith(keep func(synced, current []byte) []byte) *MemFS {
+	return m.crashClone(keep, false)
+}
+
+// CrashCloneEntries is CrashCloneWith on a file system that wrote back
+// every directory change before the crash (a journaling file system
+// commits a create with any later fsync, of any file): the tree is the
+// current one, each file holding what keep returns (its synced bytes if
+// keep is nil). It shows what a store leaves when a name outlives the
+// data it was created for: a file created and written but not synced
+// survives empty, or holding what keep chose.
+func (m *MemFS) CrashCloneEntries(keep func(synced, current []byte) []byte) *MemFS {
+	return m.crashClone(keep, true)
+}
+
+// crashClone is CrashCloneWith, with the current entries of every
+// directory instead of its durable ones if entries is set.
+func (m *MemFS) crashClone(keep func(synced, current []byte) []byte, entries bool) *MemFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := &MemFS{clock: m.clock, ino: m.ino}
@@ -205,8 +222,12 @@ func (m *MemFS) CrashCloneWith(keep func(synced, current []byte) []byte) *MemFS 
 		cn := &memNode{isDir: n.isDir, perm: n.perm, modTime: n.modTime, ino: n.ino}
 		seen[n] = cn
 		if n.isDir {
-			cn.entries = make(map[string]*memNode, len(n.durable))
-			for name, child := range n.durable {
+			from := n.durable
+			if entries {
+				from = n.entries
+			}
+			cn.entries = make(map[string]*memNode, len(from))
+			for name, child := range from {
 				cn.entries[name] = clone(child)
 			}
 			cn.durable = maps.Clone(cn.entries)

@@ -433,3 +433,24 @@ func TestMemDropUnsyncedSuffix(t *testing.T) {
 	require.Equal(t, "abcdef", readString(t, c, "/f"), "an unsynced truncation is not kept")
 	require.NoError(t, w.Close())
 }
+
+// CrashCloneEntries keeps every name, durable or not, each file with what
+// keep chooses: a file created and written but never synced survives
+// empty; CrashCloneWith loses its name.
+func TestMemCrashCloneEntries(t *testing.T) {
+	m := NewMem()
+	require.NoError(t, m.MkdirAll("/d", 0o700))
+	f, err := m.OpenFile("/d/f", os.O_WRONLY|os.O_CREATE, 0o600)
+	require.NoError(t, err)
+	_, err = f.Write([]byte("unsynced"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, err = m.CrashClone().Stat("/d")
+	require.ErrorIs(t, err, fs.ErrNotExist, "no entry was synced")
+	require.Equal(t, "", readString(t, m.CrashCloneEntries(nil), "/d/f"))
+	require.Equal(t, "unsy", readString(t, m.CrashCloneEntries(DropUnsynced(func(int) int { return 4 })), "/d/f"))
+	c := m.CrashCloneEntries(nil)
+	require.NoError(t, c.Remove("/d/f"))
+	_, err = m.Stat("/d/f")
+	require.NoError(t, err, "the clone shares nothing with m")
+}
