@@ -229,173 +229,10 @@ func sqlKind(v any) string {
 
 // ---- writing ----
 
-// sqlMember is one assistant/chunk event that can be a member of a packed
-// row, with its values as JSON text.
-type sqlMember struct {
-	tag               string
-	seq, time         int64
-	turn, step, index string
-	id, name          string
-	hasName           bool
-	text              string // the text or argumentsDelta string literal
-}
-
-// sqlPackable classifies e: a member of a packed row only if it is an
-// assistant/chunk with exactly the envelope keys type, seq, time and data,
-// data exactly {turn, step, chunk} with numbers for turn and step, and a
-// text, reasoning or tool-call delta with exactly its keys (a tool-call
-// delta with or without name), index a number and the others strings.
-func sqlPackable(e session.Event) (sqlMember, bool) {
-	if e.Type() != session.TypeAssistantChunk || e.Ignorable() || e.SurfaceOp().Kind() != session.OpNone {
-		return sqlMember{}, false
-	}
-	if _, has := e.SourceEventSeqs(); has {
-		return sqlMember{}, false
-	}
-	if e.Seq() < 0 || e.Seq() > maxSafeInt || e.Time() < -maxSafeInt || e.Time() > maxSafeInt {
-		return sqlMember{}, false
-	}
-	m := sqlMember{seq: e.Seq(), time: e.Time()}
-	var turn, step, chunk messages.JSON
-	n := 0
-	for k, v := range e.Data().Members() {
-		switch k {
-		case "turn":
-			turn = v
-		case "step":
-			step = v
-		case "chunk":
-			chunk = v
-		default:
-			return sqlMember{}, false
-		}
-		n++
-	}
-	if n != 3 || turn.Kind() != messages.KindNumber || step.Kind() != messages.KindNumber || chunk.Kind() != messages.KindObject {
-		return sqlMember{}, false
-	}
-	m.turn, m.step = turn.String(), step.String()
-	var typ string
-	var hasText, hasArgs, hasID, hasIndex bool
-	n = 0
-	for k, v := range chunk.Members() {
-		n++
-		switch k {
-		case "type":
-			typ = v.String()
-			continue
-		case "index":
-			if v.Kind() != messages.KindNumber {
-				return sqlMember{}, false
-			}
-			m.index, hasIndex = v.String(), true
-			continue
-		case "text":
-			m.text, hasText = v.String(), true
-		case "argumentsDelta":
-			m.text, hasArgs = v.String(), true
-		case "id":
-			m.id, hasID = v.String(), true
-		case "name":
-			m.name, m.hasName = v.String(), true
-		default:
-			return sqlMember{}, false
-		}
-		if v.Kind() != messages.KindString {
-			return sqlMember{}, false
-		}
-	}
-	if !hasIndex {
-		return sqlMember{}, false
-	}
-	switch typ {
-	case `"text-delta"`, `"reasoning-delta"`:
-		if n != 3 || !hasText {
-			return sqlMember{}, false
-		}
-		m.tag = sqlTagText
-		if typ == `"reasoning-delta"` {
-			m.tag = sqlTagReasoning
-		}
-	case `"tool-call-delta"`:
-		want := 4
-		if m.hasName {
-			want = 5
-		}
-		if n != want || !hasID || !hasArgs {
-			return sqlMember{}, false
-		}
-		m.tag = sqlTagToolCall
-	default:
-		return sqlMember{}, false
-	}
-	return m, true
-}
-
-// sqlContinues reports whether b extends a run ending in a.
-func sqlContinues(a, b sqlMember) bool {
-	if b.tag != a.tag || b.seq != a.seq+1 || b.turn != a.turn || b.step != a.step || b.index != a.index {
-		return false
-	}
-	if a.tag == sqlTagToolCall && (b.id != a.id || b.hasName != a.hasName || b.name != a.name) {
-		return false
-	}
-	dt := b.time - a.time
-	return dt >= -maxSafeInt && dt <= maxSafeInt
-}
-
-// packedLen returns the exact length of the packed payload of run[:k],
-// given prefix sums of the member texts' and gaps' lengths.
-func packedLen(run []sqlMember, textSum, dtSum []int, k int) int {
-	first := run[0]
-	n := len(`{"turn":,"step":,"index":,"dt":[],"texts":[]}`) + len(first.turn) + len(first.step) + len(first.index)
-	if first.tag == sqlTagToolCall {
-		n += len(`,"id":`) + len(first.id) - len(`"texts"`) + len(`"args"`)
-		if first.hasName {
-			n += len(`,"name":`) + len(first.name)
-		}
-	}
-	n += textSum[k] + (k - 1)     // the texts and their commas
-	n += dtSum[k-1] + max(k-2, 0) // the k-1 gaps and their commas
-	return n
-}
-
-// appendPacked writes the payload of a packed row of run.
-func appendPacked(dst []byte, run []sqlMember) []byte {
-	first := run[0]
-	dst = append(dst, `{"turn":`...)
-	dst = append(dst, first.turn...)
-	dst = append(dst, `,"step":`...)
-	dst = append(dst, first.step...)
-	dst = append(dst, `,"index":`...)
-	dst = append(dst, first.index...)
-	dst = append(dst, `,"dt":[`...)
-	for k := 1; k < len(run); k++ {
-		if k > 1 {
-			dst = append(dst, ',')
-		}
-		dst = strconv.AppendInt(dst, run[k].time-run[k-1].time, 10)
-	}
-	dst = append(dst, ']')
-	if first.tag == sqlTagToolCall {
-		dst = append(dst, `,"id":`...)
-		dst = append(dst, first.id...)
-		if first.hasName {
-			dst = append(dst, `,"name":`...)
-			dst = append(dst, first.name...)
-		}
-		dst = append(dst, `,"args":[`...)
-	} else {
-		dst = append(dst, `,"texts":[`...)
-	}
-	for k, m := range run {
-		if k > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, m.text...)
-	}
-	return append(dst, "]}"...)
-}
+// A packed row's members, how they chain into runs and its data are
+// session's packed-run writer (session.Packable, PackMember.Continues,
+// session.AppendPackedData), which the JSONL rows share; the partition of
+// a run into rows below is the SQLite store's own.
 
 // scalarRow is the row of one logical event.
 func scalarRow(e session.Event) (sqlRow, error) {
@@ -426,44 +263,33 @@ func scalarRow(e session.Event) (sqlRow, error) {
 // of 3 to 1024 members whose payload is at most 1 MiB; everything else is
 // a scalar row. emit is called once per row, in seq order.
 func packRows(events []session.Event, emit func(sqlRow) error) error {
-	var run []sqlMember
-	var textSum, dtSum []int
+	var run []session.PackMember
 	var buf []byte
 	flush := func() error {
 		for len(run) > 0 {
 			if len(run) < sqlMinPacked {
 				for _, m := range run {
-					if err := emitScalarSeq(events, m.seq, emit); err != nil {
+					if err := emitScalarSeq(events, m.Seq(), emit); err != nil {
 						return err
 					}
 				}
 				run = run[:0]
 				return nil
 			}
-			textSum = textSum[:0]
-			dtSum = dtSum[:0]
-			textSum = append(textSum, 0)
-			dtSum = append(dtSum, 0)
-			for k, m := range run {
-				textSum = append(textSum, textSum[k]+len(m.text))
-				if k > 0 {
-					dtSum = append(dtSum, dtSum[k-1]+len(strconv.FormatInt(m.time-run[k-1].time, 10)))
-				}
-			}
 			k := min(len(run), sqlMaxPacked)
-			if packedLen(run, textSum, dtSum, k) > sqlMaxPackedData {
+			if session.PackedDataLen(run[:k]) > sqlMaxPackedData {
 				lo, hi := sqlMinPacked, k-1 // largest k in [lo, hi] that fits, or lo-1
 				best := 0
 				for lo <= hi {
 					mid := (lo + hi) / 2
-					if packedLen(run, textSum, dtSum, mid) <= sqlMaxPackedData {
+					if session.PackedDataLen(run[:mid]) <= sqlMaxPackedData {
 						best, lo = mid, mid+1
 					} else {
 						hi = mid - 1
 					}
 				}
 				if best == 0 {
-					if err := emitScalarSeq(events, run[0].seq, emit); err != nil {
+					if err := emitScalarSeq(events, run[0].Seq(), emit); err != nil {
 						return err
 					}
 					run = run[1:]
@@ -471,8 +297,8 @@ func packRows(events []session.Event, emit func(sqlRow) error) error {
 				}
 				k = best
 			}
-			buf = appendPacked(buf[:0], run[:k])
-			if err := emit(sqlRow{seq: run[0].seq, time: run[0].time, typ: run[0].tag, data: dataValue(buf), ignorable: 0}); err != nil {
+			buf = session.AppendPackedData(buf[:0], run[:k])
+			if err := emit(sqlRow{seq: run[0].Seq(), time: run[0].Time(), typ: run[0].Tag(), data: dataValue(buf), ignorable: 0}); err != nil {
 				return err
 			}
 			run = run[k:]
@@ -480,8 +306,8 @@ func packRows(events []session.Event, emit func(sqlRow) error) error {
 		return nil
 	}
 	for _, e := range events {
-		m, ok := sqlPackable(e)
-		if ok && len(run) > 0 && sqlContinues(run[len(run)-1], m) {
+		m, ok := session.Packable(e)
+		if ok && len(run) > 0 && run[len(run)-1].Continues(m) {
 			run = append(run, m)
 			continue
 		}

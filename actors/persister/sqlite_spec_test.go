@@ -834,15 +834,18 @@ func TestSQLitePackingPartition(t *testing.T) {
 		})
 	}
 	// A run broken by a time difference that is not a safe integer, and a
-	// gap in seqs (two batches' worth glued), are covered by sqlContinues.
-	a := sqlMember{tag: sqlTagText, seq: 1, time: -maxSafeInt, turn: "1", step: "1", index: "0"}
-	bm := a
-	bm.seq, bm.time = 2, maxSafeInt
-	require.False(t, sqlContinues(a, bm))
-	bm.time, bm.seq = a.time, 3
-	require.False(t, sqlContinues(a, bm))
-	bm.seq = 2
-	require.True(t, sqlContinues(a, bm))
+	// gap in seqs (two batches' worth glued), are covered by Continues.
+	member := func(seq, time int64) session.PackMember {
+		e, err := session.DecodeEvent(fmt.Appendf(nil, `{"type":"assistant/chunk","seq":%d,"time":%d,"data":{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"x"}}}`, seq, time))
+		require.NoError(t, err)
+		m, ok := session.Packable(e)
+		require.True(t, ok)
+		return m
+	}
+	a := member(1, -maxSafeInt)
+	require.False(t, a.Continues(member(2, maxSafeInt)))
+	require.False(t, a.Continues(member(3, -maxSafeInt)))
+	require.True(t, a.Continues(member(2, -maxSafeInt)))
 }
 
 // The compression rule: under 4 KiB TEXT; from 4 KiB a zstd BLOB when

@@ -72,11 +72,25 @@ const rowFixedBytes = 160
 
 // rowMemberBytes bounds what member m adds to a row: its text, a gap of at
 // most 17 characters (a signed safe integer) and two commas.
-func rowMemberBytes(m chunkMember) int { return len(m.text) + 19 }
+func rowMemberBytes(m PackMember) int { return len(m.text) + 19 }
 
-// chunkMember is one packable assistant/chunk event, with its values as
-// JSON text.
-type chunkMember struct {
+// The packed-run writer, shared by the stores. A JSONL row and an SQLite
+// packed row hold the same data object ({"turn","step","index","dt",
+// "texts"} or, for tool-call deltas, {"turn","step","index","dt","id",
+// "name"?,"args"}), in the same key order; they differ only in what
+// surrounds it (a JSONL row wraps it as {"type","seq0","time0","data"},
+// SQLite keeps seq0, time0 and the tag in their own columns) and in where
+// a long run is cut (MaxRowBytes here; 1024 members or 1 MiB of data in
+// SQLite). So each store forms its runs with Packable and Continues, cuts
+// them by its own rule, and writes each row's data with AppendPackedData.
+
+// PackMember is an event that can be a member of a packed chunk row: an
+// assistant/chunk with exactly the envelope keys type, seq, time and data,
+// data exactly {turn, step, chunk}, and the chunk a text, reasoning or
+// tool-call delta with exactly its keys. It holds the event's values as
+// their JSON text, which a row copies byte for byte. Build one with
+// Packable; the zero PackMember is no member.
+type PackMember struct {
 	kind              messages.ChunkType
 	seq, time         int64
 	turn, step, index string // integer literals
@@ -85,13 +99,24 @@ type chunkMember struct {
 	text              string // string literal: text or argumentsDelta
 }
 
-// packable returns e as a run member, or false when e must stay verbatim.
-func packable(e Event) (chunkMember, bool) {
+// Seq returns the member's seq.
+func (m PackMember) Seq() int64 { return m.seq }
+
+// Time returns the member's time.
+func (m PackMember) Time() int64 { return m.time }
+
+// Tag returns the type of a row of m's kind: text-chunks,
+// reasoning-chunks or tool-call-chunks.
+func (m PackMember) Tag() string { return rowTag(m.kind) }
+
+// Packable returns e as a run member, or false when e must stay verbatim
+// (a row could not give it back exactly).
+func Packable(e Event) (PackMember, bool) {
 	if e.typ != codeChunk || e.flags&flagsEnvelope != 0 ||
-		e.time < -maxSafe || e.time > maxSafe || e.seq < 0 || e.seq >= maxSafe {
-		return chunkMember{}, false // the range checks keep the gap arithmetic exact
+		e.time < -maxSafe || e.time > maxSafe || e.seq < 0 || e.seq > maxSafe {
+		return PackMember{}, false // the range checks keep the gap arithmetic exact
 	}
-	m := chunkMember{seq: e.seq, time: e.time}
+	m := PackMember{seq: e.seq, time: e.time}
 	if e.dataForm() == dataChunkText {
 		// Kept compact (compact.go): the parts are at hand, as the data
 		// below would spell them.
@@ -110,7 +135,7 @@ func packable(e Event) (chunkMember, bool) {
 		case "chunk":
 			chunk = v
 		default:
-			return chunkMember{}, false
+			return PackMember{}, false
 		}
 		n++
 	}
@@ -118,7 +143,7 @@ func packable(e Event) (chunkMember, bool) {
 	_, turnOK := turn.AsInt()
 	_, stepOK := step.AsInt()
 	if n != 3 || !turnOK || !stepOK || chunk.Kind() != messages.KindObject {
-		return chunkMember{}, false
+		return PackMember{}, false
 	}
 	m.turn, m.step = turn.String(), step.String()
 	var typ, text, args string
@@ -141,20 +166,20 @@ func packable(e Event) (chunkMember, bool) {
 		case "argumentsDelta":
 			args, hasArgs = s, true
 		default:
-			return chunkMember{}, false
+			return PackMember{}, false
 		}
 		if k != "type" && k != "index" && v.Kind() != messages.KindString {
-			return chunkMember{}, false
+			return PackMember{}, false
 		}
 		n++
 	}
 	if !indexOK {
-		return chunkMember{}, false
+		return PackMember{}, false
 	}
 	switch typ {
 	case `"text-delta"`, `"reasoning-delta"`:
 		if n != 3 || !hasText {
-			return chunkMember{}, false
+			return PackMember{}, false
 		}
 		m.kind = messages.ChunkTextDelta
 		if typ == `"reasoning-delta"` {
@@ -167,20 +192,21 @@ func packable(e Event) (chunkMember, bool) {
 			want = 5
 		}
 		if n != want || m.id == "" || !hasArgs {
-			return chunkMember{}, false
+			return PackMember{}, false
 		}
 		m.kind = messages.ChunkToolCallDelta
 		m.text = args
 	default:
-		return chunkMember{}, false
+		return PackMember{}, false
 	}
 	return m, true
 }
 
-// continues reports whether b can follow a in one run: same chunk kind,
+// Continues reports whether next can follow m in one run: same chunk kind,
 // turn, step and index; for tool-call deltas the same id and the same name
 // or absence of one; the next seq; and a time gap that is a safe integer.
-func continues(a, b chunkMember) bool {
+func (m PackMember) Continues(next PackMember) bool {
+	a, b := m, next
 	if b.kind != a.kind || b.turn != a.turn || b.step != a.step || b.index != a.index || b.seq != a.seq+1 {
 		return false
 	}
@@ -191,82 +217,12 @@ func continues(a, b chunkMember) bool {
 	return dt >= -maxSafe && dt <= maxSafe
 }
 
-// AppendRecords appends the storage lines of a batch of events to dst, each
-// followed by "\n", and returns the extended buffer. With pack, every run of
-// at least three consecutive packable chunk events becomes one row (spec
-// §2.13); without, every event is written verbatim by AppendEvent. Runs do
-// not cross batches: a batch is the unit the persister writes. A row stops
-// before it would exceed MaxRowBytes and the run goes on in the next row
-// (a first member over the bound on its own, or a remainder shorter than
-// three, is written verbatim). dst is owned
-// by the caller before and after; events are only read.
-func AppendRecords(dst []byte, events []Event, pack bool) []byte {
-	var run []chunkMember
-	if pack {
-		// A turn's batch is mostly one run of ~200 members (~130 B each):
-		// growing the run from nil on every call was half the cost of
-		// encoding a batch, so the buffer is reused.
-		rp := runs.Get().(*[]chunkMember)
-		run = (*rp)[:0]
-		defer func() {
-			clear(run[:cap(run)]) // keep no event's strings alive
-			*rp = run[:0]
-			runs.Put(rp)
-		}()
-	}
-	for i := 0; i < len(events); {
-		if pack {
-			run = run[:0]
-			if m, ok := packable(events[i]); ok {
-				run = append(run, m)
-				size := rowFixedBytes + len(m.turn) + len(m.step) + len(m.index) +
-					len(m.id) + len(m.name) + rowMemberBytes(m)
-				for j := i + 1; j < len(events); j++ {
-					n, ok := packable(events[j])
-					if !ok || !continues(run[len(run)-1], n) {
-						break
-					}
-					if size += rowMemberBytes(n); size > MaxRowBytes {
-						break // the rest of the run starts the next row
-					}
-					run = append(run, n)
-				}
-			}
-			if len(run) >= minRun {
-				dst = appendRow(dst, run)
-				dst = append(dst, '\n')
-				i += len(run)
-				continue
-			}
-		}
-		dst = AppendEvent(dst, events[i])
-		dst = append(dst, '\n')
-		i++
-	}
-	return dst
-}
-
-// runs holds AppendRecords' run buffers (safe for concurrent use: the
-// persister encodes on several workers).
-var runs = sync.Pool{New: func() any { return new([]chunkMember) }}
-
-// appendRow writes one packed row (without newline) for run (len ≥ 1).
-func appendRow(dst []byte, run []chunkMember) []byte {
+// AppendPackedData appends the data object of a packed row of run to dst
+// and returns the extended buffer. run is a run: at least one member, each
+// Continues the one before it. The member count bounds are the caller's.
+func AppendPackedData(dst []byte, run []PackMember) []byte {
 	first := run[0]
-	tag := rowText
-	switch first.kind {
-	case messages.ChunkReasoningDelta:
-		tag = rowReasoning
-	case messages.ChunkToolCallDelta:
-		tag = rowToolCall
-	}
-	dst = append(dst, `{"type":"`...)
-	dst = append(dst, tag...)
-	dst = append(dst, `","seq0":`...)
-	dst = strconv.AppendInt(dst, first.seq, 10)
-	dst = append(dst, `,"time0":`...)
-	dst = strconv.AppendInt(dst, first.time, 10)
-	dst = append(dst, `,"data":{"turn":`...)
+	dst = append(dst, `{"turn":`...)
 	dst = append(dst, first.turn...)
 	dst = append(dst, `,"step":`...)
 	dst = append(dst, first.step...)
@@ -297,7 +253,120 @@ func appendRow(dst []byte, run []chunkMember) []byte {
 		}
 		dst = append(dst, m.text...)
 	}
-	return append(dst, "]}}"...)
+	return append(dst, "]}"...)
+}
+
+// PackedDataLen returns len(AppendPackedData(nil, run)), without writing
+// it.
+func PackedDataLen(run []PackMember) int {
+	first := run[0]
+	n := len(`{"turn":,"step":,"index":,"dt":[],"texts":[]}`) + len(first.turn) + len(first.step) + len(first.index)
+	if first.kind == messages.ChunkToolCallDelta {
+		n += len(`,"id":`) + len(first.id) - len(`"texts"`) + len(`"args"`)
+		if first.hasName {
+			n += len(`,"name":`) + len(first.name)
+		}
+	}
+	for k, m := range run {
+		n += len(m.text)
+		if k > 0 {
+			n += 2 + intLen(m.time-run[k-1].time) // a comma before the text and one before the gap
+		}
+	}
+	if len(run) > 1 {
+		n-- // the first gap has no comma
+	}
+	return n
+}
+
+// intLen returns the length of n in decimal.
+func intLen(n int64) int {
+	l := 1
+	if n < 0 {
+		l++
+		if n == -1<<63 {
+			return 20
+		}
+		n = -n
+	}
+	for ; n >= 10; n /= 10 {
+		l++
+	}
+	return l
+}
+
+// AppendRecords appends the storage lines of a batch of events to dst, each
+// followed by "\n", and returns the extended buffer. With pack, every run of
+// at least three consecutive packable chunk events becomes one row (spec
+// §2.13); without, every event is written verbatim by AppendEvent. Runs do
+// not cross batches: a batch is the unit the persister writes. A row stops
+// before it would exceed MaxRowBytes and the run goes on in the next row
+// (a first member over the bound on its own, or a remainder shorter than
+// three, is written verbatim). dst is owned
+// by the caller before and after; events are only read.
+func AppendRecords(dst []byte, events []Event, pack bool) []byte {
+	var run []PackMember
+	if pack {
+		// A turn's batch is mostly one run of ~200 members (~130 B each):
+		// growing the run from nil on every call was half the cost of
+		// encoding a batch, so the buffer is reused.
+		rp := runs.Get().(*[]PackMember)
+		run = (*rp)[:0]
+		defer func() {
+			clear(run[:cap(run)]) // keep no event's strings alive
+			*rp = run[:0]
+			runs.Put(rp)
+		}()
+	}
+	for i := 0; i < len(events); {
+		if pack {
+			run = run[:0]
+			if m, ok := Packable(events[i]); ok {
+				run = append(run, m)
+				size := rowFixedBytes + len(m.turn) + len(m.step) + len(m.index) +
+					len(m.id) + len(m.name) + rowMemberBytes(m)
+				for j := i + 1; j < len(events); j++ {
+					n, ok := Packable(events[j])
+					if !ok || !run[len(run)-1].Continues(n) {
+						break
+					}
+					if size += rowMemberBytes(n); size > MaxRowBytes {
+						break // the rest of the run starts the next row
+					}
+					run = append(run, n)
+				}
+			}
+			if len(run) >= minRun {
+				dst = appendRow(dst, run)
+				dst = append(dst, '\n')
+				i += len(run)
+				continue
+			}
+		}
+		dst = AppendEvent(dst, events[i])
+		dst = append(dst, '\n')
+		i++
+	}
+	return dst
+}
+
+// runs holds AppendRecords' run buffers (safe for concurrent use: the
+// persister encodes on several workers).
+var runs = sync.Pool{New: func() any { return new([]PackMember) }}
+
+// appendRow writes one packed row (without newline) for run (len ≥ 1):
+// the row's data wrapped with its tag, seq0 and time0.
+func appendRow(dst []byte, run []PackMember) []byte {
+	first := run[0]
+	dst = append(dst, `{"type":"`...)
+	dst = append(dst, first.Tag()...)
+	dst = append(dst, `","seq0":`...)
+	dst = strconv.AppendInt(dst, first.seq, 10)
+	dst = append(dst, `,"time0":`...)
+	dst = strconv.AppendInt(dst, first.time, 10)
+	dst = append(dst, `,"data":`...)
+	dst = AppendPackedData(dst, run)
+	return append(dst, '}')
 }
 
 // DecodeRecord reads one storage line: a packed row becomes its member

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -359,4 +360,56 @@ func TestChunkRowsAreBoundedInSize(t *testing.T) {
 			require.Equal(t, string(packed), string(AppendRecords(nil, got, true)))
 		})
 	}
+}
+
+// TestPackedDataIsTheRowData: the exported packed-run writer is what a
+// JSONL row holds as its data (so the SQLite store, which writes a packed
+// row's data column with it, writes the same object), and PackedDataLen
+// is its exact length for every prefix of every run, over random batches
+// with every kind, negative gaps and named and unnamed tool runs.
+func TestPackedDataIsTheRowData(t *testing.T) {
+	r := rand.New(rand.NewPCG(12, 2026))
+	rows := 0
+	for range 500 {
+		events := codecGenEvents(r)
+		for i := 0; i < len(events); {
+			m, ok := Packable(events[i])
+			if !ok {
+				i++
+				continue
+			}
+			run := []PackMember{m}
+			for i++; i < len(events); i++ {
+				n, ok := Packable(events[i])
+				if !ok || !run[len(run)-1].Continues(n) {
+					break
+				}
+				run = append(run, n)
+			}
+			for k := 1; k <= len(run); k++ {
+				data := AppendPackedData(nil, run[:k])
+				require.Equal(t, len(data), PackedDataLen(run[:k]), "%s", data)
+				require.Equal(t, string(data), messages.MustParseJSON(string(data)).String())
+			}
+		}
+		_, lines := codecDecodeRecords(t, AppendRecords(nil, events, true))
+		for _, ln := range lines {
+			row := messages.MustParseJSON(ln)
+			typ, _ := row.Field("type")
+			if !slices.Contains([]string{`"` + rowText + `"`, `"` + rowReasoning + `"`, `"` + rowToolCall + `"`}, typ.String()) {
+				continue
+			}
+			members, err := DecodeRecord([]byte(ln))
+			require.NoError(t, err)
+			run := make([]PackMember, len(members))
+			for k, e := range members {
+				run[k], _ = Packable(e)
+			}
+			data, _ := row.Field("data")
+			require.Equal(t, data.String(), string(AppendPackedData(nil, run)))
+			require.Equal(t, `"`+run[0].Tag()+`"`, typ.String())
+			rows++
+		}
+	}
+	require.Greater(t, rows, 100)
 }
