@@ -571,41 +571,113 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version, created_at = excluded
 }
 
 // insertRows inserts the rows of events: packed per packRows, or one
-// scalar row each (repair closers).
+// scalar row each (repair closers). Rows go in by insertRowsMax at a time,
+// one statement each (see rowInserter).
 func (s *SQLiteStore) insertRows(ctx context.Context, q queryer, id session.SessionID, events []session.Event, pack bool) error {
-	insert := func(r sqlRow) error {
-		var ign any
-		if r.ignorable >= 0 {
-			ign = r.ignorable
-		}
-		var op any
-		if r.op != "" {
-			op = r.op
-		}
-		// An empty list is a zero-length BLOB, not NULL: X'' says so
-		// whatever the driver binds for an empty []byte.
-		src, empty := r.sources, false
-		if b, ok := src.([]byte); ok && len(b) == 0 {
-			src, empty = nil, true
-		}
-		_, err := q.ExecContext(ctx, `INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable)
-VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?9 THEN X'' ELSE ?6 END, ?7, ?8)`,
-			string(id), r.seq, r.typ, r.time, r.data, src, op, ign, empty)
-		return err
-	}
+	in := rowInserter{q: q, id: id}
 	if pack {
-		return packRows(events, insert)
+		if err := packRows(events, func(r sqlRow) error { return in.add(ctx, r) }); err != nil {
+			return err
+		}
+		return in.flush(ctx)
 	}
 	for _, e := range events {
 		r, err := scalarRow(e)
 		if err != nil {
 			return err
 		}
-		if err := insert(r); err != nil {
+		if err := in.add(ctx, r); err != nil {
 			return err
 		}
 	}
+	return in.flush(ctx)
+}
+
+// insertRowsMax is the most rows of one INSERT statement.
+const insertRowsMax = 32
+
+// rowInserter inserts a session's rows with multi-row INSERT statements:
+// one statement of many rows costs the driver's per-statement work
+// (binding through database/sql, stepping, resetting) once, which was
+// most of an insert's CPU for the small rows of a short turn. The rows
+// pending are inserted in statements of power-of-two sizes (at most a
+// few texts to prepare, each prepared once per store: stmtCache).
+type rowInserter struct {
+	q    queryer
+	id   session.SessionID
+	rows []sqlRow
+	args []any
+}
+
+func (in *rowInserter) add(ctx context.Context, r sqlRow) error {
+	in.rows = append(in.rows, r)
+	if len(in.rows) < insertRowsMax {
+		return nil
+	}
+	return in.flush(ctx)
+}
+
+// flush inserts the rows pending.
+func (in *rowInserter) flush(ctx context.Context) error {
+	for len(in.rows) > 0 {
+		k := 1
+		for k*2 <= len(in.rows) {
+			k *= 2
+		}
+		in.args = append(in.args[:0], string(in.id))
+		for _, r := range in.rows[:k] {
+			var ign any
+			if r.ignorable >= 0 {
+				ign = r.ignorable
+			}
+			var op any
+			if r.op != "" {
+				op = r.op
+			}
+			// An empty list is a zero-length BLOB, not NULL: X'' says so
+			// whatever the driver binds for an empty []byte.
+			src, empty := r.sources, false
+			if b, ok := src.([]byte); ok && len(b) == 0 {
+				src, empty = nil, true
+			}
+			in.args = append(in.args, r.seq, r.typ, r.time, r.data, src, op, ign, empty)
+		}
+		if _, err := in.q.ExecContext(ctx, insertRowsSQL(k), in.args...); err != nil {
+			return err
+		}
+		clear(in.rows[:k])
+		in.rows = in.rows[k:]
+	}
+	in.rows = in.rows[:0]
 	return nil
+}
+
+// insertRowsSQLs are the INSERT statements of 1, 2, 4, ... rows.
+var insertRowsSQLs = sync.OnceValue(func() []string {
+	var out []string
+	for k := 1; k <= insertRowsMax; k *= 2 {
+		var b strings.Builder
+		b.WriteString("INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES ")
+		for j := range k {
+			p := func(i int) string { return "?" + strconv.Itoa(1+8*j+i) }
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "(?1, %s, %s, %s, %s, CASE WHEN %s THEN X'' ELSE %s END, %s, %s)",
+				p(1), p(2), p(3), p(4), p(8), p(5), p(6), p(7))
+		}
+		out = append(out, b.String())
+	}
+	return out
+})
+
+// insertRowsSQL is the INSERT statement of k rows, k a power of two.
+func insertRowsSQL(k int) string {
+	i := 0
+	for 1<<i < k {
+		i++
+	}
+	return insertRowsSQLs()[i]
 }
 
 func bumpRevision(ctx context.Context, q queryer, id session.SessionID) error {
