@@ -81,7 +81,7 @@
 //
 // # Memory
 //
-// A log keeps its events in fixed pages of 1,024 (pages.go): no growth
+// A log keeps its events in fixed pages of 128 (pages.go): no growth
 // slack beyond the last page, nothing copied as it grows, and a loaded
 // log copies each event once. An [Event] is 64 bytes; a streamed text or
 // reasoning delta keeps only its text beside it (its turn, step and index
