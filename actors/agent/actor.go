@@ -401,12 +401,7 @@ func (a *agentActor) Receive(ctx actor.Context) {
 			a.header = m.Session
 		}
 	case session.EventsCommitted:
-		if a.d == nil {
-			a.mirror(m.Events.Slice())
-			a.build(ctx) // may boot: the waiters are answered below
-		} else if err := a.d.CommittedEvents(m.Events); err != nil {
-			panic(err)
-		}
+		a.committed(ctx, m.Events)
 	case session.Subscribed:
 		if a.d == nil && !a.subscribed {
 			a.subscribed = true
@@ -414,6 +409,12 @@ func (a *agentActor) Receive(ctx actor.Context) {
 			a.build(ctx)
 		}
 	case session.AppendReply:
+		if m.Delivered {
+			// The reply stands for the subscription's EventsCommitted
+			// (the driver's appends are Delivering): mirrored first, as
+			// that message would have been.
+			a.committed(ctx, m.Events)
+		}
 		if m.Ref == a.repairRef {
 			return // the closers are taken from the subscription
 		}
@@ -561,6 +562,17 @@ func (a *agentActor) stale(msg any) bool {
 		return false
 	}
 	return ref>>refShift != a.epoch
+}
+
+// committed takes events the subscription delivered: into the driver's
+// mirror, or, before the driver exists, into the log being replayed.
+func (a *agentActor) committed(ctx actor.Context, events session.Events) {
+	if a.d == nil {
+		a.mirror(events.Slice())
+		a.build(ctx) // may boot: the waiters are answered by Receive
+	} else if err := a.d.CommittedEvents(events); err != nil {
+		panic(err)
+	}
 }
 
 // mirror adds evs to the log being replayed before the driver exists. A
@@ -804,7 +816,7 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 		a.sendHeld(ctx) // everything else goes after the chunks before it
 		switch e := e.(type) {
 		case AppendEffect:
-			ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...))
+			ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...).Delivering())
 		case ClaimEffect:
 			ctx.Request(a.inbox, inbox.Claim{Ref: e.Ref, Target: e.Target, Turn: e.Turn})
 		case ClearInboxEffect:
@@ -887,7 +899,7 @@ func (a *agentActor) appendChunk(ctx actor.Context, e AppendEffect) {
 		c.heldDrafts = append(c.heldDrafts, e.Drafts[0])
 		return
 	}
-	ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...))
+	ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...).Delivering())
 	c.flight = append(c.flight, chunkFlight{ref: e.Ref})
 }
 
@@ -900,7 +912,7 @@ func (a *agentActor) sendHeld(ctx actor.Context) {
 		return
 	}
 	refs := c.heldRefs
-	ctx.Request(a.cfg.Session, session.NewAppend(refs[0], c.heldDrafts...)) // NewAppend copies
+	ctx.Request(a.cfg.Session, session.NewAppend(refs[0], c.heldDrafts...).Delivering()) // NewAppend copies
 	c.flight = append(c.flight, chunkFlight{ref: refs[0], refs: refs})
 	c.heldRefs = nil
 	clear(c.heldDrafts)

@@ -2,10 +2,13 @@ package agent
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
 )
 
 // inspected wraps the agent actor so a test can read its state inside
@@ -69,4 +72,64 @@ func TestIdleAgentHoldsNoChunkBuffers(t *testing.T) {
 	require.Zero(t, flight, "chunk appends in flight")
 	require.Zero(t, refs, "the driver's chunk refs")
 	require.Equal(t, text, texts(derive(h.events())[1]))
+}
+
+// counted wraps the agent actor and counts, in its Receive, the events
+// that reached it as EventsCommitted and as the reply to its own append.
+type counted struct {
+	*agentActor
+	viaSubscription, viaReply *atomic.Int64
+}
+
+func (w counted) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case session.EventsCommitted:
+		w.viaSubscription.Add(int64(m.Events.Len()))
+	case session.AppendReply:
+		if m.Delivered {
+			w.viaReply.Add(int64(m.Events.Len()))
+		}
+	}
+	w.agentActor.Receive(ctx)
+}
+
+// The agent's own appends come back once: the session's reply brings
+// their events to the mirror, and no EventsCommitted repeats them (a
+// message, and a wake-up of the agent's mailbox, per streamed chunk).
+// The events the inbox appends (its splices) still come through the
+// subscription, and the mirror is whole: the next request is built from
+// it.
+func TestAgentAppendsComeBackOnceByTheirReply(t *testing.T) {
+	var viaSub, viaReply atomic.Int64
+	text := strings.Repeat("b", 300) // one chunk per character
+	mock := newMock(textResponse(text), textResponse("again"))
+	h := newHarness(t, mock, nil, func(h *harness, _ *Config) {
+		h.props = func(cfg Config) *actor.Props {
+			dc, err := cfg.driverConfig()
+			require.NoError(t, err)
+			lin := &lineage{carried: map[string]carried{}}
+			return actor.PropsFromProducer(func() actor.Actor {
+				return counted{&agentActor{cfg: cfg, dcfg: dc, lin: lin}, &viaSub, &viaReply}
+			})
+		}
+	})
+	h.followup("go")
+	h.waitIdle()
+	evs := h.events()
+	require.Equal(t, text, texts(derive(evs)[1]))
+	inboxes := 0
+	for _, e := range evs {
+		if strings.HasPrefix(string(e.Type()), "agent/inbox/") {
+			inboxes++
+		}
+	}
+	require.Positive(t, inboxes)
+	require.EqualValues(t, inboxes, viaSub.Load(), "events delivered by the subscription: the inbox's")
+	require.EqualValues(t, len(evs)-inboxes, viaReply.Load(), "events delivered by the agent's own append replies")
+
+	h.followup("more")
+	h.waitIdle()
+	reqs := mock.Requests()
+	require.Len(t, reqs, 2)
+	require.Equal(t, 3, reqs[1].NumMessages(), "the second request carries the whole history")
 }

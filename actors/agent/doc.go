@@ -54,7 +54,9 @@
 //	RunMaintenance            caller → agent       MaintenanceDone once the task returned
 //	                                               (ErrNotIdle at once unless idle)
 //	StatusChanged, TurnFailed agent → Observer     status changes, agent/error
-//	session.Append            agent → session      AppendReply | AppendFailed
+//	session.Append            agent → session      AppendReply | AppendFailed (Delivering:
+//	                                               the reply brings its events to the mirror
+//	                                               instead of an EventsCommitted)
 //	session.QueryHeader,      agent → session      at start: header, then the whole log and
 //	  Subscribe                                    every later event (EventsCommitted)
 //	inbox.Claim, Clear, Send, agent → inbox        Claimed, ClearReply, SendReply,

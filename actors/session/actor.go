@@ -113,11 +113,12 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 			respond(ctx, AppendFailed{Ref: m.Ref, Err: err})
 			return
 		}
+		delivered := m.deliver && st.deliverTo(ctx.Sender(), from)
 		st.fanOut(ctx)
 		// The reply is a view of the log (immutable, clipped), like the
 		// subscribers' EventsCommitted: copying the batch cost an
 		// allocation per chunk for nothing.
-		respond(ctx, AppendReply{Ref: m.Ref, Events: st.log.EventsFrom(from)})
+		respond(ctx, AppendReply{Ref: m.Ref, Events: st.log.EventsFrom(from), Delivered: delivered})
 	case Subscribe:
 		if m.Subscriber == nil {
 			return
@@ -209,6 +210,26 @@ func (st *shell) fanOut(ctx actor.Context) {
 		ctx.Send(s.pid, EventsCommitted{Session: st.log.ID(), Events: st.log.EventsFrom(s.next)})
 		s.next = n
 	}
+}
+
+// deliverTo marks the events from seq from on as sent to sender's
+// subscription, if sender is a subscriber that was sent every event
+// before them, and reports whether it did: the reply to its Append then
+// delivers them (Append.Delivering).
+func (st *shell) deliverTo(sender *actor.PID, from int64) bool {
+	if sender == nil {
+		return false
+	}
+	for i := range st.subs {
+		if s := &st.subs[i]; s.pid.Equal(sender) {
+			if s.next != from {
+				return false
+			}
+			s.next = st.log.Len()
+			return true
+		}
+	}
+	return false
 }
 
 func (st *shell) removeSub(pid *actor.PID) bool {

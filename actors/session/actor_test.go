@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -305,4 +306,85 @@ func TestActorRestartBeforeCommitRefusesTheAppend(t *testing.T) {
 	<-crashed
 	r := request[AppendReply](t, sys, pid, NewAppend(3, userDraft(t, "2")))
 	require.Equal(t, int64(1), r.Events.At(0).Seq())
+}
+
+// appender is a subscriber that also appends: it forwards what it is told
+// to the session with itself as the sender, and reports every
+// EventsCommitted and AppendReply it gets, in order, as "ec 1 2" or
+// "reply 7 delivered 1 2".
+type appender struct {
+	session *actor.PID
+	got     chan string
+}
+
+type appendVia struct{ msg any }
+
+func (a *appender) Receive(ctx actor.Context) {
+	seqs := func(evs Events) string {
+		var s string
+		for e := range evs.All() {
+			s += fmt.Sprintf(" %d", e.Seq())
+		}
+		return s
+	}
+	switch m := ctx.Message().(type) {
+	case appendVia:
+		ctx.Request(a.session, m.msg)
+	case EventsCommitted:
+		a.got <- "ec" + seqs(m.Events)
+	case AppendReply:
+		kind := "sent"
+		if m.Delivered {
+			kind = "delivered"
+		}
+		a.got <- fmt.Sprintf("reply %d %s%s", m.Ref, kind, seqs(m.Events))
+	case Subscribed:
+		a.got <- fmt.Sprintf("subscribed %d", m.Next)
+	}
+}
+
+// A Delivering append by a subscriber is one message back, its reply
+// carrying the events in their place in the subscription's order; any
+// other append (not Delivering, or by someone who is not subscribed) is
+// delivered to the subscription as before and replied to separately.
+func TestActorDeliveringAppendRepliesInsteadOfEventsCommitted(t *testing.T) {
+	sys := testutil.NewActorSystem(t)
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	pid := spawnSession(t, sys, Config{Log: l})
+	a := &appender{session: pid, got: make(chan string, 16)}
+	apid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(apid).Wait()) })
+	next := func() string {
+		t.Helper()
+		select {
+		case s := <-a.got:
+			return s
+		case <-time.After(5 * time.Second):
+			t.Fatal("the appender got nothing more")
+			return ""
+		}
+	}
+
+	// Not yet subscribed: nothing to deliver to.
+	sys.Root.Send(apid, appendVia{NewAppend(1, userDraft(t, "0")).Delivering()})
+	require.Equal(t, "reply 1 sent 0", next())
+	sys.Root.Send(apid, appendVia{Subscribe{Subscriber: apid, From: 0}})
+	require.Equal(t, "ec 0", next())
+	require.Equal(t, "subscribed 1", next())
+
+	sys.Root.Send(apid, appendVia{NewAppend(2, userDraft(t, "1"), userDraft(t, "2")).Delivering()})
+	require.Equal(t, "reply 2 delivered 1 2", next())
+	request[AppendReply](t, sys, pid, NewAppend(3, userDraft(t, "3")).Delivering()) // not a subscriber
+	require.Equal(t, "ec 3", next())
+	sys.Root.Send(apid, appendVia{NewAppend(4, userDraft(t, "4"))})
+	require.Equal(t, "ec 4", next())
+	require.Equal(t, "reply 4 sent 4", next())
+	sys.Root.Send(apid, appendVia{NewAppend(5, userDraft(t, "5")).Delivering()})
+	require.Equal(t, "reply 5 delivered 5", next())
+	select {
+	case s := <-a.got:
+		t.Fatalf("unexpected %q", s)
+	default:
+	}
 }

@@ -69,6 +69,8 @@
 // in-process observers of [Config] (synchronously; a failure or panic is
 // contained and reported, and an observer cannot append: [ErrReentrantAppend]),
 // then to subscribers as EventsCommitted, then the append is acknowledged.
+// An Append made Delivering by a subscriber skips that subscriber's
+// EventsCommitted: its AppendReply carries the events (Delivered).
 // Nothing blocks inside Receive: every request is answered from memory.
 //
 // # Ownership and concurrency

@@ -15,8 +15,9 @@ import (
 // AppendReply with the committed events, or AppendFailed (nothing was
 // committed). Build it with NewAppend.
 type Append struct {
-	Ref    uint64
-	drafts []Draft
+	Ref     uint64
+	drafts  []Draft
+	deliver bool
 }
 
 // NewAppend returns an Append of drafts (copied).
@@ -24,14 +25,28 @@ func NewAppend(ref uint64, drafts ...Draft) Append {
 	return Append{Ref: ref, drafts: slices.Clone(drafts)}
 }
 
+// Delivering returns a with its reply delivering its events to the
+// sender's subscription: when the sender is a subscriber that has been
+// sent every event before them, they are not sent to it as an
+// EventsCommitted, and the AppendReply carries them with Delivered set.
+// A subscriber that appends (the agent, one Append per streamed chunk)
+// then gets one message per append instead of two, in the same order.
+func (a Append) Delivering() Append {
+	a.deliver = true
+	return a
+}
+
 // Drafts returns a copy of the drafts, owned by the caller.
 func (a Append) Drafts() []Draft { return slices.Clone(a.drafts) }
 
 // AppendReply acknowledges an Append: the committed events (their seqs are
-// contiguous).
+// contiguous). Delivered says that they were not sent to the sender's
+// subscription, and this reply stands for that EventsCommitted, at its
+// place in the subscription's order (see Append.Delivering).
 type AppendReply struct {
-	Ref    uint64
-	Events Events
+	Ref       uint64
+	Events    Events
+	Delivered bool
 }
 
 // AppendFailed refuses an Append; the log is unchanged.
