@@ -75,6 +75,10 @@ type SQLiteStore struct {
 	dataVersion int64
 	epoch       uint64
 	tailChecks  int // tail checks run (tests)
+	// insertFault, when set (tests), is called before each INSERT of
+	// event rows with the session and the seq of the statement's first
+	// row; an error fails the statement.
+	insertFault func(id session.SessionID, seq int64) error
 }
 
 // sqlSession is what the store knows about one session id.
@@ -574,7 +578,7 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version, created_at = excluded
 // scalar row each (repair closers). Rows go in by insertRowsMax at a time,
 // one statement each (see rowInserter).
 func (s *SQLiteStore) insertRows(ctx context.Context, q queryer, id session.SessionID, events []session.Event, pack bool) error {
-	in := rowInserter{q: q, id: id}
+	in := rowInserter{q: q, id: id, fault: s.insertFault}
 	if pack {
 		if err := packRows(events, func(r sqlRow) error { return in.add(ctx, r) }); err != nil {
 			return err
@@ -603,10 +607,11 @@ const insertRowsMax = 32
 // pending are inserted in statements of power-of-two sizes (at most a
 // few texts to prepare, each prepared once per store: stmtCache).
 type rowInserter struct {
-	q    queryer
-	id   session.SessionID
-	rows []sqlRow
-	args []any
+	q     queryer
+	id    session.SessionID
+	fault func(session.SessionID, int64) error // SQLiteStore.insertFault
+	rows  []sqlRow
+	args  []any
 }
 
 func (in *rowInserter) add(ctx context.Context, r sqlRow) error {
@@ -641,6 +646,11 @@ func (in *rowInserter) flush(ctx context.Context) error {
 				src, empty = nil, true
 			}
 			in.args = append(in.args, r.seq, r.typ, r.time, r.data, src, op, ign, empty)
+		}
+		if in.fault != nil {
+			if err := in.fault(in.id, in.rows[0].seq); err != nil {
+				return err
+			}
 		}
 		if _, err := in.q.ExecContext(ctx, insertRowsSQL(k), in.args...); err != nil {
 			return err

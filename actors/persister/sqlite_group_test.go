@@ -2,9 +2,11 @@ package persister
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -296,4 +298,92 @@ func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 	got, err := s.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
 	requireSameEvents(t, all[:11], got)
+}
+
+// TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone: a session whose
+// append fails part way through its rows (rows of its batch already
+// inserted in the group's transaction; here an injected failure of its
+// second INSERT statement) is rolled back to its savepoint: none of its
+// rows stay, nor its session row on a first append, nor its revision
+// bump, and it is cut back to its last barrier (the rows appended since
+// without durable are deleted), as after a failed Append. The other
+// sessions of the group commit. Appended again from its barrier, the
+// failed session's events are all stored.
+func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
+	ctx := t.Context()
+	s := openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{})
+	defer s.Close()
+	// Sessions 0 and 1 are stored (a durable turn, then a write-behind
+	// batch), session 2 is new; each has a long turn to append next:
+	// more rows than one INSERT statement takes.
+	f := newGroupFixture(t, s, "mid", 3)
+	var barrier, behind []int64
+	for i, b := range f.builders {
+		barrier = append(barrier, f.k1[i])
+		behind = append(behind, b.len())
+		turn := b.beginTurn("long")
+		for step := range int64(2 * insertRowsMax) { // a scalar row each
+			b.beginStep(turn, step+1)
+			b.add(session.StepEnd{Turn: turn, Step: step + 1}.Draft())
+		}
+		b.endTurn(turn)
+	}
+	first := f.firstTurns()[:2]
+	for _, err := range s.AppendGroup(ctx, first) {
+		require.NoError(t, err)
+	}
+	for i := range 2 {
+		b := f.builders[i]
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[barrier[i]:behind[i]], false))
+	}
+	before := revisionsOf(t, s)
+	group := func() []Batch {
+		return []Batch{
+			{ID: f.builders[0].id(), Events: f.builders[0].from(behind[0]), Durable: true},
+			{ID: f.builders[1].id(), Events: f.builders[1].from(behind[1]), Durable: true},
+			{ID: f.builders[2].id(), Events: f.builders[2].events(), Durable: true},
+		}
+	}
+	fault := errors.New("injected insert failure")
+	var statements []session.SessionID
+	s.mu.Lock()
+	s.insertFault = func(id session.SessionID, seq int64) error {
+		statements = append(statements, id)
+		if id != f.builders[0].id() && slices.Index(statements, id) != len(statements)-1 {
+			return fault // the session's second INSERT: its first rows are in
+		}
+		return nil
+	}
+	s.mu.Unlock()
+	errs := s.AppendGroup(ctx, group())
+	require.NoError(t, errs[0])
+	for _, i := range []int{1, 2} {
+		require.ErrorIs(t, errs[i], fault)
+		require.ErrorContains(t, errs[i], string(f.builders[i].id()))
+	}
+	got, err := s.ReadFrom(ctx, f.builders[0].id(), 0)
+	require.NoError(t, err)
+	requireSameEvents(t, f.builders[0].events(), got)
+	got, err = s.ReadFrom(ctx, f.builders[1].id(), 0)
+	require.NoError(t, err)
+	requireSameEvents(t, f.builders[1].events()[:barrier[1]], got)
+	_, err = s.ReadFrom(ctx, f.builders[2].id(), 0)
+	require.ErrorIs(t, err, ErrNotFound, "the new session's row is rolled back with its rows")
+	after := revisionsOf(t, s)
+	require.NotContains(t, after, f.builders[2].id())
+	require.NotEqual(t, before[f.builders[0].id()], after[f.builders[0].id()])
+
+	s.mu.Lock()
+	s.insertFault = nil
+	s.mu.Unlock()
+	retry := []Batch{
+		{ID: f.builders[1].id(), Events: f.builders[1].from(barrier[1]), Durable: true},
+		{ID: f.builders[2].id(), Events: f.builders[2].events(), Durable: true},
+	}
+	for _, err := range s.AppendGroup(ctx, retry) {
+		require.NoError(t, err)
+	}
+	for _, b := range f.builders {
+		requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
+	}
 }
