@@ -262,7 +262,9 @@ func remoteConfig(bind string, port int, timeout time.Duration, tc *tls.Config, 
 	}
 	opts = append(opts, remote.WithDialOptions(
 		grpc.WithTransportCredentials(creds),
+		//lint:ignore SA1019 protoactor dials with grpc.Dial, which still honours it: the dial blocks until connected or refused.
 		grpc.WithBlock(),
+		//lint:ignore SA1019 as WithBlock: a refused dial fails at once rather than retrying until the timeout.
 		grpc.FailOnNonTempDialError(true),
 		//lint:ignore SA1019 protoactor calls grpc.Dial without a context: the option is the only bound on a blocking dial.
 		grpc.WithTimeout(timeout),
