@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/inbox"
@@ -96,6 +97,19 @@ type Config struct {
 	// with the same contract (in the session actor, cheap, never blocking,
 	// failures contained); see telemetry.Observer. nil: none, at no cost.
 	Observers []telemetry.Observer
+	// Logger receives the host's log records, each with the session id
+	// ("session") when it is about one: a write failure (warn, once per
+	// run of failures; the failed retries at debug) and its recovery
+	// (info), a passivation and a resume (debug), a dropped subscriber
+	// (warn). When the host owns its actor system (System nil), protoactor's
+	// own records go here too, all at debug level. nil: discarded.
+	Logger *slog.Logger
+	// MeterProvider receives the host's metrics (telemetry.Metrics: the
+	// event-derived counts through an Observer, the host's gauges, the
+	// turn-end flush latency, write failures, model-call queue wait).
+	// nil: no instrument is created and nothing is installed on the
+	// session path.
+	MeterProvider metric.MeterProvider
 	// OnObserverFailure, when set, receives every contained observer
 	// failure of a session (session.Config.OnObserverFailure), inside the
 	// session actor; it must not block. nil: logged at warn level. Should
@@ -186,6 +200,19 @@ var (
 
 // quietLogger discards protoactor's logging.
 func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// NewSystem returns an actor system whose own log records go to logger at
+// debug level (telemetry.DebugHandler): protoactor logs routine events
+// (an actor restarting, a dead letter) at info and above, which would
+// drown a host's records. nil logger: silenced, as NewQuietSystem.
+func NewSystem(logger *slog.Logger) *actor.ActorSystem {
+	if logger == nil {
+		return NewQuietSystem()
+	}
+	l := slog.New(telemetry.DebugHandler(logger.Handler())).With("lib", "protoactor")
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return l }),
+		actor.WithDeadLetterThrottleInterval(time.Millisecond))
+}
 
 // NewQuietSystem returns an actor system whose own logging is silenced,
 // as the host makes when Config.System is nil.

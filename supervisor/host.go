@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/telemetry"
 )
 
 // Host runs many sessions in one process. It is safe for concurrent use.
@@ -35,9 +37,12 @@ type Host struct {
 	// testObserve, set by tests before any session starts, is called by
 	// every session's observer (fault injection).
 	testObserve func(session.Event)
-	limit       *limitedProvider // nil when MaxConcurrentModelCalls is 0
-	workers     *workers         // runs the mailboxes of the actors spawned here
-	passWG      sync.WaitGroup   // passivation goroutines (timer callbacks)
+	limit       *limitedProvider   // nil when MaxConcurrentModelCalls is 0
+	logger      *slog.Logger       // never nil
+	metrics     *telemetry.Metrics // nil without Config.MeterProvider
+	unobserve   func() error       // unregisters the host gauges
+	workers     *workers           // runs the mailboxes of the actors spawned here
+	passWG      sync.WaitGroup     // passivation goroutines (timer callbacks)
 
 	mu         sync.Mutex
 	closed     bool
@@ -114,8 +119,21 @@ func Open(cfg Config) (*Host, error) {
 			h.cfg.Model = m.Model()
 		}
 	}
+	h.logger = cfg.Logger
+	if h.logger == nil {
+		h.logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MeterProvider != nil {
+		m, err := telemetry.NewMetrics(cfg.MeterProvider)
+		if err != nil {
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+		h.metrics = m
+		h.cfg.Observers = append(slices.Clip(h.cfg.Observers), m)
+	}
 	if cfg.MaxConcurrentModelCalls > 0 {
 		h.limit = newLimitedProvider(h.cfg.Provider, cfg.MaxConcurrentModelCalls)
+		h.limit.metrics = h.metrics
 		h.cfg.Provider = h.limit
 	}
 	switch {
@@ -139,7 +157,7 @@ func Open(cfg Config) (*Host, error) {
 	}
 	h.sys = cfg.System
 	if h.sys == nil {
-		h.sys = NewQuietSystem()
+		h.sys = NewSystem(cfg.Logger)
 		h.ownSys = true
 	}
 	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(actor.WithDispatcher(h.workers)), h.name+"/persister")
@@ -153,7 +171,41 @@ func Open(cfg Config) (*Host, error) {
 		h.shutdown()
 		return nil, err
 	}
+	if h.metrics != nil {
+		h.unobserve, err = h.metrics.ObserveHost(h.readings)
+		if err != nil {
+			_ = h.sys.Root.PoisonFuture(h.notices).Wait()
+			_ = h.sys.Root.PoisonFuture(h.persister).Wait()
+			h.shutdown()
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+	}
 	return h, nil
+}
+
+// readings are the host's gauges (telemetry.HostReadings), read at each
+// metrics collection.
+func (h *Host) readings() telemetry.HostReadings {
+	var r telemetry.HostReadings
+	h.mu.Lock()
+	r.Passivated = int64(len(h.parked))
+	for _, e := range h.sessions {
+		select {
+		case <-e.ready:
+		default:
+			continue
+		}
+		if e.err != nil {
+			continue
+		}
+		r.Resident++
+		r.DurableLag += max(e.events.Load()-1-e.durable.Load(), 0)
+	}
+	h.mu.Unlock()
+	if h.limit != nil {
+		r.Queued = h.limit.waiting.Load()
+	}
+	return r
 }
 
 func (h *Host) shutdown() {
@@ -316,6 +368,7 @@ func (h *Host) get(ctx context.Context, id session.SessionID, load bool) (*entry
 	if err := h.start(ctx, e, l, int64(len(st.Events))); err != nil {
 		return nil, err
 	}
+	h.logger.Debug("session resumed", "session", string(id), "events", len(st.Events))
 	return e, nil
 }
 
@@ -517,20 +570,38 @@ func (h *Host) onNotice(ctx actor.Context) {
 			return
 		}
 		e.durable.Store(m.Seq)
-		e.clearFailure(m.Seq)
+		if e.clearFailure(m.Seq) {
+			h.logger.Info("session write recovered", "session", string(m.ID), "durable", m.Seq)
+		}
 		if m.Seq >= e.turnEndSeq.Load() {
-			if at := e.turnEndAt.Swap(0); at != 0 && h.cfg.OnTurnDurable != nil {
-				h.cfg.OnTurnDurable(m.ID, m.Seq, time.Since(h.epoch)-time.Duration(at))
+			if at := e.turnEndAt.Swap(0); at != 0 && (h.cfg.OnTurnDurable != nil || h.metrics != nil) {
+				d := time.Since(h.epoch) - time.Duration(at)
+				if h.metrics != nil {
+					h.metrics.TurnDurable(d)
+				}
+				if h.cfg.OnTurnDurable != nil {
+					h.cfg.OnTurnDurable(m.ID, m.Seq, d)
+				}
 			}
 		}
 	case persister.WriteFailed:
-		// The one place a host hears of write failures and retries (a
-		// logger, once the host has one, logs here: the session, m.Err,
-		// m.Attempt and m.RetryIn; and the Retrying case below).
+		// The one place a host hears of write failures and retries. A
+		// run of failures is one warning (its first); the failed
+		// retries after it are at debug, and the write that succeeds
+		// is the info record of the recovery (Durable, above).
 		e := h.entryOf(m.ID)
 		if e != nil {
 			e.writeFailures.Add(1)
 			e.setFailure(m.Err, e.durable.Load())
+		}
+		level := slog.LevelWarn
+		if m.Attempt > 1 {
+			level = slog.LevelDebug
+		}
+		h.logger.Log(context.Background(), level, "session write failed", "session", string(m.ID),
+			"attempt", m.Attempt, "retry_in", m.RetryIn, "err", m.Err)
+		if h.metrics != nil {
+			h.metrics.WriteFailed()
 		}
 		if h.cfg.OnWriteFailed != nil {
 			h.cfg.OnWriteFailed(m.ID, m.Err)
@@ -1014,6 +1085,10 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	if h.ownSys {
 		h.sys.Shutdown()
+	}
+	if h.metrics != nil {
+		_ = h.unobserve()
+		_ = h.metrics.Close()
 	}
 	if err := h.workers.close(ctx); err != nil {
 		errs = append(errs, err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"iter"
 	"sync/atomic"
+	"time"
 
 	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/telemetry"
 )
 
 // limitedProvider bounds the model calls open at once across the host
@@ -18,6 +20,7 @@ type limitedProvider struct {
 	slots   chan struct{}
 	waiting atomic.Int64
 	open    atomic.Int64
+	metrics *telemetry.Metrics // nil: the queue wait is not recorded
 }
 
 func newLimitedProvider(p llm.Provider, n int) *limitedProvider {
@@ -35,9 +38,16 @@ func (l *limitedProvider) Model() string {
 func (l *limitedProvider) Stream(ctx context.Context, req llm.Request) iter.Seq2[messages.StreamChunk, error] {
 	return func(yield func(messages.StreamChunk, error) bool) {
 		l.waiting.Add(1)
+		var since time.Time
+		if l.metrics != nil {
+			since = time.Now()
+		}
 		select {
 		case l.slots <- struct{}{}:
 			l.waiting.Add(-1)
+			if l.metrics != nil {
+				l.metrics.QueueWait(time.Since(since))
+			}
 		case <-ctx.Done():
 			l.waiting.Add(-1)
 			yield(messages.StreamChunk{}, context.Cause(ctx))

@@ -49,13 +49,16 @@ func (e *entry) setFailure(err error, durable int64) {
 	e.writeErr, e.failDurable = err, durable
 }
 
-// clearFailure forgets a write failure once the watermark moved past it.
-func (e *entry) clearFailure(durable int64) {
+// clearFailure forgets a write failure once the watermark moved past it,
+// and reports whether it did (the session recovered).
+func (e *entry) clearFailure(durable int64) bool {
 	e.failMu.Lock()
+	defer e.failMu.Unlock()
 	if e.writeErr != nil && durable > e.failDurable {
 		e.writeErr = nil
+		return true
 	}
-	e.failMu.Unlock()
+	return false
 }
 
 // failure returns the write failure that keeps the session closed, or nil.
@@ -179,6 +182,7 @@ func (h *Host) tryPassivate(e *entry) {
 		st.Resident, st.ResidentBytes, st.Durable = false, 0, -1
 		h.parked[e.id] = st
 		h.passivated++
+		h.logger.Debug("session passivated", "session", string(e.id))
 	} else {
 		h.armIdleLocked(e, timeout)
 	}

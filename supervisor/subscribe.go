@@ -114,6 +114,7 @@ func (a *subActor) Receive(ctx actor.Context) {
 			case a.ch <- ev:
 			default:
 				a.dropped = true
+				a.s.h.logger.Warn("subscriber dropped: too slow", "session", string(a.s.e.id), "buffer", a.s.h.cfg.SubscriberBuffer)
 				a.s.fail(ErrSlowSubscriber)
 				ctx.Send(a.sess, session.Unsubscribe{Subscriber: ctx.Self()})
 				a.close()

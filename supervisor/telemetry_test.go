@@ -1,0 +1,276 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/llm/synthetic"
+	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/telemetry"
+)
+
+// echoTool answers its arguments.
+type echoTool struct{}
+
+func (echoTool) Name() string { return "echo" }
+func (echoTool) Schema() messages.ToolSchema {
+	return messages.ToolSchema{Name: "echo", Description: "echoes", Parameters: messages.MustParseJSON(`{"type":"object"}`)}
+}
+func (echoTool) Mode(messages.JSON) agent.Mode { return agent.Parallel }
+func (echoTool) Execute(_ context.Context, c agent.Call) (agent.Result, error) {
+	return agent.Result{Content: []messages.ContentBlock{messages.TextBlock("echo")}}, nil
+}
+
+// scrape fetches url and parses it with Prometheus' own text parser.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// sample returns the value of the family's sample whose labels include
+// want (a counter's or gauge's value, a histogram's count), and whether
+// there is one; several matching samples are summed.
+func sample(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	var sum float64
+	found := false
+next:
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		found = true
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return sum, found
+}
+
+// The metrics are the log's: after scripted turns (two steps each, a tool
+// call between them), a Prometheus scrape of the host's instruments,
+// parsed with Prometheus' own parser, counts exactly the turns, chunks,
+// tokens, tool calls and events by type that the session's log holds, and
+// the histograms count one sample per model call (time to first token),
+// per tool call and per turn (the turn-end flush).
+func TestMetricsScrapeCountsTheLog(t *testing.T) {
+	ctx := testCtx(t)
+	mp, err := telemetry.NewMeterProvider(ctx, telemetry.ExportConfig{Prometheus: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, mp.Shutdown(ctx)) }()
+	srv := httptest.NewServer(mp.Handler())
+	defer srv.Close()
+
+	model, err := synthetic.New(synthetic.Config{Seed: 3, TextChunks: 12, ReasoningChunks: 3, ReasoningRate: 0.5, ToolCallRate: 1})
+	require.NoError(t, err)
+	tools, err := agent.NewRegistry(echoTool{})
+	require.NoError(t, err)
+	h := openHost(t, Config{Dir: t.TempDir(), Provider: model, Tools: tools, MeterProvider: mp})
+	defer func() { require.NoError(t, h.Close(ctx)) }()
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	const turns = 3
+	for i := range turns {
+		require.NoError(t, h.Followup(ctx, id, userMsg(t, "go "+string(rune('a'+i)))))
+		require.NoError(t, h.WaitIdle(ctx, id))
+	}
+	evs, err := h.Events(ctx, id, 0)
+	require.NoError(t, err)
+
+	byType := map[session.EventType]int{}
+	var usage messages.TokenUsage
+	var calls int // assistant messages: model calls that ended ok
+	for ev := range evs.All() {
+		byType[ev.Type()]++
+		if p, ok := ev.Payload().(session.AssistantMessage); ok {
+			calls++
+			require.True(t, p.HasUsage)
+			usage.InputTokens += p.Usage.InputTokens
+			usage.OutputTokens += p.Usage.OutputTokens
+		}
+	}
+	require.Equal(t, turns, byType[session.TypeTurnEnd])
+	require.Equal(t, turns, byType[session.TypeToolResult], "one tool call per turn")
+	require.Equal(t, 2*turns, calls, "two steps per turn")
+
+	// The persister's Durable notice of the last turn end reaches the
+	// host asynchronously (WaitIdle has its own answer): wait for it.
+	var fams map[string]*dto.MetricFamily
+	eventually(t, "the last turn end's flush recorded", func() bool {
+		fams = scrape(t, srv.URL)
+		n, _ := sample(fams, "dsh_turn_end_flush_duration_seconds", nil)
+		return n >= turns
+	})
+	val := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		v, ok := sample(fams, name, labels)
+		require.True(t, ok, "%s %v in the scrape", name, labels)
+		return v
+	}
+	require.EqualValues(t, turns, val("dsh_turns_started_total", nil))
+	require.EqualValues(t, turns, val("dsh_turns_ended_total", map[string]string{"reason": "completed"}))
+	require.EqualValues(t, turns, val("dsh_turn_duration_seconds", map[string]string{"reason": "completed"}))
+	require.EqualValues(t, byType[session.TypeAssistantChunk], val("dsh_model_chunks_total", nil))
+	for typ, n := range byType {
+		require.EqualValues(t, n, val("dsh_events_appended_total", map[string]string{"type": string(typ)}), "events of type %s", typ)
+	}
+	require.EqualValues(t, usage.InputTokens, val("dsh_model_tokens_total", map[string]string{"kind": "input"}))
+	require.EqualValues(t, usage.OutputTokens, val("dsh_model_tokens_total", map[string]string{"kind": "output"}))
+	require.EqualValues(t, calls, val("dsh_model_calls_total", map[string]string{"outcome": "ok"}))
+	require.EqualValues(t, calls, val("dsh_model_time_to_first_token_seconds", nil), "one first token per model call")
+	require.EqualValues(t, turns, val("dsh_tool_calls_total", map[string]string{"tool": "echo", "outcome": "ok"}))
+	require.EqualValues(t, turns, val("dsh_tool_duration_seconds", map[string]string{"tool": "echo", "outcome": "ok"}))
+	require.EqualValues(t, turns, val("dsh_turn_end_flush_duration_seconds", nil), "one flush per turn end")
+	require.EqualValues(t, 0, val("dsh_model_calls_open", nil))
+	require.EqualValues(t, 1, val("dsh_sessions_resident", nil))
+	require.EqualValues(t, 0, val("dsh_sessions_passivated", nil))
+	_, failures := sample(fams, "dsh_persister_write_failures_total", nil)
+	require.False(t, failures, "no write failed")
+}
+
+// recordingHandler keeps every record it is given.
+type recordingHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recordingHandler) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.records = append(r.records, rec.Clone())
+	r.mu.Unlock()
+	return nil
+}
+func (r *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recordingHandler) WithGroup(string) slog.Handler      { return r }
+
+// atLevel returns the records logged at level.
+func (r *recordingHandler) atLevel(level slog.Level) []slog.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []slog.Record
+	for _, rec := range r.records {
+		if rec.Level == level {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+func attrOf(rec slog.Record, key string) string {
+	var v string
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+// A store that fails several writes in a row (the turn end's and the
+// background retries') and then recovers gives exactly one warn record
+// (the failure) and one info record (the recovery), each naming the
+// session; the failed retries are at debug.
+func TestLogWriteFailureOnceAndItsRecovery(t *testing.T) {
+	ctx := testCtx(t)
+	fsys := newDiskFull()
+	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys})
+	require.NoError(t, err)
+	rec := &recordingHandler{}
+	h := openHost(t, Config{Store: store, Window: time.Hour, WriteRetryMin: time.Millisecond, WriteRetryMax: 5 * time.Millisecond,
+		Logger: slog.New(rec)})
+	defer func() { require.NoError(t, h.Close(ctx)) }()
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
+	require.NoError(t, h.WaitIdle(ctx, id))
+
+	fsys.full.Store(true)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "two")))
+	require.ErrorIs(t, h.WaitIdle(ctx, id), syscall.ENOSPC)
+	eventually(t, "three failed writes", func() bool {
+		st, err := h.Stats(id)
+		require.NoError(t, err)
+		return st.WriteFailures >= 3
+	})
+	fsys.full.Store(false)
+	followupAccepted(t, h, id, "three")
+	require.NoError(t, h.WaitIdle(ctx, id))
+
+	warns := rec.atLevel(slog.LevelWarn)
+	require.Len(t, warns, 1, "one warning for the run of failures")
+	require.Equal(t, string(id), attrOf(warns[0], "session"))
+	require.Contains(t, attrOf(warns[0], "err"), syscall.ENOSPC.Error())
+	infos := rec.atLevel(slog.LevelInfo)
+	require.Len(t, infos, 1, "one info record for the recovery")
+	require.Equal(t, "session write recovered", infos[0].Message)
+	require.Equal(t, string(id), attrOf(infos[0], "session"))
+	require.NotEmpty(t, rec.atLevel(slog.LevelDebug), "the failed retries")
+	require.Empty(t, rec.atLevel(slog.LevelError))
+}
+
+// protoactor's own records reach Config.Logger at debug level only.
+func TestProtoactorLogsAtDebug(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+	sys := NewSystem(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	defer sys.Shutdown()
+	sys.Logger().Info("an info record of protoactor")
+	sys.Logger().Error("an error record of protoactor")
+	mu.Lock()
+	require.Empty(t, buf.String(), "nothing above debug at info level")
+	mu.Unlock()
+
+	buf.Reset()
+	sys2 := NewSystem(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer sys2.Shutdown()
+	sys = sys2
+	sys.Logger().Error("an error record of protoactor")
+	mu.Lock()
+	require.Contains(t, buf.String(), "level=DEBUG")
+	require.Contains(t, buf.String(), "an error record of protoactor")
+	mu.Unlock()
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
