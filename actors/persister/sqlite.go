@@ -785,20 +785,40 @@ func (s *SQLiteStore) tailNext(ctx context.Context, q queryer, id session.Sessio
 	if err != nil {
 		return 0, err
 	}
+	next, missed, err := s.checkSpan(id, span, base)
+	if err != nil && missed && base > 0 {
+		// A row of an older shape needed an event before the span to
+		// migrate (a replacing tool result's start node): check from the
+		// start.
+		if span, err = s.selectRows(ctx, q, id, 0); err != nil {
+			return 0, err
+		}
+		next, _, err = s.checkSpan(id, span, 0)
+	}
+	return next, err
+}
+
+// checkSpan checks the rows of a tail span from seq base on decode and
+// are gapless, returning the next seq; missed says a row of an older
+// shape looked for an event before it that the span does not hold.
+func (s *SQLiteStore) checkSpan(id session.SessionID, span []sqlRow, base int64) (int64, bool, error) {
 	expected := base
-	var buf []session.Event
+	var all []session.Event
+	lg := &legacyRows{id: id}
 	for _, r := range span {
-		buf, err = decodeSQLRow(buf[:0], r)
-		if err == nil && (len(buf) == 0 || buf[0].Seq() != expected) {
+		n := len(all)
+		var err error
+		all, err = decodeStoredRow(all, r, lg)
+		if err == nil && (len(all) == n || all[n].Seq() != expected) {
 			err = fmt.Errorf("seq gap: want %d", expected)
 		}
 		if err != nil {
-			return 0, &session.CorruptError{Path: s.path, Offset: -1, Seq: r.seq,
+			return 0, lg.missed, &session.CorruptError{Path: s.path, Offset: -1, Seq: r.seq,
 				Err: fmt.Errorf("session %s has an invalid physical tail at seq %d: %w", id, r.seq, err)}
 		}
-		expected = buf[len(buf)-1].Seq() + 1
+		expected = all[len(all)-1].Seq() + 1
 	}
-	return expected, nil
+	return expected, lg.missed, nil
 }
 
 // anchor returns the seq the rows of a read from seq from must start at:
@@ -891,20 +911,24 @@ type scanned struct {
 	torn  int64
 	next  int64
 	cause error
+	// upgraded and missed are the scan's legacyRows flags.
+	upgraded, missed bool
 }
 
 // scanRows applies the recovery rules to a session's rows from seq base
 // on: rows must decode and continue the seqs; a bad row followed by a row
 // holding a turn/end is committed corruption (an error), a bad row after
-// the last such row starts a torn tail, which is dropped.
+// the last such row starts a torn tail, which is dropped. Rows of older
+// shapes are migrated, as the JSONL reader migrates lines (legacyRows).
 func (s *SQLiteStore) scanRows(id session.SessionID, rows []sqlRow, base int64) (scanned, error) {
 	var all []session.Event
 	spans := make([][2]int, len(rows))
 	errs := make([]error, len(rows))
 	lastEnd := -1
+	lg := &legacyRows{id: id}
 	for i, r := range rows {
 		start := len(all)
-		all, errs[i] = decodeSQLRow(all, r)
+		all, errs[i] = decodeStoredRow(all, r, lg)
 		spans[i] = [2]int{start, len(all)}
 		if errs[i] == nil {
 			for _, e := range all[start:] {
@@ -914,7 +938,7 @@ func (s *SQLiteStore) scanRows(id session.SessionID, rows []sqlRow, base int64) 
 			}
 		}
 	}
-	out := scanned{torn: -1}
+	out := scanned{torn: -1, upgraded: lg.upgraded, missed: lg.missed}
 	expected := base
 	for i, r := range rows {
 		err := errs[i]
@@ -924,7 +948,7 @@ func (s *SQLiteStore) scanRows(id session.SessionID, rows []sqlRow, base int64) 
 		}
 		if err != nil {
 			if i <= lastEnd {
-				return scanned{}, &session.CorruptError{Path: s.path, Offset: -1, Seq: r.seq,
+				return scanned{missed: lg.missed}, &session.CorruptError{Path: s.path, Offset: -1, Seq: r.seq,
 					Err: fmt.Errorf("corrupt session log %s: invalid committed physical row at seq %d: %w", id, r.seq, err)}
 			}
 			out.torn, out.next, out.cause = r.seq, expected, err
@@ -1167,6 +1191,15 @@ func (s *SQLiteStore) ReadFrom(ctx context.Context, id session.SessionID, from i
 			return err
 		}
 		sc, err := s.scanRows(id, rows, base)
+		if sc.missed && base > 0 {
+			// A row of an older shape needed an event before base to
+			// migrate (a replacing tool result's start node): read from
+			// the start, so that the suffix is what a load reads.
+			if rows, err = s.selectRows(ctx, s.conn, id, 0); err != nil {
+				return err
+			}
+			sc, err = s.scanRows(id, rows, 0)
+		}
 		if err != nil {
 			return err
 		}

@@ -353,6 +353,24 @@ func (e *rowError) Unwrap() error { return e.err }
 // decodeSQLRow appends the logical events of r to dst. A packed row is
 // all or nothing: on error dst is returned as it was.
 func decodeSQLRow(dst []session.Event, r sqlRow) ([]session.Event, error) {
+	return decodeStoredRow(dst, r, nil)
+}
+
+// legacyRows has the reads of a session's rows migrate older shapes
+// (docs/log-format.md, "Older shapes"), as the JSONL reader does.
+type legacyRows struct {
+	id session.SessionID
+	// upgraded says a row was an older shape, migrated; missed that a
+	// migration looked for an earlier event not decoded before it (a read
+	// that starts past it must read from the start).
+	upgraded, missed bool
+}
+
+// decodeStoredRow is decodeSQLRow that, with lg set, migrates a scalar
+// row of an older shape (session.DecodeStoredEvent); an earlier event it
+// needs (a replacing tool result's start node) is looked up in dst, the
+// events decoded before it.
+func decodeStoredRow(dst []session.Event, r sqlRow, lg *legacyRows) ([]session.Event, error) {
 	fail := func(format string, args ...any) ([]session.Event, error) {
 		return dst, &rowError{typ: r.typ, err: fmt.Errorf(format, args...)}
 	}
@@ -416,11 +434,33 @@ func decodeSQLRow(dst []session.Event, r sqlRow) ([]session.Event, error) {
 		line = append(line, `,"ignorable":true`...)
 	}
 	line = append(line, '}')
-	e, err := session.DecodeEvent(line)
+	if lg == nil {
+		e, err := session.DecodeEvent(line)
+		if err != nil {
+			return fail("%w", err)
+		}
+		return append(dst, e), nil
+	}
+	e, upgraded, err := session.DecodeStoredEvent(line, lg.id, func(seq int64) (session.Event, bool) {
+		e, ok := eventAt(dst, seq)
+		lg.missed = lg.missed || !ok
+		return e, ok
+	})
 	if err != nil {
 		return fail("%w", err)
 	}
+	lg.upgraded = lg.upgraded || upgraded
 	return append(dst, e), nil
+}
+
+// eventAt returns the last event of evs at seq.
+func eventAt(evs []session.Event, seq int64) (session.Event, bool) {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Seq() == seq {
+			return evs[i], true
+		}
+	}
+	return session.Event{}, false
 }
 
 // decodePacked expands a packed row (ignorable 0).
