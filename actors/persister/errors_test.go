@@ -60,7 +60,6 @@ func TestJSONLLoadOfAnEmptyArtifactNamesThePathOnce(t *testing.T) {
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
 	path := s.Locate(b.header())
-	require.NoError(t, s.Release(b.id()))
 	f, err := m.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())

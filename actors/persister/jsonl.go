@@ -643,8 +643,8 @@ func (s *JSONLStore) writerLock(st *jsonlSession, dir string) error {
 // Release ends the store's hold on id (see Writer): it removes what a
 // failed append left (keeping the lock if that fails), syncs what appends
 // without durable wrote (cutting it back and keeping the lock if that
-// fails), releases the writer lock, and drops the cached handle and what
-// it knew of the file.
+// fails), releases the writer lock, and drops the cached handle and
+// everything it knew of the session (see forget).
 func (s *JSONLStore) Release(id session.SessionID) error {
 	st, err := s.lock(id)
 	if err != nil {
@@ -665,16 +665,34 @@ func (s *JSONLStore) Release(id session.SessionID) error {
 		s.dropHandle(st.path)
 	}
 	if st.held == nil {
+		s.forget(st)
 		return nil
 	}
 	// The descriptor is closed, and the lock with it, even when Close
 	// reports an error.
 	err = st.held.Release()
 	st.held = nil
+	s.forget(st)
 	if err != nil {
 		return fmt.Errorf("persister: release %s: %w", id, err)
 	}
 	return nil
+}
+
+// forget drops what the store knows of a released session that holds
+// nothing (no lock, nothing to remove), so that unlock deletes its entry:
+// a host that passivates sessions one after another keeps none of them
+// here. Its path (found again on the next operation, as for an id never
+// seen) and the mark that its directory's entry was synced go too: that
+// mark serves only the session's first write, which is behind it.
+func (s *JSONLStore) forget(st *jsonlSession) {
+	if st.registered || st.path == "" || st.held != nil || st.dirty || st.orphan != "" {
+		return
+	}
+	s.mu.Lock()
+	delete(s.synced, filepath.Dir(st.path))
+	s.mu.Unlock()
+	st.path = ""
 }
 
 // syncUnsynced is the barrier of Release: it syncs st's file if appends
