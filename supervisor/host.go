@@ -48,8 +48,8 @@ type Host struct {
 	closed     bool
 	sessions   map[session.SessionID]*entry
 	subs       map[*Subscription]struct{}
-	parked     map[session.SessionID]Stats // counters of passivated sessions
-	passivated int64                       // passivations so far
+	parked     map[session.SessionID]parkedStats // counters of passivated and evicted sessions
+	passivated int64                             // passivations so far
 }
 
 var hostSeq atomic.Uint64
@@ -95,7 +95,7 @@ func Open(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*Subscription]struct{}{},
-		parked: map[session.SessionID]Stats{}, name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now(),
+		parked: map[session.SessionID]parkedStats{}, name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now(),
 		workers: &workers{}}
 	if h.cfg.RequestTimeout == 0 {
 		h.cfg.RequestTimeout = DefaultRequestTimeout
@@ -499,7 +499,8 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		return err
 	}
 	h.mu.Lock()
-	if st, ok := h.parked[e.id]; ok {
+	if p, ok := h.parked[e.id]; ok {
+		st := p.stats()
 		e.writeFailures.Store(st.WriteFailures)
 		e.writeRetries.Store(st.WriteRetries)
 	}
@@ -992,10 +993,10 @@ func (h *Host) Stats(id session.SessionID) (Stats, error) {
 	e, err := h.resident(id)
 	if err != nil {
 		h.mu.Lock()
-		st, ok := h.parked[id]
+		p, ok := h.parked[id]
 		h.mu.Unlock()
 		if ok {
-			return st, nil
+			return p.stats(), nil
 		}
 		return Stats{}, err
 	}

@@ -178,9 +178,7 @@ func (h *Host) tryPassivate(e *entry) {
 	h.mu.Lock()
 	if err == nil {
 		delete(h.sessions, e.id)
-		st := e.stats()
-		st.Resident, st.ResidentBytes, st.Durable = false, 0, -1
-		h.parked[e.id] = st
+		h.parked[e.id] = packStats(e.stats())
 		h.passivated++
 		h.logger.Debug("session passivated", "session", string(e.id))
 	} else {
@@ -288,9 +286,7 @@ func (h *Host) Evict(ctx context.Context, id session.SessionID) error {
 		delete(h.sessions, id)
 	}
 	if e.err == nil {
-		st := e.stats()
-		st.Resident, st.ResidentBytes, st.Durable = false, 0, -1
-		h.parked[id] = st
+		h.parked[id] = packStats(e.stats())
 	}
 	e.passivating = nil
 	close(done)
