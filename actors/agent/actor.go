@@ -138,19 +138,29 @@ type Config struct {
 
 // Validate reports a missing session, provider or model.
 func (c Config) Validate() error {
+	if c.Session == nil {
+		return errNoSession
+	}
+	_, err := c.prepare()
+	return err
+}
+
+var errNoSession = errors.New("agent: config needs a session PID")
+
+// prepare checks everything but Session and derives the core's
+// configuration, validated.
+func (c Config) prepare() (*driverShared, error) {
 	switch {
-	case c.Session == nil:
-		return errors.New("agent: config needs a session PID")
 	case c.Provider == nil:
-		return errors.New("agent: config needs a provider")
+		return nil, errors.New("agent: config needs a provider")
 	case c.Model == "":
-		return errors.New("agent: config needs a model")
+		return nil, errors.New("agent: config needs a model")
 	}
 	dc, err := c.driverConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return dc.Validate()
+	return newDriverShared(dc)
 }
 
 // driverConfig derives the core's configuration. It asks the tools for
@@ -190,17 +200,53 @@ func recoverHook(name string, err *error) {
 	}
 }
 
-// Props returns the props of an agent actor.
+// Props returns the props of an agent actor. Props that make many agents
+// of one configuration (a host's sessions) use a Template instead.
 func Props(cfg Config) (*actor.Props, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	if cfg.Session == nil {
+		return nil, errNoSession
 	}
-	dc, err := cfg.driverConfig()
+	t, err := NewTemplate(cfg)
 	if err != nil {
 		return nil, err
 	}
-	lin := &lineage{carried: map[string]carried{}}
-	return actor.PropsFromProducer(func() actor.Actor { return &agentActor{cfg: cfg, dcfg: dc, lin: lin} }), nil
+	return t.Props(cfg.Session)
+}
+
+// Template is an agent configuration prepared once for many agents: it is
+// validated and its driver configuration derived once, and every agent
+// made from it (Template.Props) reads it, shared, instead of holding
+// copies of its own (over a kilobyte per agent, which a host with
+// thousands of idle resident sessions paid for each). A Template is
+// immutable and safe for concurrent use.
+type Template struct {
+	cfg    Config // Session unset: each agent names its own
+	driver *driverShared
+}
+
+// NewTemplate prepares cfg for Template.Props. cfg.Session is not used
+// (each agent's is given to Props); the rest is checked as Validate does.
+func NewTemplate(cfg Config) (*Template, error) {
+	cfg.Session = nil
+	ds, err := cfg.prepare()
+	if err != nil {
+		return nil, err
+	}
+	return &Template{cfg: cfg, driver: ds}, nil
+}
+
+// Props returns the props of an agent actor of t writing to the session
+// actor session.
+func (t *Template) Props(session *actor.PID) (*actor.Props, error) {
+	if session == nil {
+		return nil, errNoSession
+	}
+	lin := &lineage{}
+	return actor.PropsFromProducer(func() actor.Actor { return newAgentActor(t, session, lin) }), nil
+}
+
+func newAgentActor(t *Template, session *actor.PID, lin *lineage) *agentActor {
+	return &agentActor{cfg: &t.cfg, driver: t.driver, session: session, lin: lin}
 }
 
 // refShift splits a ref into its incarnation (the high bits) and a
@@ -218,7 +264,7 @@ const refShift = 40
 type lineage struct {
 	mu      sync.Mutex
 	epochs  uint64
-	carried map[string]carried
+	carried map[string]carried // nil until a restart hands something over
 }
 
 // carried is what survives a restart: the callers of forwarded sends
@@ -238,6 +284,9 @@ func (l *lineage) nextEpoch() uint64 {
 func (l *lineage) put(id string, c carried) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.carried == nil {
+		l.carried = map[string]carried{}
+	}
 	l.carried[id] = c
 }
 
@@ -297,14 +346,15 @@ type caller struct {
 // Receive, except what the goroutines capture (immutable values, the
 // root context, and wg, which is safe for concurrent use).
 type agentActor struct {
-	cfg   Config
-	dcfg  DriverConfig // cfg's core configuration, derived once by Props
-	lin   *lineage
-	epoch uint64
-	d     *Driver
-	inbox *actor.PID
-	self  *actor.PID
-	root  *actor.RootContext
+	cfg     *Config       // the Template's, shared: read only (its Session is nil)
+	driver  *driverShared // the Template's core configuration, shared
+	session *actor.PID    // the session actor the agent writes to
+	lin     *lineage
+	epoch   uint64
+	d       *Driver
+	inbox   *actor.PID
+	self    *actor.PID
+	root    *actor.RootContext
 
 	refs        uint64
 	headerRef   uint64
@@ -329,9 +379,8 @@ type agentActor struct {
 	maint    *caller           // the running maintenance task's caller
 	stream   *actor.PID
 
-	life         context.Context // cancelled at Stopping
-	lifeCancel   context.CancelFunc
-	signal       context.Context // the running turn's abort signal
+	stopped      bool            // Stopping or Restarting came: every signal made is cancelled
+	signal       context.Context // the running turn's abort signal; nil until needed (abortSignal)
 	signalCancel context.CancelFunc
 	timer        *time.Timer
 	wg           sync.WaitGroup // tool and hook goroutines
@@ -386,11 +435,11 @@ func (a *agentActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.start(ctx)
 	case *actor.Stopping:
-		a.lifeCancel()
+		a.stop()
 		if a.timer != nil {
 			a.timer.Stop()
 		}
-		ctx.Send(a.cfg.Session, session.Unsubscribe{Subscriber: ctx.Self()})
+		ctx.Send(a.session, session.Unsubscribe{Subscriber: ctx.Self()})
 	case *actor.Stopped:
 		a.wg.Wait()
 	case *actor.Restarting:
@@ -615,7 +664,7 @@ func (a *agentActor) repair(ctx actor.Context) {
 	}
 	a.repairing = true
 	a.repairRef = a.nextRef()
-	ctx.Request(a.cfg.Session, session.NewAppend(a.repairRef, drafts...))
+	ctx.Request(a.session, session.NewAppend(a.repairRef, drafts...))
 }
 
 // build makes the driver once the log is replayed and balanced.
@@ -629,7 +678,7 @@ func (a *agentActor) build(ctx actor.Context) {
 		}
 		a.repairing = false
 	}
-	d, err := NewDriver(a.dcfg, a.header, a.past)
+	d, err := newDriver(a.driver, a.header, a.past)
 	if err != nil {
 		panic(err)
 	}
@@ -648,9 +697,7 @@ func (a *agentActor) build(ctx actor.Context) {
 // their senders, forwarded sends are carried (see carried); and it
 // answers what cannot survive (Compact, maintenance) with errRestarted.
 func (a *agentActor) restarting(ctx actor.Context) {
-	if a.lifeCancel != nil {
-		a.lifeCancel()
-	}
+	a.stop()
 	if a.timer != nil {
 		a.timer.Stop()
 	}
@@ -669,20 +716,43 @@ func (a *agentActor) restarting(ctx actor.Context) {
 	if c := a.maint; c != nil && c.pid != nil {
 		ctx.Send(c.pid, MaintenanceDone{Ref: c.ref, Err: errRestarted})
 	}
-	a.lin.put(ctx.Self().String(), carried{sends: a.sends})
+	if len(a.sends) > 0 {
+		a.lin.put(ctx.Self().String(), carried{sends: a.sends})
+	}
+}
+
+// stop cancels the abort signal for good: the goroutines the agent
+// started are told to return, and any it starts from now on are born
+// cancelled.
+func (a *agentActor) stop() {
+	a.stopped = true
+	if a.signalCancel != nil {
+		a.signalCancel()
+	}
+}
+
+// abortSignal returns the running turn's abort signal, for a goroutine
+// the agent starts under it. It is made on first use, so an agent that
+// starts none (an idle session) holds no context: each cancellable one
+// costs a few hundred bytes.
+func (a *agentActor) abortSignal() context.Context {
+	if a.signal == nil {
+		a.signal, a.signalCancel = context.WithCancel(context.Background())
+		if a.stopped {
+			a.signalCancel()
+		}
+	}
+	return a.signal
 }
 
 func (a *agentActor) start(ctx actor.Context) {
 	a.self, a.root = ctx.Self(), ctx.ActorSystem().Root
 	a.epoch = a.lin.nextEpoch()
 	a.refs = a.epoch << refShift
-	a.life, a.lifeCancel = context.WithCancel(context.Background())
-	a.signal, a.signalCancel = context.WithCancel(a.life)
-	a.sends, a.pushes, a.stepOps = map[uint64]caller{}, map[uint64]uint64{}, map[uint64]uint64{}
-	if c := a.lin.take(ctx.Self().String()); c.sends != nil {
-		a.sends = c.sends
-	}
-	props, err := inbox.Props(inbox.ActorConfig{Session: a.cfg.Session, Owner: ctx.Self(), Inbox: a.cfg.Inbox})
+	// The maps of requests in flight are made on first use: an idle
+	// session's agent holds none.
+	a.sends = a.lin.take(ctx.Self().String()).sends
+	props, err := inbox.Props(inbox.ActorConfig{Session: a.session, Owner: ctx.Self(), Inbox: a.cfg.Inbox})
 	if err != nil {
 		panic(err)
 	}
@@ -691,8 +761,8 @@ func (a *agentActor) start(ctx actor.Context) {
 	// The header arrives before the subscription's first events (same
 	// sender, sent in this order), and the subscription replays the
 	// whole log before Subscribed.
-	ctx.Request(a.cfg.Session, session.QueryHeader{Ref: a.headerRef})
-	ctx.Request(a.cfg.Session, session.Subscribe{Subscriber: ctx.Self(), From: 0})
+	ctx.Request(a.session, session.QueryHeader{Ref: a.headerRef})
+	ctx.Request(a.session, session.Subscribe{Subscriber: ctx.Self(), From: 0})
 	ctx.Request(a.inbox, inbox.QueryPending{Ref: a.pendingRef})
 }
 
@@ -725,6 +795,9 @@ func (a *agentActor) forward(ctx actor.Context, callerRef uint64, s inbox.Send) 
 		s.Target = a.d.SendTarget(s.Target, s.Wake)
 	}
 	s.Ref = a.nextRef()
+	if a.sends == nil {
+		a.sends = map[uint64]caller{}
+	}
 	a.sends[s.Ref] = caller{pid: ctx.Sender(), ref: callerRef}
 	ctx.Request(a.inbox, s)
 }
@@ -816,13 +889,16 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 		a.sendHeld(ctx) // everything else goes after the chunks before it
 		switch e := e.(type) {
 		case AppendEffect:
-			ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...).Delivering())
+			ctx.Request(a.session, session.NewAppend(e.Ref, e.Drafts...).Delivering())
 		case ClaimEffect:
 			ctx.Request(a.inbox, inbox.Claim{Ref: e.Ref, Target: e.Target, Turn: e.Turn})
 		case ClearInboxEffect:
 			ctx.Request(a.inbox, inbox.Clear{Ref: a.nextRef()})
 		case PushContextEffect:
 			ref := a.nextRef()
+			if a.pushes == nil {
+				a.pushes = map[uint64]uint64{}
+			}
 			a.pushes[ref] = e.Ref
 			ctx.Request(a.inbox, inbox.Send{Ref: ref, Message: e.Message, Target: inbox.NextStep, Origin: inbox.Loop})
 		case StartStreamEffect:
@@ -846,6 +922,9 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 			a.runStepEnd(e)
 		case InboxOpEffect:
 			ref := a.nextRef()
+			if a.stepOps == nil {
+				a.stepOps = map[uint64]uint64{}
+			}
 			a.stepOps[ref] = e.Ref
 			if s, ok := e.Op.send(); ok {
 				s.Ref = ref
@@ -860,9 +939,12 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 			}
 			a.timer = time.AfterFunc(e.Delay, func() { root.Send(self, retryTick{epoch: epoch, gen: gen}) })
 		case NewSignalEffect:
-			a.signalCancel()
-			a.signal, a.signalCancel = context.WithCancel(a.life)
+			if a.signalCancel != nil {
+				a.signalCancel()
+			}
+			a.signal, a.signalCancel = nil, nil // made again when needed
 		case AbortEffect:
+			a.abortSignal()
 			a.signalCancel()
 			if a.timer != nil {
 				a.timer.Stop()
@@ -899,7 +981,7 @@ func (a *agentActor) appendChunk(ctx actor.Context, e AppendEffect) {
 		c.heldDrafts = append(c.heldDrafts, e.Drafts[0])
 		return
 	}
-	ctx.Request(a.cfg.Session, session.NewAppend(e.Ref, e.Drafts...).Delivering())
+	ctx.Request(a.session, session.NewAppend(e.Ref, e.Drafts...).Delivering())
 	c.flight = append(c.flight, chunkFlight{ref: e.Ref})
 }
 
@@ -912,7 +994,7 @@ func (a *agentActor) sendHeld(ctx actor.Context) {
 		return
 	}
 	refs := c.heldRefs
-	ctx.Request(a.cfg.Session, session.NewAppend(refs[0], c.heldDrafts...).Delivering()) // NewAppend copies
+	ctx.Request(a.session, session.NewAppend(refs[0], c.heldDrafts...).Delivering()) // NewAppend copies
 	c.flight = append(c.flight, chunkFlight{ref: refs[0], refs: refs})
 	c.heldRefs = nil
 	clear(c.heldDrafts)
@@ -989,7 +1071,7 @@ func (a *agentActor) answerWaiters(ctx actor.Context) {
 // turn's abort signal. Emits and the result come back as messages, in
 // that order (one goroutine sends both).
 func (a *agentActor) runTool(e RunToolEffect) {
-	root, self, sig, ref := a.root, a.self, a.signal, e.Ref
+	root, self, sig, ref := a.root, a.self, a.abortSignal(), e.Ref
 	t, _ := a.cfg.Tools.Lookup(e.Call.Name)
 	call := e.Call
 	var mu sync.Mutex // guards open
@@ -1012,7 +1094,7 @@ func (a *agentActor) runTool(e RunToolEffect) {
 }
 
 func (a *agentActor) runPreStep(e RunPreStepEffect) {
-	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.PreStep
+	root, self, sig, h := a.root, a.self, a.abortSignal(), a.cfg.Hooks.PreStep
 	a.wg.Go(func() {
 		dec, err := func() (dec PreStepDecision, err error) {
 			defer recoverHook("pre-step", &err)
@@ -1023,7 +1105,7 @@ func (a *agentActor) runPreStep(e RunPreStepEffect) {
 }
 
 func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
-	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.TurnStopping
+	root, self, sig, h := a.root, a.self, a.abortSignal(), a.cfg.Hooks.TurnStopping
 	steer := func(m messages.Message) { root.Send(self, Steer{Message: m}) }
 	a.wg.Go(func() {
 		err := func() (err error) {
@@ -1035,7 +1117,7 @@ func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
 }
 
 func (a *agentActor) runStepEnd(e RunStepEndEffect) {
-	root, self, sig, h := a.root, a.self, a.signal, a.cfg.Hooks.StepEnd
+	root, self, sig, h := a.root, a.self, a.abortSignal(), a.cfg.Hooks.StepEnd
 	a.wg.Go(func() {
 		dec, err := func() (dec StepEndDecision, err error) {
 			defer recoverHook("step-end", &err)
@@ -1089,7 +1171,7 @@ func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
 		return
 	}
 	a.maint = &caller{pid: m.from, ref: m.Ref}
-	root, self, sig, task, epoch := a.root, a.self, a.signal, m.Task, a.epoch
+	root, self, sig, task, epoch := a.root, a.self, a.abortSignal(), m.Task, a.epoch
 	a.wg.Go(func() {
 		stack, err := runMaintenanceTask(sig, task)
 		root.Send(self, maintDone{epoch: epoch, err: err, stack: stack})

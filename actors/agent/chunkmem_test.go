@@ -33,11 +33,11 @@ func (w inspected) Receive(ctx actor.Context) {
 func withInspection(t *testing.T) option {
 	return func(h *harness, _ *Config) {
 		h.props = func(cfg Config) *actor.Props {
-			dc, err := cfg.driverConfig()
+			tpl, err := NewTemplate(cfg)
 			require.NoError(t, err)
-			lin := &lineage{carried: map[string]carried{}}
+			lin := &lineage{}
 			return actor.PropsFromProducer(func() actor.Actor {
-				return inspected{&agentActor{cfg: cfg, dcfg: dc, lin: lin}}
+				return inspected{newAgentActor(tpl, cfg.Session, lin)}
 			})
 		}
 	}
@@ -105,11 +105,11 @@ func TestAgentAppendsComeBackOnceByTheirReply(t *testing.T) {
 	mock := newMock(textResponse(text), textResponse("again"))
 	h := newHarness(t, mock, nil, func(h *harness, _ *Config) {
 		h.props = func(cfg Config) *actor.Props {
-			dc, err := cfg.driverConfig()
+			tpl, err := NewTemplate(cfg)
 			require.NoError(t, err)
-			lin := &lineage{carried: map[string]carried{}}
+			lin := &lineage{}
 			return actor.PropsFromProducer(func() actor.Actor {
-				return counted{&agentActor{cfg: cfg, dcfg: dc, lin: lin}, &viaSub, &viaReply}
+				return counted{newAgentActor(tpl, cfg.Session, lin), &viaSub, &viaReply}
 			})
 		}
 	})

@@ -450,7 +450,7 @@ type turnState struct {
 // Driver is the agent's pure core. Not safe for concurrent use: it
 // belongs to the agent actor.
 type Driver struct {
-	cfg    DriverConfig
+	cfg    *DriverConfig // shared by the drivers of one Template: read only
 	mirror *session.Log
 	out    Effects
 
@@ -484,11 +484,11 @@ type Driver struct {
 	maintenance bool
 
 	// Compaction (compaction.go).
-	comp            CompactionConfig // with defaults
-	cmp             *compaction      // in flight
-	lastCompaction  *compaction      // the last one that ended
-	openCompactions map[string]bool  // live compaction/starts in the log (the lock)
-	replaceGen      int              // surface replaces in the log
+	comp            *CompactionConfig // with defaults; shared, read only
+	cmp             *compaction       // in flight
+	lastCompaction  *compaction       // the last one that ended
+	openCompactions map[string]bool   // live compaction/starts in the log (the lock)
+	replaceGen      int               // surface replaces in the log
 
 	// The runtime-context snapshot (runtimecontext.go): the context, whether
 	// the feature is on, and the projection of the retained snapshot.
@@ -501,12 +501,33 @@ type Driver struct {
 // (the mirror is restored from it). The log must not have an open turn:
 // crash repair closes it before an agent runs on it.
 func NewDriver(cfg DriverConfig, h session.Header, past []session.Event) (*Driver, error) {
+	ds, err := newDriverShared(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newDriver(ds, h, past)
+}
+
+// driverShared is a driver configuration prepared once (validated, with
+// its defaults) and shared, read only, by every driver made from it.
+type driverShared struct {
+	cfg  DriverConfig
+	comp CompactionConfig // cfg.Compaction with defaults
+}
+
+func newDriverShared(cfg DriverConfig) (*driverShared, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxParallelTools == 0 {
 		cfg.MaxParallelTools = DefaultMaxParallelTools
 	}
+	return &driverShared{cfg: cfg, comp: cfg.Compaction.withDefaults()}, nil
+}
+
+// newDriver is NewDriver over a prepared configuration.
+func newDriver(ds *driverShared, h session.Header, past []session.Event) (*Driver, error) {
+	cfg := &ds.cfg
 	m, err := session.Restore(h, past)
 	if err != nil {
 		return nil, fmt.Errorf("agent: mirror the log: %w", err)
@@ -515,7 +536,7 @@ func NewDriver(cfg DriverConfig, h session.Header, past []session.Event) (*Drive
 		return nil, fmt.Errorf("agent: the log has turn %d open; repair it first", turn)
 	}
 	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true, system: cfg.System,
-		comp: cfg.Compaction.withDefaults(), openCompactions: map[string]bool{},
+		comp: &ds.comp, openCompactions: map[string]bool{},
 		rc: cfg.RuntimeContext, rcOn: cfg.RuntimeContext.Len() > 0}
 	for _, e := range past {
 		d.observeCompaction(e)
