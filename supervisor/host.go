@@ -38,6 +38,7 @@ type Host struct {
 	// every session's observer (fault injection).
 	testObserve func(session.Event)
 	limit       *limitedProvider   // nil when MaxConcurrentModelCalls is 0
+	agents      *agent.Template    // every session's agent configuration, shared
 	logger      *slog.Logger       // never nil
 	metrics     *telemetry.Metrics // nil without Config.MeterProvider
 	unobserve   func() error       // unregisters the host gauges
@@ -136,6 +137,12 @@ func Open(cfg Config) (*Host, error) {
 		h.limit.metrics = h.metrics
 		h.cfg.Provider = h.limit
 	}
+	agents, err := agent.NewTemplate(agent.Config{Inbox: h.cfg.Inbox, Provider: h.cfg.Provider, Model: h.cfg.Model,
+		System: h.cfg.SystemPrompt, Tools: h.cfg.Tools, Retry: h.cfg.Retry, Hooks: h.cfg.Hooks})
+	if err != nil {
+		return nil, err
+	}
+	h.agents = agents
 	switch {
 	case cfg.Store != nil:
 		h.store = cfg.Store
@@ -469,8 +476,7 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		h.release(e, err)
 		return err
 	}
-	ap, err := agent.Props(agent.Config{Session: spid, Inbox: h.cfg.Inbox, Provider: h.cfg.Provider, Model: h.cfg.Model,
-		System: h.cfg.SystemPrompt, Tools: h.cfg.Tools, Retry: h.cfg.Retry, Hooks: h.cfg.Hooks})
+	ap, err := h.agents.Props(spid)
 	if err != nil {
 		_ = h.sys.Root.PoisonFuture(spid).Wait()
 		h.release(e, err)
