@@ -830,6 +830,7 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 		eff = d.StreamChunk(m.Ref, m.Chunk)
 	case llm.StreamEnded:
 		eff = d.StreamEnded(m.Ref, m.Finish, m.Cancelled)
+		defer a.releaseChunkBuffers() // after the effects: what they hold is sent
 	case toolDone:
 		eff = d.ToolDone(m.ref, m.result)
 	case toolEmitted:
@@ -1012,13 +1013,20 @@ func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
 		return false
 	}
 	f := c.flight[0]
-	c.flight[0] = chunkFlight{}
-	c.flight = c.flight[1:]
-	if len(c.flight) == 0 {
-		c.flight = c.flight[:0:0]
-	}
+	n := copy(c.flight, c.flight[1:]) // a few at most: one Append, one batch behind it
+	c.flight[n] = chunkFlight{}
+	c.flight = c.flight[:n]
 	if f.refs == nil {
-		a.input(ctx, m)
+		if !a.booted { // cannot be: only a booted driver appends
+			a.input(ctx, m)
+		} else {
+			// What handle does for an AppendReply, without boxing it.
+			eff, err := a.d.Appended(m.Ref, m.Events)
+			if err != nil {
+				panic(err)
+			}
+			a.perform(ctx, eff)
+		}
 	} else {
 		if m.Events.Len() != len(f.refs) {
 			panic(fmt.Errorf("agent: chunk append %d committed %d events, want %d", m.Ref, m.Events.Len(), len(f.refs)))
@@ -1038,13 +1046,21 @@ func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
 		}
 	}
 	a.sendHeld(ctx)
-	if len(c.flight) == 0 {
-		// The stream paused (or ended) with nothing held: the buffer
-		// sized for its longest run goes, so an idle session keeps none.
-		// A stream that resumes grows it again.
-		c.heldDrafts = nil
-	}
+	a.releaseChunkBuffers()
 	return true
+}
+
+// releaseChunkBuffers drops the chunk buffers once the stream is over and
+// nothing is in flight, so an idle session keeps none. While the stream
+// runs they are kept: at a model's pace each chunk's Append is answered
+// before the next chunk, and reallocating them cost allocations per
+// chunk.
+func (a *agentActor) releaseChunkBuffers() {
+	c := &a.chunks
+	if len(c.flight) > 0 || (a.d != nil && a.d.Streaming()) {
+		return
+	}
+	c.flight, c.heldDrafts, c.heldRefs = nil, nil, nil
 }
 
 func (a *agentActor) answerWaiters(ctx actor.Context) {

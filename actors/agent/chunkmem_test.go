@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
 )
 
 // inspected wraps the agent actor so a test can read its state inside
@@ -132,4 +133,34 @@ func TestAgentAppendsComeBackOnceByTheirReply(t *testing.T) {
 	reqs := mock.Requests()
 	require.Len(t, reqs, 2)
 	require.Equal(t, 3, reqs[1].NumMessages(), "the second request carries the whole history")
+}
+
+// At a model's pace each chunk's append is acknowledged before the next
+// chunk arrives: the driver's chunk queue keeps its array meanwhile (it
+// was dropped whenever it emptied, and reallocated by the next chunk: an
+// allocation per chunk), and drops it once the stream has ended.
+func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
+	r := newRig(t, DriverConfig{})
+	r.followup("hello")
+	require.NotZero(t, r.stream)
+	body := textResponse("hi").chunks
+	r.chunks(body[:len(body)-1]...) // the block is open
+	ack := r.l.EventsFrom(r.l.Len() - 1)
+	delta := messages.TextDeltaChunk(0, "tok")
+	chunk := func() {
+		eff := r.d.StreamChunk(r.stream, delta)
+		if len(eff) != 1 {
+			t.Fatal("a chunk is one append")
+		}
+		if _, err := r.d.Appended(eff[0].(AppendEffect).Ref, ack); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chunk()
+	// The chunk's draft (its data), the effect's draft slice, the effect
+	// and the effects slice.
+	require.LessOrEqual(t, testing.AllocsPerRun(200, chunk), 5.0, "allocations per chunk")
+	require.NotZero(t, cap(r.d.chunkRefs), "the queue is kept while streaming")
+	r.d.StreamEnded(r.stream, messages.FinishReason{Kind: messages.FinishStop}, false)
+	require.Zero(t, cap(r.d.chunkRefs), "the queue is dropped after the stream")
 }

@@ -460,7 +460,12 @@ type Driver struct {
 	// chunkRefs are the refs of the chunk appends in flight, in the order
 	// made: they are acknowledged in that order, so the oldest is found
 	// first, without the map insert and delete per chunk that tags cost.
+	// chunkRefs[:chunkHead] are acknowledged already. The array is kept
+	// while a stream runs (at a model's pace each chunk is acknowledged
+	// before the next: reallocating it cost an allocation per chunk) and
+	// dropped once the queue empties after it.
 	chunkRefs []uint64
+	chunkHead int
 	settled   func() // run when inflight drops to 0
 
 	phase    phase
@@ -798,16 +803,15 @@ func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
 
 // takeTag removes and returns the tag of append ref, if it has one.
 func (d *Driver) takeTag(ref uint64) (appendTag, bool) {
-	if q := d.chunkRefs; len(q) > 0 {
+	if q := d.chunkRefs[d.chunkHead:]; len(q) > 0 {
 		if q[0] == ref {
-			d.chunkRefs = q[1:]
-			if len(d.chunkRefs) == 0 {
-				d.chunkRefs = nil // an idle driver keeps no array
-			}
+			d.chunkHead++
+			d.chunkRefsTaken()
 			return appendTag{chunk: true}, true
 		}
 		if i := slices.Index(q, ref); i >= 0 {
-			d.chunkRefs = slices.Delete(q, i, i+1)
+			d.chunkRefs = slices.Delete(d.chunkRefs, d.chunkHead+i, d.chunkHead+i+1)
+			d.chunkRefsTaken()
 			return appendTag{chunk: true}, true
 		}
 	}
@@ -817,6 +821,23 @@ func (d *Driver) takeTag(ref uint64) (appendTag, bool) {
 	}
 	return tag, ok
 }
+
+// chunkRefsTaken empties the chunk queue once every ref in it is
+// acknowledged: its array is kept for the next chunk while the stream
+// runs, and dropped otherwise (an idle driver keeps no array).
+func (d *Driver) chunkRefsTaken() {
+	switch {
+	case d.chunkHead < len(d.chunkRefs):
+	case d.phase == phStream:
+		d.chunkRefs, d.chunkHead = d.chunkRefs[:0], 0
+	default:
+		d.chunkRefs, d.chunkHead = nil, 0
+	}
+}
+
+// Streaming reports whether a model call's chunks are being received (the
+// shell keeps its chunk buffers meanwhile).
+func (d *Driver) Streaming() bool { return d.phase == phStream }
 
 // AppendFailed reports a refused append: the agent's view of the log is
 // wrong, which the core cannot repair. The shell crashes the actor.
@@ -980,6 +1001,7 @@ func (d *Driver) StreamEnded(ref uint64, finish messages.FinishReason, cancelled
 	}
 	d.t.streamRef = 0
 	d.settle(func() { d.streamDone(finish, cancelled) })
+	d.chunkRefsTaken() // no longer streaming: an empty queue drops its array
 	return d.flush()
 }
 
