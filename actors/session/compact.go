@@ -122,20 +122,23 @@ func (l *Log) compact(e *Event, fromDraft bool) {
 	if !ok {
 		return
 	}
-	// The literal is copied out: kept as a part of data, it would keep all
-	// of data. Without escapes, it is what JSONString writes for its
-	// content, which copies it without looking for it again.
-	var text messages.JSON
-	if s := lit[1 : len(lit)-1]; plainText(s) {
-		text = messages.JSONString(s)
-	} else {
-		chunk, _ := e.data.Field("chunk")
-		t, _ := chunk.Field("text")
-		text = t.Clone()
-	}
+	chunk, _ := e.data.Field("chunk")
 	e.payload = l.chunkStepOf(chunkStep{turn: c.turn, step: c.step, kind: kind, index: index})
-	e.data = text
+	e.data = chunkTextLiteral(lit, chunk)
 	e.flags |= flagChunkText
+}
+
+// chunkTextLiteral returns lit, the text literal of chunk (a delta's JSON
+// in the form chunkBodyTextForm accepts), as a JSON value of its own. The
+// literal is copied out: kept as a part of the chunk's data, it would keep
+// all of it. Without escapes, it is what JSONString writes for its
+// content, which copies it without looking for it again.
+func chunkTextLiteral(lit string, chunk messages.JSON) messages.JSON {
+	if s := lit[1 : len(lit)-1]; plainText(s) {
+		return messages.JSONString(s)
+	}
+	t, _ := chunk.Field("text")
+	return t.Clone()
 }
 
 // minSourceRun is the shortest run of sources kept as a run: below it, the
@@ -180,7 +183,20 @@ func chunkTextForm(data string, turn, step int64) (kind messages.ChunkType, inde
 	if s, ok = cutInt(s, step); !ok {
 		return "", 0, "", false
 	}
-	if s, ok = strings.CutPrefix(s, `,"chunk":{"type":"`); !ok {
+	if s, ok = strings.CutPrefix(s, `,"chunk":`); !ok {
+		return "", 0, "", false
+	}
+	if s, ok = strings.CutSuffix(s, "}"); !ok {
+		return "", 0, "", false
+	}
+	return chunkBodyTextForm(s)
+}
+
+// chunkBodyTextForm is chunkTextForm for the chunk alone: the chunk's
+// JSON {"type":K,"index":I,"text":LIT}, K a text or reasoning delta, as
+// the messages package writes it.
+func chunkBodyTextForm(s string) (kind messages.ChunkType, index int64, lit string, ok bool) {
+	if s, ok = strings.CutPrefix(s, `{"type":"`); !ok {
 		return "", 0, "", false
 	}
 	switch {
@@ -209,7 +225,7 @@ func chunkTextForm(data string, turn, step int64) (kind messages.ChunkType, inde
 	if !ok {
 		return "", 0, "", false
 	}
-	lit, ok = strings.CutSuffix(lit, "}}")
+	lit, ok = strings.CutSuffix(lit, "}")
 	if !ok || !isOneStringLiteral(lit) {
 		return "", 0, "", false
 	}

@@ -149,9 +149,11 @@ type chunkLits struct{ turn, step, index string }
 func (*chunkStep) eventType() EventType { return TypeAssistantChunk }
 
 // chunkMarker stands in for the payload of a chunk draft built by
-// AssistantChunk.Draft, whose op holds the chunk's turn and step; the log
-// turns it into a *chunkStep. A zero-size marker boxes without
-// allocating.
+// AssistantChunk.Draft, whose op holds the chunk's turn and step and
+// whose data is the chunk's JSON, not the event's (chunkEventData builds
+// that, Draft.Data among others); the log turns it into a *chunkStep,
+// keeping only a delta's text where it can (Log.build). A zero-size
+// marker boxes without allocating.
 type chunkMarker struct{}
 
 func (chunkMarker) eventType() EventType { return TypeAssistantChunk }
@@ -417,13 +419,20 @@ func NewDraft(t EventType, data messages.JSON) Draft { return Draft{typ: t, data
 
 // WithSurface returns d with a surface operation.
 func (d Draft) WithSurface(op SurfaceOp) Draft {
-	if _, ok := d.payload.(chunkMarker); ok {
+	if d.isChunkMarker() {
 		// The op held the chunk's turn and step (AssistantChunk.Draft):
-		// the log decodes the data instead.
-		d.payload = nil
+		// the log decodes the event's data instead.
+		d.data, d.payload = d.Data(), nil
 	}
 	d.op = op
 	return d
+}
+
+// isChunkMarker reports whether d was built by AssistantChunk.Draft: its
+// data is the chunk's, its op holds turn and step (see chunkMarker).
+func (d Draft) isChunkMarker() bool {
+	_, ok := d.payload.(chunkMarker)
+	return ok
 }
 
 // WithSources returns d citing the given earlier seqs (copied). A nil slice
@@ -444,13 +453,18 @@ func (d Draft) AsIgnorable() Draft {
 func (d Draft) Type() EventType { return d.typ }
 
 // Data returns the draft's data.
-func (d Draft) Data() messages.JSON { return d.data }
+func (d Draft) Data() messages.JSON {
+	if d.isChunkMarker() {
+		return chunkEventData(d.op.start, d.op.end, d.data)
+	}
+	return d.data
+}
 
 // event returns d as an event at seq and time, without its payload (the
 // log sets it). The event shares d's sources, which nothing modifies (the
 // draft copied them).
 func (d Draft) event(seq, time int64) Event {
-	e := newEvent(d.typ, seq, time, d.data)
+	e := newEvent(d.typ, seq, time, d.Data())
 	e.setOp(d.op)
 	e.setSources(d.sources, d.hasSources)
 	e.setIgnorable(d.ignorable)

@@ -78,6 +78,9 @@ func CheckMessageSize(m messages.Message) error {
 // checks it before it asks for the append. Cheap unless d is near the
 // limit.
 func CheckDraftSize(d Draft) error {
+	if d.isChunkMarker() && chunkEventDataLen(d.op.start, d.op.end, d.data)+6*len(d.typ)+21*len(d.sources)+256 <= DefaultMaxRecordBytes {
+		return nil // checkRecordSize's bound, without building the data (a streamed chunk)
+	}
 	// The longest seq and time a record can carry, so the measure holds
 	// wherever d lands.
 	e := d.event(maxSafe, -maxSafe)
@@ -249,6 +252,9 @@ func (l *Log) Mirror(e Event) error {
 // (a header whose empty tool list reads as none). Trusting the typed value
 // let all of those through unchecked.
 func (l *Log) build(d Draft, now int64) (Event, error) {
+	if d.isChunkMarker() {
+		return l.buildChunk(d, now), nil
+	}
 	e := d.event(int64(l.events.len()), now)
 	if e.data.IsZero() {
 		return Event{}, &EventError{Seq: e.seq, Type: d.typ, Err: fmt.Errorf("event carries no data")}
@@ -262,13 +268,7 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 		if err := checkPayload(d.payload); err != nil {
 			return Event{}, &EventError{Seq: e.seq, Type: d.typ, Err: err}
 		}
-		if _, ok := d.payload.(chunkMarker); ok {
-			// AssistantChunk.Draft: turn and step are in the op.
-			e.setOp(SurfaceOp{})
-			e.payload = l.chunkStepOf(chunkStep{turn: d.op.start, step: d.op.end})
-		} else {
-			e.setPayload(d.payload)
-		}
+		e.setPayload(d.payload)
 	case d.typ.IsCore():
 		p, err := decodePayload(d.typ, e.data)
 		if err != nil {
@@ -277,6 +277,29 @@ func (l *Log) build(d Draft, now int64) (Event, error) {
 		e.setPayload(p)
 	}
 	return e, nil
+}
+
+// buildChunk is build for a draft of AssistantChunk.Draft, whose data is
+// the chunk's and whose op holds its turn and step (chunkMarker): a text
+// or reasoning delta in the form that draft writes becomes the event
+// compact already (its text's literal, see compact), without the event's
+// data being built to be cut up again; any other chunk gets that data.
+func (l *Log) buildChunk(d Draft, now int64) Event {
+	turn, step := d.op.start, d.op.end
+	kind, index, lit, ok := chunkBodyTextForm(d.data.String())
+	if !ok {
+		e := newEvent(d.typ, int64(l.events.len()), now, chunkEventData(turn, step, d.data))
+		e.setSources(d.sources, d.hasSources)
+		e.setIgnorable(d.ignorable)
+		e.payload = l.chunkStepOf(chunkStep{turn: turn, step: step})
+		return e
+	}
+	e := newEvent(d.typ, int64(l.events.len()), now, chunkTextLiteral(lit, d.data))
+	e.setSources(d.sources, d.hasSources)
+	e.setIgnorable(d.ignorable)
+	e.payload = l.chunkStepOf(chunkStep{turn: turn, step: step, kind: kind, index: index})
+	e.flags |= flagChunkText
+	return e
 }
 
 // commit validates e as the next event and, if valid, applies it. Nothing

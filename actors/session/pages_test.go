@@ -147,3 +147,33 @@ func TestPagesGrowWithoutRecopying(t *testing.T) {
 		require.Equal(t, n, p.len())
 	}
 }
+
+var draftSink Draft
+
+// A streamed chunk's draft builds no data: it holds the chunk's JSON, and
+// the log keeps a delta's text alone (the draft built the event's data
+// around the chunk, two allocations a chunk, for the log to cut the text
+// out of it again). The event is the same: its data byte for byte, kept
+// compact; Draft.Data is that data too, and the size check builds
+// nothing either.
+func TestChunkDraftBuildsNoData(t *testing.T) {
+	text := messages.TextDeltaChunk(3, `tok "q"`)
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		draftSink = AssistantChunk{Turn: 1, Step: 1, Chunk: text}.Draft()
+	}), "allocations per chunk draft")
+	l := chunkLog(t, 0)
+	for _, c := range []messages.StreamChunk{text, messages.ReasoningDeltaChunk(0, "hmm"),
+		messages.NamedToolCallDeltaChunk(1, "c1", "ls", "{")} {
+		d := AssistantChunk{Turn: 1, Step: 1, Chunk: c}.Draft()
+		want := `{"turn":1,"step":1,"chunk":` + c.JSON().String() + `}`
+		require.Equal(t, want, d.Data().String())
+		require.Zero(t, testing.AllocsPerRun(10, func() { _ = CheckDraftSize(d) }), "allocations per size check")
+		e, err := l.Append(d, testNow)
+		require.NoError(t, err)
+		require.Equal(t, want, e.Data().String())
+		require.Equal(t, c.Type() != messages.ChunkToolCallDelta, e.dataForm() == dataChunkText, "compact: %s", c.Type())
+		p, ok := e.Payload().(AssistantChunk)
+		require.True(t, ok)
+		require.True(t, p.Chunk.JSON().Equal(c.JSON()))
+	}
+}

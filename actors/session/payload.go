@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/dshgo/dsh/messages"
 )
@@ -246,22 +247,36 @@ func (p UserMessage) Draft() Draft {
 
 // Draft returns the event draft.
 func (p AssistantChunk) Draft() Draft {
-	var o messages.ObjectBuilder
-	// {"turn":T,"step":S,"chunk":C}: 26 bytes of keys and punctuation,
-	// two integers (20 bytes each at most) and the chunk, so one buffer.
-	o.Grow(26 + 2*20 + p.Chunk.JSON().Len())
-	turnStep(&o, p.Turn, p.Step)
-	d := Draft{typ: TypeAssistantChunk, data: o.Raw("chunk", p.Chunk.JSON()).Build()}
 	if p.Chunk.Type() == "" {
+		d := Draft{typ: TypeAssistantChunk, data: chunkEventData(p.Turn, p.Step, p.Chunk.JSON())}
 		d.payload = p // refused at append, by checkPayload
 		return d
 	}
-	// What the log keeps of a chunk's typed view anyway (see chunkMarker):
-	// turn and step in the op's unused range, and the marker, which boxes
-	// without allocating. Boxing p cost an allocation per chunk for a
-	// value the log dropped at once.
-	d.op, d.payload = SurfaceOp{start: p.Turn, end: p.Step}, chunkMarker{}
-	return d
+	// The draft holds the chunk's own JSON, not the event's data around
+	// it (see chunkMarker): building that data cost every streamed chunk
+	// two allocations, for the log to cut its text out of it again.
+	// turn and step sit in the op's unused range, and the marker boxes
+	// without allocating.
+	return Draft{typ: TypeAssistantChunk, data: p.Chunk.JSON(), op: SurfaceOp{start: p.Turn, end: p.Step},
+		payload: chunkMarker{}}
+}
+
+// chunkEventData returns the data of an assistant/chunk event:
+// {"turn":T,"step":S,"chunk":C}.
+func chunkEventData(turn, step int64, chunk messages.JSON) messages.JSON {
+	var o messages.ObjectBuilder
+	// 26 bytes of keys and punctuation, two integers (20 bytes each at
+	// most) and the chunk, so one buffer.
+	o.Grow(26 + 2*20 + chunk.Len())
+	turnStep(&o, turn, step)
+	return o.Raw("chunk", chunk).Build()
+}
+
+// chunkEventDataLen returns chunkEventData(turn, step, chunk).Len()
+// without building it.
+func chunkEventDataLen(turn, step int64, chunk messages.JSON) int {
+	var buf [20]byte
+	return 26 + len(strconv.AppendInt(buf[:0], turn, 10)) + len(strconv.AppendInt(buf[:0], step, 10)) + chunk.Len()
 }
 
 // Draft returns the event draft, with an append surface operation.

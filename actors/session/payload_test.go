@@ -43,9 +43,9 @@ func TestTypedDraftsAgreeWithTheirDecodedData(t *testing.T) {
 	}
 	for _, d := range drafts {
 		require.NotNil(t, d.payload, d.typ)
-		decoded, err := decodePayload(d.typ, d.data)
+		decoded, err := decodePayload(d.typ, d.Data())
 		require.NoError(t, err, d.typ)
-		require.Equal(t, d.data.String(), decoded.(interface{ Draft() Draft }).Draft().data.String(), d.typ)
+		require.Equal(t, d.Data().String(), decoded.(interface{ Draft() Draft }).Draft().Data().String(), d.typ)
 		require.NoError(t, checkPayload(d.payload), d.typ)
 		if h, ok := d.payload.(RequestHeader); ok {
 			require.True(t, h.Header.Equal(decoded.(RequestHeader).Header), "canonical header")
