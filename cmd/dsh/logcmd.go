@@ -17,7 +17,7 @@ import (
 
 func runLog(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("log: missing subcommand (verify, show, messages, stats, events, repair, fork, replay, copy)")
+		return usagef("log: missing subcommand (verify, show, messages, stats, events, trace, repair, fork, replay, copy)")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -41,6 +41,8 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 		return logEvents(args[1:], stdout, stderr)
 	case "copy":
 		return logCopy(args[1:], stdout, stderr)
+	case "trace":
+		return logTrace(args[1:], stdout, stderr)
 	default:
 		return usagef("log: unknown subcommand %q", args[0])
 	}

@@ -61,6 +61,7 @@ Usage:
   dsh log messages [--fixture] FILE    print the derived (model-visible) messages as JSON lines
   dsh log stats [--json] FILE          sizes, compression, turns, tokens and event counts
   dsh log events FILE                  the logical events as JSON lines (packed rows expanded)
+  dsh log trace [--otlp URL] FILE      the session's spans as OTLP/JSON (or sent to an OTLP/HTTP endpoint)
   dsh log copy --from URL --to URL     copy sessions between stores (all, or --session ID...), each checked
   dsh log repair FILE                  cut a torn tail and close an open turn, in place
   dsh log fork --at SEQ --out OUT FILE write a new session seeded with FILE's events 0..SEQ
@@ -69,7 +70,7 @@ Usage:
 
 Stores: --store jsonl:DIR (a directory of JSONL logs; --dir DIR is the same)
 or --store sqlite:PATH (one SQLite database), for run, chat, bench, sessions.
-The log commands that read (verify, show, messages, stats, events) take
+The log commands that read (verify, show, messages, stats, events, trace) take
 --store URL --session ID in place of FILE.
 
 Run 'dsh COMMAND --help' for a command's flags.
