@@ -65,6 +65,7 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
+	"github.com/dshgo/dsh/telemetry"
 )
 
 // Options are the knobs of a run. Zero fields take the defaults.
@@ -115,6 +116,10 @@ type Options struct {
 	// load alone: from the first session's creation to the last turn's
 	// end, neither the verification nor the baselines.
 	CPUProfile io.Writer
+	// Observers watch every session's committed events
+	// (supervisor.Config.Observers): dsh bench's span export when the
+	// OTEL_* variables ask for one. nil: none, at no cost.
+	Observers []telemetry.Observer
 	// Progress receives progress lines (nil: none). Live rewrites one line
 	// (a terminal); otherwise a plain line every ProgressInterval.
 	Progress         io.Writer
@@ -420,7 +425,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	hcfg := supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
 		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards, IdleTimeout: o.PassivateAfter,
 		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
-		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) }}
+		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) },
+		Observers:     o.Observers}
 	if db.Path != "" {
 		st, err := persister.Open(db.String())
 		if err != nil {

@@ -164,7 +164,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}()
 		o.CPUProfile = f
 	}
+	tr, err := openTraces(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	o.Observers = tr.observers()
 	rep, err := bench.Run(ctx, o)
+	tr.close()
 	if err != nil && !rep.Interrupted && rep.Turns == 0 {
 		// Nothing ran (the load could not start): a report of zeros
 		// would only hide the one line that says why.

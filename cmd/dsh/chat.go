@@ -98,6 +98,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var mu sync.Mutex
 	c := &chat{f: f, intr: intr, out: lockedWriter{&mu, stdout}, diag: lockedWriter{&mu, stderr},
 		tty: isTerminalFile(stdin), rawOut: stdout, rawD: stderr}
+	env.stderr = c.diag
 	t, err := startTalk(ctx, f, env)
 	if err != nil {
 		return err

@@ -187,8 +187,13 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if passivate < 0 {
 		return usagef("member: --passivate-after must not be negative")
 	}
-	cfg.Session = supervisor.Config{Provider: prov, Model: model, IdleTimeout: passivate}
 	var errMu sync.Mutex // stderr is written from the refusals' goroutines too
+	tr, err := openTraces(ctx, lockedWriter{&errMu, stderr})
+	if err != nil {
+		return err
+	}
+	defer tr.close() // after m.Close below: its sessions' last spans end as they stop
+	cfg.Session = supervisor.Config{Provider: prov, Model: model, IdleTimeout: passivate, Observers: tr.observers()}
 	cfg.OnRefused = func(e *cluster.RefusedError) {
 		errMu.Lock()
 		defer errMu.Unlock()

@@ -92,6 +92,9 @@ type talkEnv struct {
 	// fs, when set, is the file system the sessions are written through
 	// (a test's, with injected errors); nil: the OS's.
 	fs vfs.FS
+	// stderr receives the live trace export's errors (traces.go); nil:
+	// discarded.
+	stderr io.Writer
 }
 
 // cmdTalkEnv is the talkEnv of `dsh run` and `dsh chat` as commands: the
@@ -100,11 +103,12 @@ var cmdTalkEnv talkEnv
 
 // talk is an open host (or a cluster client) with one current session.
 type talk struct {
-	h     *supervisor.Host // nil on a cluster (dsh run --peers)
-	be    backend
-	tools *fstools.Set // nil on a cluster
-	id    session.SessionID
-	dir   string
+	h      *supervisor.Host // nil on a cluster (dsh run --peers)
+	be     backend
+	tools  *fstools.Set // nil on a cluster
+	id     session.SessionID
+	dir    string
+	traces traceExport // off on a cluster: its members export
 }
 
 // backend is what dsh run drives: the local host, or a cluster's members.
@@ -228,14 +232,25 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		_ = fst.Close()
 		return nil, err
 	}
-	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
-		SystemPrompt: f.system, Policy: persister.PolicyTurnEnd})
+	stderr := env.stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	tr, err := openTraces(ctx, stderr)
 	if err != nil {
 		_ = st.Close()
 		_ = fst.Close()
 		return nil, err
 	}
-	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: loc.Path}
+	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
+		SystemPrompt: f.system, Policy: persister.PolicyTurnEnd, Observers: tr.observers()})
+	if err != nil {
+		tr.close()
+		_ = st.Close()
+		_ = fst.Close()
+		return nil, err
+	}
+	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: loc.Path, traces: tr}
 	if loc.Scheme != persister.SchemeJSONL {
 		t.dir = loc.String()
 	}
@@ -329,6 +344,7 @@ func (t *talk) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := t.h.Close(ctx)
+	t.traces.close()
 	_ = t.tools.Close()
 	return err
 }
@@ -722,6 +738,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env ta
 	if err != nil {
 		return err
 	}
+	env.stderr = stderr
 	t, err := startTalk(ctx, f, env)
 	if err != nil {
 		return err

@@ -183,13 +183,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if err != nil {
 		return err
 	}
-	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
-		Policy: persister.PolicyTurnEnd, IdleTimeout: f.passivate})
+	tr, err := openTraces(ctx, lockedWriter{&logMu, stderr})
 	if err != nil {
 		_ = st.Close()
 		return err
 	}
-	closeHost := func(drain time.Duration) error { return drainHost(h, drain) }
+	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
+		Policy: persister.PolicyTurnEnd, IdleTimeout: f.passivate, Observers: tr.observers()})
+	if err != nil {
+		tr.close()
+		_ = st.Close()
+		return err
+	}
+	closeHost := func(drain time.Duration) error {
+		defer tr.close() // after the host: its sessions' last spans end as they stop
+		return drainHost(h, drain)
+	}
 	return listenAndServe(ctx, f, httpapi.HostBackend{Host: h}, token, logger, &logMu, stderr, env, loc.String(), closeHost)
 }
 
