@@ -270,3 +270,16 @@ func isOneStringLiteral(lit string) bool {
 	}
 	return false
 }
+
+// ChunkText reports, for an assistant/chunk the log keeps as its text
+// alone (a text or reasoning delta, as above), its chunk type and whether
+// its text is non-empty, without building or decoding its data: a
+// committed-event observer reads every streamed chunk, and Payload would
+// decode each one. ok is false for every other event, whose Payload
+// decodes it.
+func (e Event) ChunkText() (kind messages.ChunkType, nonEmpty, ok bool) {
+	if e.dataForm() != dataChunkText {
+		return "", false, false
+	}
+	return e.payload.(*chunkStep).kind, e.data.Len() > len(`""`), true
+}

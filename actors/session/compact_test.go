@@ -178,3 +178,32 @@ func TestMessageEventsKeepNoSecondCopy(t *testing.T) {
 		require.Less(t, bytes, int64(size/8), "bytes retained by the event beyond its message")
 	}
 }
+
+// ChunkText answers for exactly the chunks kept as their text, with the
+// type and token-ness (IsTokenDelta) their decoded payload has, and for
+// no other event.
+func TestChunkTextAgreesWithPayload(t *testing.T) {
+	l := newTestLog(t)
+	appendOK(t, l, TurnStart{Turn: 1}.Draft())
+	appendOK(t, l, StepStart{Turn: 1, Step: 1}.Draft())
+	drafts, compact := compactCases(t)
+	drafts = append(drafts, AssistantChunk{Turn: 1, Step: 1, Chunk: messages.UsageChunk(messages.TokenUsage{InputTokens: 1})}.Draft())
+	compact = append(compact, false)
+	seen := 0
+	for i, d := range drafts {
+		e := appendOK(t, l, d)
+		kind, nonEmpty, ok := e.ChunkText()
+		require.Equal(t, compact[i], ok, "draft %d", i)
+		if !ok {
+			continue
+		}
+		seen++
+		p := e.Payload().(AssistantChunk)
+		require.Equal(t, p.Chunk.Type(), kind, "draft %d", i)
+		require.Equal(t, p.Chunk.IsTokenDelta(), nonEmpty, "draft %d", i)
+	}
+	require.Greater(t, seen, 3)
+	first, _ := l.Event(0)
+	_, _, ok := first.ChunkText()
+	require.False(t, ok, "a turn/start")
+}

@@ -299,6 +299,14 @@ func (b *Builder) openTurn(turn, t, seq int64) {
 func (b *Builder) chunk(s *openStep, e session.Event) {
 	c := b.callOf(s, e.Seq())
 	c.chunks++
+	// Most chunks are text or reasoning deltas, read without decoding
+	// them: only their emptiness matters (a non-empty one is a token).
+	if _, nonEmpty, ok := e.ChunkText(); ok {
+		if c.firstToken < 0 && nonEmpty {
+			c.firstToken = max(e.Time(), c.start)
+		}
+		return
+	}
 	p, ok := e.Payload().(session.AssistantChunk)
 	if !ok {
 		return
