@@ -46,52 +46,21 @@ func fileSpans(f *session.File) []Span {
 	return Spans(f.Header.ID, f.Header.SeedLength.Or(0), f.Events)
 }
 
-// render prints spans as a tree, one line a span, indented under its
-// parent: the name, the start and end in ms from its trace's root, the
-// status and the attributes that tell spans apart (not the session id and
-// turn every span carries), and its events.
+// render is WriteTree without its trace lines and their indentation:
+// one line a span, indented under its parent, with its start and end in
+// ms from its trace's root.
 func render(spans []Span) string {
-	byID := map[trace.SpanID]*Span{}
-	roots := map[trace.TraceID]*Span{}
-	for i := range spans {
-		byID[spans[i].SpanID] = &spans[i]
-		if !spans[i].Parent.IsValid() {
-			roots[spans[i].TraceID] = &spans[i]
-		}
-	}
-	depth := func(s *Span) int {
-		d := 0
-		for s.Parent.IsValid() {
-			s = byID[s.Parent]
-			d++
-		}
-		return d
-	}
 	var b strings.Builder
-	for i := range spans {
-		s := &spans[i]
-		t0 := roots[s.TraceID].Start
-		fmt.Fprintf(&b, "%s%s [%d..%d]", strings.Repeat("  ", depth(s)), s.Name, s.Start.Sub(t0).Milliseconds(), s.End.Sub(t0).Milliseconds())
-		if s.Status == codes.Error {
-			fmt.Fprintf(&b, " ERROR(%s)", s.StatusMessage)
-		}
-		for _, kv := range s.Attrs {
-			switch kv.Key {
-			case AttrSession, AttrTurn, AttrStep, AttrOperation:
-				continue
-			}
-			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.String())
-		}
-		for _, e := range s.Events {
-			fmt.Fprintf(&b, " {%s@%d", e.Name, e.Time.Sub(t0).Milliseconds())
-			for _, kv := range e.Attrs {
-				fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.String())
-			}
-			b.WriteString("}")
-		}
-		b.WriteString("\n")
+	if err := WriteTree(&b, spans); err != nil {
+		panic(err)
 	}
-	return b.String()
+	var out strings.Builder
+	for _, l := range strings.SplitAfter(b.String(), "\n") {
+		if l != "" && !strings.HasPrefix(l, "trace ") {
+			out.WriteString(strings.TrimPrefix(l, "  "))
+		}
+	}
+	return out.String()
 }
 
 // checkWellFormed checks what every set of spans must satisfy: valid and
@@ -209,6 +178,9 @@ func TestSpansRetries(t *testing.T) {
 `)
 	spans := fileSpans(f)
 	checkWellFormed(t, spans)
+	var tree strings.Builder
+	require.NoError(t, WriteTree(&tree, spans))
+	require.True(t, strings.HasPrefix(tree.String(), "trace "+TraceID("s-retry", 1).String()+" (session s-retry, turn 1)\n  turn [0..365] "), tree.String())
 	require.Equal(t, `turn [0..365] dsh.turn.end_reason=completed
   step [1..364] {retry@10 dsh.retry=1 dsh.retry.delay_ms=100 dsh.retry.failure=RATE_LIMIT} {retry@131 dsh.retry=2 dsh.retry.delay_ms=200 dsh.retry.failure=STREAM_CLOSED}
     chat m [3..10] ERROR(busy) dsh.model.attempt=1 dsh.model.chunks=0 gen_ai.provider.name=p gen_ai.request.model=m gen_ai.response.finish_reasons=["none"] error.type=RATE_LIMIT
