@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -16,8 +17,8 @@ import (
 	"github.com/dshgo/dsh/telemetry/spans"
 )
 
-const traceSynopsis = `[--fixture] [--otlp URL] FILE
-       dsh log trace [--otlp URL] --store URL --session ID
+const traceSynopsis = `[--fixture] [--otlp URL | --tree] FILE
+       dsh log trace [--otlp URL | --tree] --store URL --session ID
 
 Prints the session's spans as one OTLP/JSON value (TracesData, the body an
 OTLP/HTTP receiver takes as application/json): a trace per turn, a span
@@ -30,16 +31,24 @@ or a crash not yet repaired) ends at the last event, with the attribute
 dsh.unfinished. See docs/observability.md.
 
 With --otlp URL the spans are sent to that OTLP/HTTP endpoint instead (a
-URL without a path gets /v1/traces), and one line says how many.`
+URL without a path gets /v1/traces), and one line says how many. With
+--tree they are printed for people: a line per turn's trace, then a line
+per span indented under its parent, with its start and end in ms from the
+turn's start, its error, attributes and events.`
 
 // logTrace is `dsh log trace`.
 func logTrace(args []string, stdout, _ io.Writer) error {
 	var endpoint string
+	var tree bool
 	a, err := logSourceFlags("trace", traceSynopsis, args, stdout, false, func(fs *flag.FlagSet) {
 		fs.StringVar(&endpoint, "otlp", "", "send the spans to this OTLP/HTTP endpoint (http:// or https://) instead of printing them")
+		fs.BoolVar(&tree, "tree", false, "print the spans as an indented tree for people instead of OTLP/JSON")
 	})
 	if err != nil {
 		return err
+	}
+	if tree && endpoint != "" {
+		return usagef("log trace: --tree or --otlp, not both")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -62,6 +71,20 @@ func logTrace(args []string, stdout, _ io.Writer) error {
 		return fmt.Errorf("log trace: %v", err)
 	}
 	ss := spans.Spans(f.Header.ID, f.Header.SeedLength.Or(0), f.Events)
+	if tree {
+		var b strings.Builder
+		if err := spans.WriteTree(&b, ss); err != nil {
+			return err
+		}
+		w := bufio.NewWriter(stdout)
+		for _, l := range strings.SplitAfter(b.String(), "\n") {
+			if l != "" {
+				// Names and values come from the log: shown, never sent raw.
+				fmt.Fprintln(w, visibleLine(strings.TrimSuffix(l, "\n")))
+			}
+		}
+		return w.Flush()
+	}
 	if exp == nil {
 		return spans.WriteJSON(stdout, ss, res)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/fixtures"
 	"github.com/dshgo/dsh/internal/otlptest"
+	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/telemetry/spans"
 )
 
@@ -187,4 +188,31 @@ func TestLogTraceRefusesABadEndpoint(t *testing.T) {
 		require.Empty(t, out)
 		require.Contains(t, errOut, "dsh: log trace: --otlp: the OTLP endpoint must be an http:// or https:// URL with a host")
 	}
+}
+
+// --tree prints the spans for people, a line per trace and per span, with
+// the log's text shown escaped (a tool name carrying a terminal escape is
+// printed as \x1b, never raw); it does not go with --otlp.
+func TestLogTraceTree(t *testing.T) {
+	path := writeLog(t, "tree.jsonl", func(l *session.Log) {
+		appendOK(t, l, session.TurnStart{Turn: 1}.Draft())
+		appendOK(t, l, session.StepStart{Turn: 1, Step: 1}.Draft())
+		appendOK(t, l, session.ToolCall{Turn: 1, Step: 1, CallID: "c1", Name: "evil\x1b[2J", Arguments: "{}"}.Draft())
+		appendOK(t, l, session.ToolResult{Turn: 1, Step: 1,
+			Message: messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("no")}, true),
+			Error:   session.ToolError{Name: "E", Code: "TOOL_FAILED"}}.Draft())
+		appendOK(t, l, session.StepEnd{Turn: 1, Step: 1}.Draft())
+		appendOK(t, l, session.TurnEnd{Turn: 1, Reason: session.TurnEndReason{Kind: session.EndCompleted}}.Draft())
+	})
+	code, out, errOut := runDsh("log", "trace", "--tree", path)
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, "trace "+spans.TraceID("cli-test", 1).String()+" (session cli-test, turn 1)\n"+
+		"  turn [0..0] dsh.turn.end_reason=completed\n"+
+		"    step [0..0]\n"+
+		`      execute_tool evil\x1b[2J [0..0] ERROR(TOOL_FAILED) gen_ai.tool.name=evil\x1b[2J gen_ai.tool.call.id=c1 error.type=TOOL_FAILED`+"\n", out)
+
+	code, out, errOut = runDsh("log", "trace", "--tree", "--otlp", "http://127.0.0.1:1", path)
+	require.Equal(t, exitUsage, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "dsh: log trace: --tree or --otlp, not both")
 }
