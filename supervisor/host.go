@@ -167,7 +167,7 @@ func Open(cfg Config) (*Host, error) {
 		h.sys = NewSystem(cfg.Logger)
 		h.ownSys = true
 	}
-	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(actor.WithDispatcher(h.workers)), h.name+"/persister")
+	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(actorOptions(h.workers)...), h.name+"/persister")
 	if err != nil {
 		h.shutdown()
 		return nil, err
@@ -471,7 +471,7 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		return err
 	}
 	prefix := h.name + "/" + persister.EncodeSegment(string(e.id))
-	spid, err := h.sys.Root.SpawnNamed(sp.Configure(actor.WithDispatcher(h.workers)), prefix+"/session")
+	spid, err := h.sys.Root.SpawnNamed(sp.Configure(actorOptions(h.workers)...), prefix+"/session")
 	if err != nil {
 		h.release(e, err)
 		return err
@@ -482,7 +482,7 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		h.release(e, err)
 		return err
 	}
-	apid, err := h.sys.Root.SpawnNamed(ap.Configure(actor.WithDispatcher(h.workers)), prefix+"/agent")
+	apid, err := h.sys.Root.SpawnNamed(ap.Configure(actorOptions(h.workers)...), prefix+"/agent")
 	if err != nil {
 		_ = h.sys.Root.PoisonFuture(spid).Wait()
 		h.release(e, err)

@@ -4,7 +4,21 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
 )
+
+// actorOptions configure the actors a Host spawns (the persister, and
+// each session's session and agent actors): their mailboxes run on the
+// host's workers, and they are protoactor's lock-free unbounded queue, a
+// linked list that holds nothing once drained. The default mailbox is a
+// ring buffer of 10 slots (about 230 bytes before a message arrives) that
+// doubles when a burst fills it and never shrinks: every resident session
+// kept the buffer its agent's and session actor's largest burst of
+// streamed chunks had grown, for as long as it stayed resident.
+func actorOptions(w *workers) []actor.PropsOption {
+	return []actor.PropsOption{actor.WithDispatcher(w), actor.WithMailbox(actor.UnboundedLockfree())}
+}
 
 // workers is the dispatcher of the actors a Host spawns (the persister,
 // and each session's session and agent actors): it runs their mailboxes
