@@ -17,8 +17,10 @@ import (
 // barrier), most not, runs against a store; the file system "crashes"
 // before its k-th mutating operation, for every k: the crash clone (what
 // was synced, plus a prefix of what was not: none of it, all of it, or a
-// random cut; vfs.DropUnsynced) is opened by a fresh store and every
-// session loaded. The check: the loaded log validates, obeys the session
+// random cut; vfs.DropUnsynced; and random cuts on a file system that
+// made every name durable at once, vfs.MemFS.CrashCloneEntries, where a
+// first append cut short is a torn creation) is opened by a fresh store
+// and every session loaded. The check: the loaded log validates, obeys the session
 // trace, holds every event acknowledged durable byte for byte, holds
 // nothing that was never appended and nothing after a gap, and ends with
 // exactly the closers of the prefix it kept.
@@ -90,7 +92,7 @@ func playCrashWorkload(t testing.TB, s Store, w []*crashSession) (acked, attempt
 			if err := s.Append(ctx, cs.header.ID, batch, cs.durable[round]); err != nil {
 				return acked, attempted
 			}
-			if cs.durable[round] || round == 0 { // the first append is durable whatever its flag
+			if cs.durable[round] {
 				acked[i] = attempted[i]
 			}
 		}
@@ -119,8 +121,16 @@ type crasher struct {
 	m     *vfs.MemFS
 	at    int
 	keep  func(synced, current []byte) []byte
+	names bool // every name survives, durable or not (CrashCloneEntries)
 	n     int
 	clone *vfs.MemFS
+}
+
+func (c *crasher) crashClone() *vfs.MemFS {
+	if c.names {
+		return c.m.CrashCloneEntries(c.keep)
+	}
+	return c.m.CrashCloneWith(c.keep)
 }
 
 func (c *crasher) install() {
@@ -132,7 +142,7 @@ func (c *crasher) install() {
 			return nil
 		}
 		if c.n == c.at {
-			c.clone = c.m.CrashCloneWith(c.keep)
+			c.clone = c.crashClone()
 			return errCrashed
 		}
 		c.n++
@@ -278,20 +288,23 @@ func TestJSONLCrashAtEveryOperation(t *testing.T) {
 			t.Logf("%d mutating operations", total)
 
 			for at := 0; at <= total; at++ {
-				for _, mode := range []string{"none", "all", "torn"} {
+				for _, mode := range []string{"none", "all", "torn", "names"} {
 					c := &crasher{m: vfs.NewMem(), at: at}
 					switch mode {
 					case "all":
 						c.keep = vfs.DropUnsynced(func(n int) int { return n })
 					case "torn":
 						c.keep = tornKeep(rng)
+					case "names":
+						// Names durable before their data: torn creations.
+						c.keep, c.names = tornKeep(rng), true
 					}
 					c.install()
 					s := newJSONLOn(t, c.m, memRoot, enc.cfg)
 					acked, attempted := playCrashWorkload(t, s, w)
 					_ = s.Close()
 					if c.clone == nil {
-						c.clone = c.m.CrashCloneWith(c.keep) // at == total: no crash
+						c.clone = c.crashClone() // at == total: no crash
 					}
 					ok := t.Run(fmt.Sprintf("crash=%d/unsynced=%s", at, mode), func(t *testing.T) {
 						// A crash during the recovery itself: at every

@@ -24,8 +24,10 @@
 //     (committed: every reader sees them) but not yet durable. With
 //     durable the call is a barrier: when it returns nil, its events and
 //     every event appended before them are durable. An empty durable
-//     Append is a barrier alone. On a session's first Append the header
-//     and the batch become durable together, whatever the flag. A failed
+//     Append is a barrier alone. A session's first Append carries the
+//     header with the batch; without durable neither is durable yet (a
+//     store may make them so all the same), and a crash may lose the
+//     session whole. A failed
 //     Append (any error) leaves the log at its last durable event: the
 //     batch, and what was appended without durable since the last
 //     barrier, are gone, and the caller appends them again. The flag
@@ -245,15 +247,20 @@
 //
 // Write path. The first append of a session creates the artifact under
 // its name (O_EXCL: two writers cannot both create it) and writes the
-// header and the first batch in one write, fdatasyncs it and fsyncs its
-// directory; the directory's own entry in the project directory is made
-// durable before, by a fsync of the project directory that the first
-// appends of concurrent new sessions share (one running, the next one
-// covering every append that waited for it). The descriptor stays open
-// as the session's append handle. A crash before the directory fsync
-// leaves no artifact, or, on a file system that made the name durable
-// before the data, an artifact that ends inside its header (empty, most
-// often): a torn creation. It stores nothing: List skips it, reads find
+// header and the first batch in one write; a durable one then fdatasyncs
+// it and fsyncs its directory, one without durable leaves both to the
+// session's next barrier (which fsyncs the file, then the directory), so
+// a new session's first write-behind batch costs no fsync. The
+// directory's own entry in the project directory is made durable before,
+// by a fsync of the project directory that the first appends of
+// concurrent new sessions share (one running, the next one covering every
+// append that waited for it). The descriptor stays open as the session's
+// append handle. A failed append before that first barrier removes the
+// artifact (nothing of it was durable), and the session is back to
+// registered: its events are appended again from seq 0. A crash before
+// the directory fsync leaves no artifact, or, on a file system that made
+// the name durable before the data, an artifact that ends inside its
+// header (empty, most often): a torn creation. It stores nothing: List skips it, reads find
 // no session, and the next first append of the id removes it and creates
 // the artifact again (under the writer lock, so no live writer is in the
 // middle of creating it). A crash after the header leaves a log with a

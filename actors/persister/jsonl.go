@@ -145,10 +145,17 @@ type jsonlSession struct {
 	// (its directory sync did) and that could not be unlinked: it is
 	// removed before anything else is done, and List skips it meanwhile.
 	orphan string
+	// unnamed says this store created the artifact (a first append
+	// without durable) and has not made it durable since: neither its
+	// bytes nor its name in the directory. The next barrier fsyncs the
+	// file and then the directory; a failure before that removes the
+	// artifact, since nothing of it was durable. Invariant: unnamed
+	// implies syncedNext and syncedSize are 0.
+	unnamed bool
 	// held is the session's writer lock while the store holds it (only
-	// with JSONLConfig.Lock). Invariant: dirty or orphan set implies held
-	// (when locking): bytes nobody acknowledged are removed, or the lock is
-	// kept, so that the next writer never finds them.
+	// with JSONLConfig.Lock). Invariant: dirty, orphan or unnamed set
+	// implies held (when locking): bytes nobody acknowledged are removed,
+	// or the lock is kept, so that the next writer never finds them.
 	held vfs.Lock
 }
 
@@ -168,9 +175,10 @@ func (st *jsonlSession) markSynced() {
 	st.syncedNext, st.syncedSize = st.next, st.size
 }
 
-// unsynced reports whether st's file holds bytes written without an fsync.
+// unsynced reports whether st's file holds bytes written without an
+// fsync, or a name not made durable yet.
 func (st *jsonlSession) unsynced() bool {
-	return st.known && st.syncedSize < st.size
+	return st.unnamed || (st.known && st.syncedSize < st.size)
 }
 
 // NewJSONLStore opens the store at cfg.Root. It checks the root's layout
@@ -308,8 +316,13 @@ func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []
 // cutBack truncates st's file back to its last synced size after a failed
 // append (see Writer.Append): the batch and what appends without durable
 // wrote since the last fsync go. If the truncation fails, st stays dirty
-// and the next operation on the id removes them first.
+// and the next operation on the id removes them first. An artifact of
+// which nothing is durable yet (unnamed) is removed: the session is back
+// to registered, and its next append publishes it again from seq 0.
 func (s *JSONLStore) cutBack(st *jsonlSession) error {
+	if st.unnamed {
+		return s.unpublish(st)
+	}
 	if st.unsynced() {
 		st.size, st.next, st.dirty = st.syncedSize, st.syncedNext, true
 	}
@@ -365,15 +378,50 @@ func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events 
 }
 
 // sync fsyncs st's file through f: everything written to it is durable.
-// On failure st is dirty back to its last synced size, and f, whose page
-// cache can no longer be trusted, must not be reused: the caller closes
-// it (release without keep) and the next operation opens the file afresh.
+// An artifact created without durable (unnamed) then has its directory
+// fsynced too, which makes its name durable. On failure st is dirty back
+// to its last synced size, and f, whose page cache can no longer be
+// trusted, must not be reused: the caller closes it (release without
+// keep) and the next operation opens the file afresh.
 func (s *JSONLStore) sync(st *jsonlSession, f vfs.File) error {
-	if err := vfs.Datasync(f); err != nil {
+	err := vfs.Datasync(f)
+	if err == nil {
+		err = s.syncName(st)
+	}
+	if err != nil {
 		st.size, st.next, st.dirty = st.syncedSize, st.syncedNext, true
 		return err
 	}
 	st.markSynced()
+	return nil
+}
+
+// syncName fsyncs the directory of an unnamed artifact, once its bytes
+// are synced: the first barrier after a first append without durable.
+func (s *JSONLStore) syncName(st *jsonlSession) error {
+	if !st.unnamed {
+		return nil
+	}
+	if err := s.fs.SyncDir(filepath.Dir(st.path)); err != nil {
+		return err
+	}
+	st.unnamed = false
+	return nil
+}
+
+// unpublish removes an unnamed artifact after a failed append: nothing
+// of it was durable, so the session is back to registered, not stored.
+// If the removal fails the artifact is st's orphan, removed before
+// anything else is done (and the writer lock is kept meanwhile).
+func (s *JSONLStore) unpublish(st *jsonlSession) error {
+	path := st.path
+	s.dropHandle(path)
+	st.registered, st.path, st.known, st.dirty, st.unnamed = true, "", false, false, false
+	st.next, st.size, st.syncedNext, st.syncedSize = 0, 0, 0, 0
+	if err := s.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.setOrphan(st, path)
+		return fmt.Errorf("unlink the artifact of a failed first append: %w", err)
+	}
 	return nil
 }
 
@@ -475,18 +523,18 @@ func (s *JSONLStore) tornCreation(path string) (bool, error) {
 }
 
 // writeFirst is publish's write through f, the artifact just created: the
-// header and the batch in one write, fdatasync, then the directory's
-// fsync, which makes the artifact's name durable. f becomes the cached
-// append handle.
+// header and the batch in one write; if durable, then fdatasync and the
+// directory's fsync, which makes the artifact's name durable. Without
+// durable the artifact is unnamed: written like any batch behind, and
+// made durable, name and all, by the session's next barrier. f becomes
+// the cached append handle.
 func (s *JSONLStore) writeFirst(st *jsonlSession, f vfs.File, path string, events []session.Event, durable bool) error {
-	header := s.encodeHeader(nil, st.header)
-	headerLen := int64(len(header))
-	data := s.encodeBatch(header, events)
+	data := s.encodeBatch(s.encodeHeader(nil, st.header), events)
 	_, err := f.Write(data)
-	if err == nil {
+	if err == nil && durable {
 		err = vfs.Datasync(f)
 	}
-	if err == nil {
+	if err == nil && durable {
 		err = s.fs.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
@@ -503,10 +551,11 @@ func (s *JSONLStore) writeFirst(st *jsonlSession, f vfs.File, path string, event
 	st.known = false
 	st.setKnown(int64(len(events)), int64(len(data)))
 	if !durable {
-		// Synced with the header all the same, but no barrier: a failed
-		// append cuts back to the header, as the caller, which holds
-		// these events as not yet durable, expects (Writer.Append).
-		st.syncedNext, st.syncedSize = 0, headerLen
+		// Nothing is durable, not even the header: a failed append
+		// removes the artifact (cutBack), and the caller, which holds
+		// these events as not yet durable, appends them again from seq 0
+		// (Writer.Append).
+		st.syncedNext, st.syncedSize, st.unnamed = 0, 0, true
 	}
 	s.release(path, f, true)
 	return nil
@@ -1359,6 +1408,9 @@ func (s *JSONLStore) closeSync(st *jsonlSession) error {
 	err = vfs.Datasync(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = s.syncName(st)
 	}
 	if err == nil {
 		st.markSynced()

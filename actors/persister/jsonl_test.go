@@ -381,16 +381,15 @@ func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
 		k := b.len()
 		b.textTurn("two", 2)
 		require.NoError(t, s.Create(b.header()))
-		require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false)) // the first append: durable anyway
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
 		require.NoError(t, s.Append(ctx, b.id(), b.from(k), false))
 		bs = append(bs, b)
 	}
 	dropAll := vfs.DropUnsynced(func(int) int { return 0 })
 	crashed := func() *JSONLStore { return newJSONLOn(t, m.CrashCloneWith(dropAll), memRoot, JSONLConfig{}) }
 	for _, b := range bs {
-		got, err := crashed().Load(ctx, b.id())
-		require.NoError(t, err)
-		require.Less(t, len(got.Events), int(b.len()), "%s: the unsynced turn is lost in a crash", b.id())
+		_, err := crashed().Load(ctx, b.id())
+		require.ErrorIs(t, err, ErrNotFound, "%s: nothing was durable, not even the file's name", b.id())
 	}
 	require.NoError(t, s.Release(bs[0].id()))
 	got, err := crashed().Load(ctx, bs[0].id())
@@ -935,6 +934,14 @@ func abs(n int) int { return max(n, -n) }
 // (or after the append, if it has fewer).
 func replayCrash(t *testing.T, i int, b *jlBuilder, cfg JSONLConfig, clone func(*vfs.MemFS) *vfs.MemFS) *vfs.MemFS {
 	t.Helper()
+	return replayCrashOf(t, i, b, cfg, func(s *JSONLStore) error {
+		return s.Append(t.Context(), b.id(), b.events(), true)
+	}, clone)
+}
+
+// replayCrashOf is replayCrash of the appends play makes.
+func replayCrashOf(t *testing.T, i int, b *jlBuilder, cfg JSONLConfig, play func(*JSONLStore) error, clone func(*vfs.MemFS) *vfs.MemFS) *vfs.MemFS {
+	t.Helper()
 	m := vfs.NewMem()
 	s := newJSONLOn(t, m, memRoot, cfg)
 	defer s.Close()
@@ -955,7 +962,7 @@ func replayCrash(t *testing.T, i int, b *jlBuilder, cfg JSONLConfig, clone func(
 		}
 		return nil
 	})
-	_ = s.Append(t.Context(), b.id(), b.events(), true)
+	_ = play(s)
 	m.InjectError(nil)
 	if crashed == nil {
 		crashed = clone(m)
@@ -1408,4 +1415,132 @@ func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
 			jlRequireEvents(t, b.events(), got.Events)
 		}
 	})
+}
+
+// A first append without durable creates and writes the artifact, no
+// fsync: nothing of it is durable, not even its name. The session's next
+// barrier fsyncs the file and then its directory. A crash anywhere before
+// that barrier returns loses nothing acknowledged (there is nothing), and
+// leaves no session, a torn creation or a prefix of what was written,
+// under either model of what the crash keeps; once the barrier returned,
+// the whole log survives.
+func TestJSONLFirstAppendWithoutDurableIsSyncedByTheBarrier(t *testing.T) {
+	for _, enc := range crashConfigs {
+		t.Run(enc.name, func(t *testing.T) {
+			ctx := t.Context()
+			cfg := enc.cfg
+			b := newJL(t, "lazy")
+			b.textTurn("one", 3)
+			k := b.len()
+			b.textTurn("two", 2)
+			play := func(s *JSONLStore) error {
+				if err := s.Append(ctx, b.id(), b.events()[:k], false); err != nil {
+					return err
+				}
+				return s.Append(ctx, b.id(), b.from(k), true)
+			}
+
+			s, m := newMemJSONL(t, cfg)
+			require.NoError(t, s.Create(b.header()))
+			path := s.Locate(b.header())
+			dir := filepath.Dir(path)
+			var ops []string
+			m.InjectError(func(op vfs.Op, p string) error {
+				switch op {
+				case vfs.OpStat, vfs.OpReadDir, vfs.OpRead:
+				default:
+					ops = append(ops, fmt.Sprintf("%s %s", op, strings.Replace(p, path, "<final>", 1)))
+				}
+				return nil
+			})
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
+			first := len(ops)
+			require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+			m.InjectError(nil)
+			require.Equal(t, []string{"open <final>", "write <final>"}, ops[first-2:first], "the first append: no fsync")
+			require.Equal(t, []string{"write <final>", "sync <final>", "syncdir " + dir}, ops[first:], "the barrier: the file, then its name")
+			data := readRaw(t, m, path)
+
+			for i := range len(ops) + 1 {
+				crashes := map[string]*vfs.MemFS{"durable names": replayCrashOf(t, i, b, cfg, play, (*vfs.MemFS).CrashClone)}
+				for _, cut := range []int{0, 1, len(data) / 3, len(data) / 2, len(data) - 1, len(data)} {
+					crashes[fmt.Sprintf("every name, %d bytes", cut)] = replayCrashOf(t, i, b, cfg, play, func(m *vfs.MemFS) *vfs.MemFS {
+						return m.CrashCloneEntries(vfs.DropUnsynced(func(int) int { return cut }))
+					})
+				}
+				for name, crashed := range crashes {
+					t.Run(fmt.Sprintf("crash before op %d/%s", i, name), func(t *testing.T) {
+						after := newJSONLOn(t, crashed, memRoot, cfg)
+						defer after.Close()
+						got, err := after.Load(ctx, b.id())
+						if i == len(ops) {
+							require.NoError(t, err, "the barrier returned")
+							jlRequireEvents(t, b.events(), got.Events)
+							return
+						}
+						if errors.Is(err, ErrNotFound) {
+							require.NoError(t, after.Create(b.header()))
+							require.NoError(t, play(after))
+							return
+						}
+						require.NoError(t, err)
+						n := 0
+						for n < len(got.Events) && n < len(b.events()) && b.events()[n].Equal(got.Events[n]) {
+							n++
+						}
+						jlRequireEvents(t, session.InterruptedTurnClosers(b.events()[:n]), got.Events[n:])
+					})
+				}
+			}
+		})
+	}
+}
+
+// A barrier that fails after a first append without durable (its fsync,
+// or its directory's) removes the artifact: nothing of it was durable. The
+// session is registered again, not stored, and the events are appended
+// again from seq 0; if the removal fails too, nothing lists the artifact
+// and the next operation removes it first.
+func TestJSONLFailedBarrierAfterLazyFirstAppendUnpublishes(t *testing.T) {
+	for _, step := range []vfs.Op{vfs.OpWrite, vfs.OpSync, vfs.OpSyncDir} {
+		for _, removeFails := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/removeFails=%v", step, removeFails), func(t *testing.T) {
+				ctx := t.Context()
+				s, m := newMemJSONL(t, JSONLConfig{Lock: true})
+				b := newJL(t, "lazy")
+				b.textTurn("one", 3)
+				k := b.len()
+				b.textTurn("two", 2)
+				require.NoError(t, s.Create(b.header()))
+				path := s.Locate(b.header())
+				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
+				m.InjectError(func(op vfs.Op, p string) error {
+					if (op == step && strings.HasPrefix(p, filepath.Dir(path))) || (removeFails && op == vfs.OpRemove) {
+						return vfs.ErrInjected
+					}
+					return nil
+				})
+				require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), true), vfs.ErrInjected)
+				m.InjectError(nil)
+				_, err := m.Stat(path)
+				if removeFails {
+					require.NoError(t, err, "the removal failed")
+				} else {
+					require.ErrorIs(t, err, fs.ErrNotExist, "the artifact is removed")
+				}
+				listed, err := s.List(ctx)
+				require.NoError(t, err)
+				require.Empty(t, listed)
+				_, err = s.ReadFrom(ctx, b.id(), 0)
+				require.ErrorIs(t, err, ErrNotFound)
+				require.ErrorIs(t, s.Create(b.header()), ErrExists, "still registered")
+				var fe *FenceError
+				require.ErrorAs(t, s.Append(ctx, b.id(), b.from(k), true), &fe, "nothing is stored: the append starts at seq 0")
+				require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+				got, err := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{}).Load(ctx, b.id())
+				require.NoError(t, err)
+				jlRequireEvents(t, b.events(), got.Events)
+			})
+		}
+	}
 }
