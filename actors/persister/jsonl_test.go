@@ -1362,9 +1362,12 @@ func TestJSONLRefusesAnEventOnlySQLiteHolds(t *testing.T) {
 // every first append that needs one waits for the next, which then covers
 // them all. Each still syncs its own session directory.
 func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
+	// Plain: a zstd coder made inside the bubble would go back to a pool
+	// shared with tests outside it.
+	cfg := JSONLConfig{Plain: true}
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		s, m := newMemJSONL(t, JSONLConfig{})
+		s, m := newMemJSONL(t, cfg)
 		first := newJL(t, "first")
 		first.textTurn("x", 1)
 		require.NoError(t, s.Create(first.header()))
@@ -1407,11 +1410,11 @@ func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
 		for _, b := range bs {
 			require.Equal(t, 1, syncs[filepath.Dir(s.Locate(b.header()))], "each session directory synced once")
 		}
-		crashed := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{})
+		crashed := newJSONLOn(t, m.CrashClone(), memRoot, cfg)
 		defer crashed.Close()
 		for _, b := range bs {
 			got, err := crashed.Load(ctx, b.id())
-			require.NoError(t, err, "a first append is durable when it returns")
+			require.NoError(t, err, "a durable first append is durable when it returns")
 			jlRequireEvents(t, b.events(), got.Events)
 		}
 	})

@@ -56,12 +56,15 @@ func TestKilledDshProcessMidTurnResumes(t *testing.T) {
 		}
 	})
 
-	// Wait until the turn is streaming and its first events are on disk.
+	// Wait until the turn is streaming and its first events are on disk:
+	// the log is created with its first write, so it exists (empty, or
+	// ending inside its header) a moment before it holds them, and a kill
+	// then leaves no session (a torn creation, see docs/durability.md).
 	var logPath string
 	deadline := time.Now().Add(30 * time.Second)
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
-	for logPath = findLog(t, dir); logPath == "" || stdout.Len() == 0; logPath = findLog(t, dir) {
+	for logPath = findLog(t, dir); logPath == "" || stdout.Len() == 0 || !holdsEvents(logPath); logPath = findLog(t, dir) {
 		require.True(t, time.Now().Before(deadline), "the run never started streaming to disk")
 		<-poll.C
 	}
@@ -102,6 +105,13 @@ func TestKilledDshProcessMidTurnResumes(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(vout), ": ok: ")
 	require.NotContains(t, string(vout), "open")
+}
+
+// holdsEvents reports whether the log at path reads with at least one
+// event.
+func holdsEvents(path string) bool {
+	f, err := session.ReadFile(path)
+	return err == nil && len(f.Events) > 0
 }
 
 func findLog(t *testing.T, dir string) string {
