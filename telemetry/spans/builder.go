@@ -126,6 +126,8 @@ type Builder struct {
 }
 
 type openTurn struct {
+	traceID  trace.TraceID // hashed once per turn, as is spanID
+	spanID   trace.SpanID
 	turn     int64
 	start    int64
 	seq      int64
@@ -134,6 +136,7 @@ type openTurn struct {
 }
 
 type openStep struct {
+	spanID     trace.SpanID
 	step       int64
 	start      int64
 	seq        int64
@@ -208,7 +211,7 @@ func (b *Builder) Add(e session.Event) {
 			if b.turn.step != nil {
 				b.endStep(t, false)
 			}
-			b.turn.step = &openStep{step: p.Step, start: max(t, b.turn.start), seq: e.Seq()}
+			b.turn.step = &openStep{spanID: StepSpanID(b.id, p.Turn, p.Step), step: p.Step, start: max(t, b.turn.start), seq: e.Seq()}
 		}
 	case session.TypeStepEnd:
 		if s := b.stepOf(e); s != nil {
@@ -291,7 +294,7 @@ func (b *Builder) openTurn(turn, t, seq int64) {
 	if b.turn != nil {
 		b.endTurn(b.prevTime, nil, true)
 	}
-	b.turn = &openTurn{turn: turn, start: t, seq: seq}
+	b.turn = &openTurn{traceID: TraceID(b.id, turn), spanID: TurnSpanID(b.id, turn), turn: turn, start: t, seq: seq}
 }
 
 // chunk folds an assistant/chunk into the step's open model call, opening
@@ -429,9 +432,9 @@ func (b *Builder) endCall(s *openStep, t int64, f messages.LlmFailure, how callE
 	s.lastFailed = how == callFailed
 	tn := b.turn.turn
 	sp := Span{
-		TraceID: TraceID(b.id, tn),
+		TraceID: b.turn.traceID,
 		SpanID:  ModelCallSpanID(b.id, tn, s.step, c.attempt),
-		Parent:  StepSpanID(b.id, tn, s.step),
+		Parent:  s.spanID,
 		Name:    NameModelCall,
 		Kind:    trace.SpanKindClient,
 		Start:   ms(c.start),
@@ -490,9 +493,9 @@ func (b *Builder) endCall(s *openStep, t int64, f messages.LlmFailure, how callE
 func (b *Builder) emitTool(s *openStep, tc openTool, t int64, e session.ToolError, unfinished bool) {
 	tn := b.turn.turn
 	sp := Span{
-		TraceID: TraceID(b.id, tn),
+		TraceID: b.turn.traceID,
 		SpanID:  ToolCallSpanID(b.id, tn, s.step, tc.callID),
-		Parent:  StepSpanID(b.id, tn, s.step),
+		Parent:  s.spanID,
 		Name:    NameToolCall + " " + tc.name,
 		Kind:    trace.SpanKindInternal,
 		Start:   ms(tc.start),
@@ -531,9 +534,9 @@ func (b *Builder) endStep(t int64, unfinished bool) {
 	end := max(t, s.start, s.childEnd)
 	b.turn.childEnd = max(b.turn.childEnd, end)
 	sp := Span{
-		TraceID: TraceID(b.id, tn),
-		SpanID:  StepSpanID(b.id, tn, s.step),
-		Parent:  TurnSpanID(b.id, tn),
+		TraceID: b.turn.traceID,
+		SpanID:  s.spanID,
+		Parent:  b.turn.spanID,
 		Name:    NameStep,
 		Kind:    trace.SpanKindInternal,
 		Start:   ms(s.start),
@@ -557,8 +560,8 @@ func (b *Builder) endTurn(t int64, r *session.TurnEndReason, unfinished bool) {
 	}
 	b.turn = nil
 	sp := Span{
-		TraceID: TraceID(b.id, tr.turn),
-		SpanID:  TurnSpanID(b.id, tr.turn),
+		TraceID: tr.traceID,
+		SpanID:  tr.spanID,
 		Name:    NameTurn,
 		Kind:    trace.SpanKindInternal,
 		Start:   ms(tr.start),
