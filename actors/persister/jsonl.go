@@ -729,13 +729,14 @@ func (s *JSONLStore) Release(id session.SessionID) error {
 }
 
 // forget drops what the store knows of a released session that holds
-// nothing (no lock, nothing to remove), so that unlock deletes its entry:
+// nothing (no lock, nothing to remove, no artifact whose name is not yet
+// durable), so that unlock deletes its entry:
 // a host that passivates sessions one after another keeps none of them
 // here. Its path (found again on the next operation, as for an id never
 // seen) and the mark that its directory's entry was synced go too: that
 // mark serves only the session's first write, which is behind it.
 func (s *JSONLStore) forget(st *jsonlSession) {
-	if st.registered || st.path == "" || st.held != nil || st.dirty || st.orphan != "" {
+	if st.registered || st.path == "" || st.held != nil || st.dirty || st.unnamed || st.orphan != "" {
 		return
 	}
 	s.mu.Lock()
