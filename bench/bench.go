@@ -43,6 +43,7 @@ import (
 	"io"
 	"io/fs"
 	"iter"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -57,6 +58,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/llm"
@@ -125,6 +127,11 @@ type Options struct {
 	Progress         io.Writer
 	Live             bool
 	ProgressInterval time.Duration
+	// MeterProvider and Logger are the host's (supervisor.Config): with a
+	// provider the run's instruments count what the report counts (the
+	// report's percentiles stay computed from exact samples). nil: none.
+	MeterProvider metric.MeterProvider
+	Logger        *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -424,6 +431,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	fdBase := openFDs()
 	hcfg := supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
 		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards, IdleTimeout: o.PassivateAfter,
+		MeterProvider: o.MeterProvider, Logger: o.Logger,
 		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
 		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) },
 		Observers:     o.Observers}

@@ -15,6 +15,7 @@
 //	GET  /v1/sessions/{id}/events     SSE: the log from ?from= (or after Last-Event-ID), then live
 //	GET  /openapi.json                the OpenAPI 3.1 document of all of the above (openapi.json), without auth
 //	GET  /healthz                     liveness, without auth
+//	GET  /metrics                     Prometheus text (Config.Metrics; absent without it), with auth
 //
 // The tests check every response they get against openapi.json (with
 // kin-openapi), so the document and the server cannot drift apart.

@@ -65,6 +65,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Logger gets the errors answered INTERNAL. nil: discarded.
 	Logger *slog.Logger
+	// Metrics, when set, is served at GET /metrics (the Prometheus text
+	// format: telemetry.MeterProvider.Handler), behind the bearer token
+	// like the /v1 routes. nil: no /metrics route.
+	Metrics http.Handler
 }
 
 // Validate reports a config that cannot work.
@@ -148,6 +152,9 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{id}/cancel", s.cancel)
 	v1("POST /v1/sessions/{id}/fork", s.fork)
 	v1("GET /v1/sessions/{id}/events", s.events)
+	if s.cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", s.authed(s.cfg.Metrics))
+	}
 	s.mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	s.mux.HandleFunc("GET /{$}", webFile("index.html"))
 	s.mux.HandleFunc("GET /app.js", webFile("app.js"))
@@ -209,6 +216,19 @@ func (s *Server) api(h func(http.ResponseWriter, *http.Request) error) http.Hand
 			}
 			writeError(w, ae)
 		}
+	})
+}
+
+// authed serves h to a request with the bearer token, and refuses the
+// others as the /v1 routes do.
+func (s *Server) authed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dsh"`)
+			writeError(w, &apiError{CodeUnauthorized, "a valid bearer token is required"})
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -108,7 +108,10 @@ type Config struct {
 	// event-derived counts through an Observer, the host's gauges, the
 	// turn-end flush latency, write failures, model-call queue wait).
 	// nil: no instrument is created and nothing is installed on the
-	// session path.
+	// session path. Close unregisters the host's gauges but leaves the
+	// counts registered (a last export after Close still has them), so a
+	// provider shared by many hosts in turn holds a callback per host
+	// until it shuts down.
 	MeterProvider metric.MeterProvider
 	// OnObserverFailure, when set, receives every contained observer
 	// failure of a session (session.Config.OnObserverFailure), inside the

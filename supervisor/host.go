@@ -1094,8 +1094,11 @@ func (h *Host) Close(ctx context.Context) error {
 		h.sys.Shutdown()
 	}
 	if h.metrics != nil {
+		// The host's gauges go; the counts stay registered with the
+		// provider, so an export after Close (an OTLP exporter's last
+		// push at shutdown, a reader collecting after a run) still has
+		// them.
 		_ = h.unobserve()
-		_ = h.metrics.Close()
 	}
 	if err := h.workers.close(ctx); err != nil {
 		errs = append(errs, err)

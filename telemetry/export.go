@@ -34,9 +34,20 @@ type ExportConfig struct {
 // OTLPFromEnv reports whether the environment asks for an OTLP metric
 // export: OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT
 // is set, and neither OTEL_SDK_DISABLED=true nor OTEL_METRICS_EXPORTER=none
-// turns it off.
+// turns it off. Only OTLP over HTTP is exported: a protocol other than
+// http/protobuf or http/json (grpc) is not, and the commands refuse it
+// with the trace export's error (cmd/dsh), which reads the same variables.
 func OTLPFromEnv() bool {
 	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || os.Getenv("OTEL_METRICS_EXPORTER") == "none" {
+		return false
+	}
+	proto := os.Getenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+	if proto == "" {
+		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch proto {
+	case "", "http/protobuf", "http/json":
+	default:
 		return false
 	}
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != ""

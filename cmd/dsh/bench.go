@@ -7,10 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -75,6 +78,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.DurationVar(&capTimeout, "capacity-timeout", bench.DefaultCapacityTimeout, "with --capacity, stop the search after this long")
 	fs.BoolVar(&asJSON, "json", false, "print the report as one JSON value")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	var of obsFlags
+	of.register(fs, "warn")
+	var metricsOut string
+	fs.StringVar(&metricsOut, "metrics-out", "", "collect the run's metrics and write them, in the Prometheus text format, to `FILE` (- for stderr) at the end")
 	if err := parseFlags(fs, args, benchUsage, stdout); err != nil {
 		return err
 	}
@@ -169,8 +176,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return err
 	}
 	o.Observers = tr.observers()
+	var logMu sync.Mutex
+	ob, err := of.open(ctx, stderr, &logMu, metricsOut != "", false /* hold */)
+	if err != nil {
+		tr.close()
+		return err
+	}
+	defer func() {
+		if cerr := ob.close(err); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	o.Logger, o.MeterProvider = ob.logger, ob.meterProvider()
 	rep, err := bench.Run(ctx, o)
 	tr.close()
+	if metricsOut != "" {
+		if werr := writeMetrics(ob, metricsOut, stderr); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	if err != nil && !rep.Interrupted && rep.Turns == 0 {
 		// Nothing ran (the load could not start): a report of zeros
 		// would only hide the one line that says why.
@@ -259,4 +283,22 @@ func parseBytes(s string) (uint64, error) {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return n * mult, nil
+}
+
+// writeMetrics writes the Prometheus text of o's instruments to path ("-":
+// stderr).
+func writeMetrics(o *obs, path string, stderr io.Writer) error {
+	rec := httptest.NewRecorder()
+	o.mp.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		return fmt.Errorf("bench: --metrics-out: the metrics handler answered %d", rec.Code)
+	}
+	if path == "-" {
+		_, err := stderr.Write(rec.Body.Bytes())
+		return err
+	}
+	if err := os.WriteFile(path, rec.Body.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("bench: --metrics-out: %w", err)
+	}
+	return nil
 }

@@ -99,7 +99,16 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	c := &chat{f: f, intr: intr, out: lockedWriter{&mu, stdout}, diag: lockedWriter{&mu, stderr},
 		tty: isTerminalFile(stdin), rawOut: stdout, rawD: stderr}
 	env.stderr = c.diag
-	t, err := startTalk(ctx, f, env)
+	o, err := f.obs.open(ctx, stderr, &mu, false /* prometheus */, true /* hold */)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := o.close(err); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	t, err := startTalk(ctx, f, env, o)
 	if err != nil {
 		return err
 	}

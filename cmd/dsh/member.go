@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -133,6 +135,10 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&asJSON, "json", false, "print events as JSON objects on stdout, one per line")
 	var tf tlsFlags
 	tf.register(fs, "")
+	var of obsFlags
+	of.register(fs, "info")
+	var metricsAddr string
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve the member's metrics (Prometheus text) at http://ADDR/metrics, on a listener of its own (loopback unless --insecure)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "without TLS, bind a non-loopback --bind all the same (plaintext: anyone who reaches it can read every session)")
 	if err := parseFlags(fs, args, memberUsage, stdout); err != nil {
 		return err
@@ -188,12 +194,37 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("member: --passivate-after must not be negative")
 	}
 	var errMu sync.Mutex // stderr is written from the refusals' goroutines too
+	if metricsAddr != "" {
+		host, _, err := net.SplitHostPort(metricsAddr)
+		if err != nil {
+			return usagef("member: --metrics-addr %q: %v", metricsAddr, err)
+		}
+		if !loopbackAddr(host) && !cfg.Insecure {
+			return usagef("member: --metrics-addr %s is not a loopback address: the metrics name no session but are not authenticated; give --insecure to serve them there", metricsAddr)
+		}
+	}
+	o, err := of.open(ctx, stderr, &errMu, metricsAddr != "", false /* hold */)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = o.close(nil) }()
 	tr, err := openTraces(ctx, lockedWriter{&errMu, stderr})
 	if err != nil {
 		return err
 	}
 	defer tr.close() // after m.Close below: its sessions' last spans end as they stop
-	cfg.Session = supervisor.Config{Provider: prov, Model: model, IdleTimeout: passivate, Observers: tr.observers()}
+	cfg.Session = supervisor.Config{Provider: prov, Model: model, IdleTimeout: passivate, Observers: tr.observers(),
+		Logger: o.logger, MeterProvider: o.meterProvider()}
+	if metricsAddr != "" {
+		stopMetrics, url, err := serveMetrics(metricsAddr, o, &errMu, stderr)
+		if err != nil {
+			return fmt.Errorf("member: --metrics-addr: %w", err)
+		}
+		defer stopMetrics()
+		errMu.Lock()
+		fmt.Fprintf(stderr, "dsh member: metrics on %s\n", url)
+		errMu.Unlock()
+	}
 	cfg.OnRefused = func(e *cluster.RefusedError) {
 		errMu.Lock()
 		defer errMu.Unlock()
@@ -251,4 +282,29 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	emit("left", nil)
 	return nil
+}
+
+// serveMetrics serves o's metrics at /metrics on a listener of its own
+// (the cluster's health endpoint stays as it is), until stop.
+func serveMetrics(addr string, o *obs, mu *sync.Mutex, stderr io.Writer) (stop func(), url string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", o.mp.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			mu.Lock()
+			fmt.Fprintf(stderr, "dsh member: metrics: %v\n", err)
+			mu.Unlock()
+		}
+	}()
+	return func() {
+		_ = srv.Close()
+		<-done
+	}, "http://" + ln.Addr().String() + "/metrics", nil
 }

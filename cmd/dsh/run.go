@@ -62,6 +62,7 @@ type talkFlags struct {
 	speed                    float64
 	peers                    string   // run on a cluster (dsh member processes)
 	tls                      tlsFlags // with --peers: mutual TLS with the members
+	obs                      obsFlags
 }
 
 func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
@@ -81,6 +82,8 @@ func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
 	fs.BoolVar(&f.verbose, "verbose", false, "print tool calls and turn ends on stderr")
 	fs.StringVar(&f.peers, "peers", "", "run on a cluster: the provider endpoints (host:port, comma-separated) of its members; the session lives there (--dir, --provider, --workdir and --system are the members')")
 	f.tls.register(fs, "with --peers: ")
+	f.obs.register(fs, "warn")
+	f.obs.registerActorMetrics(fs)
 	if withJSON {
 		fs.BoolVar(&f.asJSON, "json", false, "print one JSON value at the end instead of streaming the text")
 	}
@@ -109,6 +112,7 @@ type talk struct {
 	id     session.SessionID
 	dir    string
 	traces traceExport // off on a cluster: its members export
+	obs    *obs
 }
 
 // backend is what dsh run drives: the local host, or a cluster's members.
@@ -177,7 +181,7 @@ func (b clusterBackend) subscribe(ctx context.Context, id session.SessionID, fro
 }
 
 // openTalk opens the host and creates or resumes the session.
-func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
+func openTalk(ctx context.Context, f talkFlags, env talkEnv, o *obs) (*talk, error) {
 	prov := env.provider
 	model := f.model
 	switch {
@@ -243,14 +247,15 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 		return nil, err
 	}
 	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
-		SystemPrompt: f.system, Policy: persister.PolicyTurnEnd, Observers: tr.observers()})
+		SystemPrompt: f.system, Policy: persister.PolicyTurnEnd, Observers: tr.observers(),
+		Logger: o.logger, MeterProvider: o.meterProvider(), System: o.sys})
 	if err != nil {
 		tr.close()
 		_ = st.Close()
 		_ = fst.Close()
 		return nil, err
 	}
-	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: loc.Path, traces: tr}
+	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: loc.Path, traces: tr, obs: o}
 	if loc.Scheme != persister.SchemeJSONL {
 		t.dir = loc.String()
 	}
@@ -291,7 +296,7 @@ func openTalkStore(loc persister.Location, fsys vfs.FS) (persister.Store, error)
 }
 
 // startTalk opens the local host, or joins the cluster of --peers.
-func startTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
+func startTalk(ctx context.Context, f talkFlags, env talkEnv, o *obs) (*talk, error) {
 	if f.peers != "" {
 		if f.stores.store != "" {
 			return nil, usagef("--store goes without --peers (the session lives in the members' store)")
@@ -301,7 +306,7 @@ func startTalk(ctx context.Context, f talkFlags, env talkEnv) (*talk, error) {
 	if f.tls.given() {
 		return nil, usagef("--tls-cert, --tls-key and --tls-ca go with --peers")
 	}
-	return openTalk(ctx, f, env)
+	return openTalk(ctx, f, env, o)
 }
 
 // dialTalk joins a cluster as a client and creates or names the
@@ -355,6 +360,11 @@ func (t *talk) close() error {
 // as not durable (see streamer.reportEnds).
 func (t *talk) waitIdle(ctx context.Context, s *streamer) error {
 	werr := t.be.WaitIdle(ctx, t.id)
+	if t.obs != nil {
+		// The turn is over: the warnings held meanwhile are printed, but
+		// the one of the error about to be shown (werr).
+		t.obs.release(werr)
+	}
 	if werr == nil || ctx.Err() == nil {
 		// Idle either way (a failed flush fails after the agent is idle):
 		// let the streamer catch up, so that the ends reported are all.
@@ -739,7 +749,17 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer, env ta
 		return err
 	}
 	env.stderr = stderr
-	t, err := startTalk(ctx, f, env)
+	var logMu sync.Mutex
+	o, err := f.obs.open(ctx, stderr, &logMu, false /* prometheus */, true /* hold */)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := o.close(err); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	t, err := startTalk(ctx, f, env, o)
 	if err != nil {
 		return err
 	}

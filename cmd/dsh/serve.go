@@ -32,8 +32,12 @@ import (
 const serveUsage = `Usage: dsh serve [flags]
 
 Serves the sessions of --store (or --dir) over HTTP: a JSON API under /v1 with
-Server-Sent Events for each session's log (see the httpapi package), and
-/healthz. It prints the address it listens on to stderr.
+Server-Sent Events for each session's log (see the httpapi package),
+/healthz, and /metrics (the host's metrics in the Prometheus text format,
+behind the token like /v1; docs/observability.md lists them). It prints
+the address it listens on to stderr, and its log records (--log-level,
+default info). OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) also
+pushes the metrics over OTLP/HTTP.
 
 Auth: with --token-file F (or DSH_TOKEN) every /v1 route needs the header
 "Authorization: Bearer TOKEN". Without a token there is no auth: dsh
@@ -71,6 +75,7 @@ type serveFlags struct {
 	passivate, drain, keepAlive time.Duration
 	peers                       string
 	tls                         tlsFlags
+	obs                         obsFlags
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -95,6 +100,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.keepAlive, "keep-alive", httpapi.DefaultKeepAlive, "interval of the keep-alive comment on an idle event stream")
 	fs.StringVar(&f.peers, "peers", "", "serve a cluster's sessions: the provider endpoints (host:port, comma-separated) of its members; --dir/--store then names the store they share (read, without locks, to list sessions)")
 	f.tls.register(fs, "with --peers: ")
+	f.obs.register(fs, "info")
+	f.obs.registerActorMetrics(fs)
 }
 
 // serveEnv lets tests replace the model and learn the address.
@@ -152,12 +159,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		return err
 	}
 	var logMu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&logMu, stderr}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	o, err := f.obs.open(ctx, stderr, &logMu, true /* prometheus */, false /* hold */)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = o.close(nil) }()
+	logger := o.logger
 	if f.peers != "" {
 		if !f.stores.given() {
 			return usagef("serve: --peers needs --dir or --store: the store the members share (to list sessions)")
 		}
-		return servePeers(ctx, f, loc, token, logger, &logMu, stderr, env)
+		return servePeers(ctx, f, loc, token, o, &logMu, stderr, env)
 	}
 	if f.tls.given() {
 		return usagef("serve: --tls-cert, --tls-key and --tls-ca go with --peers")
@@ -189,7 +201,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		return err
 	}
 	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
-		Policy: persister.PolicyTurnEnd, IdleTimeout: f.passivate, Observers: tr.observers()})
+		Policy: persister.PolicyTurnEnd, IdleTimeout: f.passivate, Observers: tr.observers(),
+		Logger: logger, MeterProvider: o.meterProvider(), System: o.sys})
 	if err != nil {
 		tr.close()
 		_ = st.Close()
@@ -199,11 +212,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		defer tr.close() // after the host: its sessions' last spans end as they stop
 		return drainHost(h, drain)
 	}
-	return listenAndServe(ctx, f, httpapi.HostBackend{Host: h}, token, logger, &logMu, stderr, env, loc.String(), closeHost)
+	return listenAndServe(ctx, f, httpapi.HostBackend{Host: h}, token, o, &logMu, stderr, env, loc.String(), closeHost)
 }
 
 // servePeers serves the sessions of the cluster of --peers.
-func servePeers(ctx context.Context, f serveFlags, loc persister.Location, token string, logger *slog.Logger, logMu *sync.Mutex,
+func servePeers(ctx context.Context, f serveFlags, loc persister.Location, token string, o *obs, logMu *sync.Mutex,
 	stderr io.Writer, env serveEnv) error {
 	tc, err := f.tls.load()
 	if err != nil {
@@ -223,16 +236,17 @@ func servePeers(ctx context.Context, f serveFlags, loc persister.Location, token
 	closeAll := func(time.Duration) error {
 		return errors.Join(cl.Close(), rd.Close())
 	}
-	return listenAndServe(ctx, f, peersBackend{c: cl, store: rd}, token, logger, logMu, stderr, env, "the cluster of "+f.peers, closeAll)
+	return listenAndServe(ctx, f, peersBackend{c: cl, store: rd}, token, o, logMu, stderr, env, "the cluster of "+f.peers, closeAll)
 }
 
 // listenAndServe serves be on --addr until ctx ends, then shuts down:
 // stops accepting, ends the event streams, lets running turns end within
 // --drain, and closes the backend with closeBackend.
-func listenAndServe(ctx context.Context, f serveFlags, be httpapi.Backend, token string, logger *slog.Logger, logMu *sync.Mutex,
+func listenAndServe(ctx context.Context, f serveFlags, be httpapi.Backend, token string, o *obs, logMu *sync.Mutex,
 	stderr io.Writer, env serveEnv, where string, closeBackend func(drain time.Duration) error) error {
+	logger := o.logger
 	srv, err := httpapi.New(httpapi.Config{Backend: be, Token: token, LoopbackOnly: token == "",
-		CORSOrigin: f.cors, MaxBody: f.maxBody, KeepAlive: f.keepAlive, Logger: logger})
+		CORSOrigin: f.cors, MaxBody: f.maxBody, KeepAlive: f.keepAlive, Logger: logger, Metrics: o.mp.Handler()})
 	if err != nil {
 		_ = closeBackend(0)
 		return usagef("serve: %v", err)
