@@ -989,7 +989,7 @@ func (s *JSONLStore) loadLocked(ctx context.Context, st *jsonlSession, mode repa
 	if err != nil {
 		return Stored{}, err
 	}
-	if _, err := session.Restore(file.Header, file.Events); err != nil {
+	if err := session.Validate(file.Header, file.Events); err != nil {
 		return Stored{}, invalidLog(file.Path, err)
 	}
 	closers := session.InterruptedTurnClosers(file.Events)

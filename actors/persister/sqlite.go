@@ -1074,7 +1074,7 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 	if err != nil {
 		return Stored{}, s.txError(err)
 	}
-	if _, err := session.Restore(row.header, sc.events); err != nil {
+	if err := session.Validate(row.header, sc.events); err != nil {
 		return Stored{}, invalidLog(s.path, err)
 	}
 	closers := session.InterruptedTurnClosers(sc.events)

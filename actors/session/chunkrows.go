@@ -419,19 +419,26 @@ func appendRecord(dst []Event, line []byte) ([]Event, error) {
 // to dst. On error the returned slice may hold members past len(dst); the
 // caller drops them.
 //
-// A row is most of a log file, and this is the load path's hot loop. Each
-// member gets its data from two builders that hold the members shared by
-// the whole row (turn and step; the chunk's type, index, id and name) and
-// are truncated back to them after every member, so a member costs one
-// allocation, its data. Its typed view is not decoded from that data again
-// (the reference implementation in reference_decode_test.go did, through
-// decodePayload): the row checks below are a superset of what
-// decodePayload checks on a member's data (an object; turn and step safe
-// integers; a chunk of the row's kind with a non-negative integer index, a
-// string text or argumentsDelta, a string id and optional string name), so
-// that decode cannot fail, and its result is known: an AssistantChunk,
-// which setPayload keeps as a *chunkStep, here one for the whole row.
+// A row is most of a log file, and this is the load path's hot loop. A
+// member's typed view is not decoded from its data (the reference
+// implementation in reference_decode_test.go did, through decodePayload):
+// the row checks below are a superset of what decodePayload checks on a
+// member's data (an object; turn and step safe integers; a chunk of the
+// row's kind with a non-negative integer index, a string text or
+// argumentsDelta, a string id and optional string name), so that decode
+// cannot fail, and its result is known: an AssistantChunk, which
+// setPayload keeps as a *chunkStep, here one for the whole row.
 // TestRowMembersDecodeAsTheirData holds the two to each other.
+//
+// A text or reasoning row whose turn, step and index are written as
+// AssistantChunk.Draft writes them (plain decimal) gives members already in
+// the form a log keeps them in (compact.go): each keeps its text literal
+// only, a part of one copy of the row's texts, and shares the row's
+// *chunkStep; Data writes the rest back, byte for byte what the other
+// path builds. Any other row gives each member its data in full, from two
+// builders that hold the members shared by the whole row (turn and step;
+// the chunk's type, index, id and name) and are truncated back to them
+// after every member, so a member costs one allocation, its data.
 func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, error) {
 	var seq0J, time0J, data messages.JSON
 	n := 0
@@ -510,7 +517,8 @@ func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, 
 	if !ok {
 		return fail("step is not a safe integer")
 	}
-	if i, ok := index.AsInt(); !ok || i < 0 {
+	indexN, ok := index.AsInt()
+	if !ok || indexN < 0 {
 		return fail("index is not a non-negative safe integer")
 	}
 	if kind == messages.ChunkToolCallDelta {
@@ -537,21 +545,45 @@ func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, 
 	dst = slices.Grow(dst, len(gaps)+1)
 	first := len(dst)
 
-	var c, d messages.ObjectBuilder
-	c.String("type", string(kind)).Raw("index", index)
-	piece := "text"
-	if kind == messages.ChunkToolCallDelta {
-		c.Raw("id", id)
-		if hasName {
-			c.Raw("name", name)
-		}
-		piece = "argumentsDelta"
-	}
-	cShared := c.Len()
-	d.Raw("turn", turn).Raw("step", step)
-	dShared := d.Len()
-
+	// The members' events, built in the loop below: compact (see above)
+	// or with their data in full.
+	var member func(p messages.JSON) Event
 	cs := &chunkStep{turn: turnN, step: stepN} // shared by the row's members
+	if kind != messages.ChunkToolCallDelta && isIntLiteral(turn.String(), turnN) &&
+		isIntLiteral(step.String(), stepN) && isIntLiteral(index.String(), indexN) {
+		// One copy of the texts for the whole row: the members' literals
+		// are parts of it, and none keeps the line (pieces is a part of
+		// it). The literals of the chunkStep are fresh for the same reason.
+		pieces = pieces.Clone()
+		cs.kind, cs.index = kind, indexN
+		cs.lits = &chunkLits{turn: strconv.FormatInt(turnN, 10), step: strconv.FormatInt(stepN, 10),
+			index: strconv.FormatInt(indexN, 10)}
+		member = func(p messages.JSON) Event {
+			return Event{typ: codeChunk, data: p, payload: cs, flags: flagChunkText}
+		}
+	} else {
+		var c, d messages.ObjectBuilder
+		c.String("type", string(kind)).Raw("index", index)
+		piece := "text"
+		if kind == messages.ChunkToolCallDelta {
+			c.Raw("id", id)
+			if hasName {
+				c.Raw("name", name)
+			}
+			piece = "argumentsDelta"
+		}
+		cShared := c.Len()
+		d.Raw("turn", turn).Raw("step", step)
+		dShared := d.Len()
+		member = func(p messages.JSON) Event {
+			c.Truncate(cShared)
+			c.Raw(piece, p)
+			d.Truncate(dShared)
+			d.Object("chunk", &c)
+			return Event{typ: codeChunk, data: d.Build(), payload: cs}
+		}
+	}
+
 	seq, t := seq0, time0
 	for p := range pieces.Elements() {
 		k := len(dst) - first
@@ -572,11 +604,9 @@ func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, 
 				return fail("member %d leaves the safe-integer range", k)
 			}
 		}
-		c.Truncate(cShared)
-		c.Raw(piece, p)
-		d.Truncate(dShared)
-		d.Object("chunk", &c)
-		dst = append(dst, Event{typ: codeChunk, seq: seq, time: t, data: d.Build(), payload: cs})
+		e := member(p)
+		e.seq, e.time = seq, t
+		dst = append(dst, e)
 	}
 	members := len(dst) - first
 	if members == 0 {
@@ -586,6 +616,12 @@ func decodeRow(dst []Event, j messages.JSON, kind messages.ChunkType) ([]Event, 
 		return fail("dt is longer than %s less one", piecesKey)
 	}
 	return dst, nil
+}
+
+// isIntLiteral reports whether lit is n written as strconv writes it.
+func isIntLiteral(lit string, n int64) bool {
+	var buf [24]byte
+	return lit == string(strconv.AppendInt(buf[:0], n, 10))
 }
 
 func rowTag(kind messages.ChunkType) string {

@@ -176,10 +176,18 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 	if !ok {
 		return fail("time is not a safe integer")
 	}
-	e := newEvent(EventType(typ), seq, t, data)
 	if !hasData {
 		return fail("data is missing")
 	}
+	if typ == string(TypeAssistantChunk) && !hasOp && !hasSrc && !hasIgn {
+		// A model stream's chunk: the most frequent line after the packed
+		// rows, built as the log keeps it (compact.go) where its data
+		// allows.
+		if e, ok := decodeChunkText(seq, t, data); ok {
+			return e, nil
+		}
+	}
+	e := newEvent(EventType(typ), seq, t, data)
 	if EventType(typ).isLegacy() {
 		return fail("event type %q was removed from the format", typ)
 	}

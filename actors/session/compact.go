@@ -141,6 +141,30 @@ func chunkTextLiteral(lit string, chunk messages.JSON) messages.JSON {
 	return t.Clone()
 }
 
+// decodeChunkText returns the event a decoder builds for an assistant/chunk
+// line at seq and time whose envelope has no other key, when its data is
+// in the form a log keeps as its text (chunkTextForm): already compact, as
+// the log would keep it, and without decoding the data again. Data in that
+// form is an object with integer turn and step and a text or reasoning
+// delta with a non-negative integer index and a string text, so it
+// decodes (decodePayload), to the AssistantChunk Data gives back.
+func decodeChunkText(seq, time int64, data messages.JSON) (Event, bool) {
+	turn, step, kind, index, lit, ok := chunkTextParts(data.String())
+	if !ok {
+		return Event{}, false
+	}
+	var text messages.JSON
+	if s := lit[1 : len(lit)-1]; plainText(s) {
+		text = messages.JSONString(s)
+	} else {
+		chunk, _ := data.Field("chunk")
+		text = chunkTextLiteral(lit, chunk)
+	}
+	c := &chunkStep{turn: turn, step: step, kind: kind, index: index, lits: &chunkLits{turn: strconv.FormatInt(turn, 10),
+		step: strconv.FormatInt(step, 10), index: strconv.FormatInt(index, 10)}}
+	return Event{typ: codeChunk, seq: seq, time: time, data: text, payload: c, flags: flagChunkText}, true
+}
+
 // minSourceRun is the shortest run of sources kept as a run: below it, the
 // list costs about what the run does.
 const minSourceRun = 4
@@ -190,6 +214,64 @@ func chunkTextForm(data string, turn, step int64) (kind messages.ChunkType, inde
 		return "", 0, "", false
 	}
 	return chunkBodyTextForm(s)
+}
+
+// chunkTextParts reports whether data is exactly
+//
+//	{"turn":T,"step":S,"chunk":{"type":K,"index":I,"text":"..."}}
+//
+// with T and S safe integers written as strconv writes them, K text-delta
+// or reasoning-delta and I a non-negative integer written without leading
+// zeros, and returns T, S, K, I and the text's literal. data must be valid
+// JSON text.
+func chunkTextParts(data string) (turn, step int64, kind messages.ChunkType, index int64, lit string, ok bool) {
+	s, ok := strings.CutPrefix(data, `{"turn":`)
+	if !ok {
+		return 0, 0, "", 0, "", false
+	}
+	if turn, s, ok = cutIntLiteral(s); !ok {
+		return 0, 0, "", 0, "", false
+	}
+	if s, ok = strings.CutPrefix(s, `,"step":`); !ok {
+		return 0, 0, "", 0, "", false
+	}
+	if step, s, ok = cutIntLiteral(s); !ok {
+		return 0, 0, "", 0, "", false
+	}
+	if s, ok = strings.CutPrefix(s, `,"chunk":`); !ok {
+		return 0, 0, "", 0, "", false
+	}
+	if s, ok = strings.CutSuffix(s, "}"); !ok {
+		return 0, 0, "", 0, "", false
+	}
+	if kind, index, lit, ok = chunkBodyTextForm(s); !ok {
+		return 0, 0, "", 0, "", false
+	}
+	return turn, step, kind, index, lit, true
+}
+
+// cutIntLiteral reads a safe integer written as strconv writes it (an
+// optional minus, then digits without a leading zero; no "-0") at the
+// start of s, and returns it and the rest of s. It reads the digits
+// itself (a load reads two for every chunk line): at most 17 of them,
+// which cannot overflow an int64.
+func cutIntLiteral(s string) (n int64, rest string, ok bool) {
+	i := 0
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		i = 1
+	}
+	start := i
+	for ; i < len(s) && i-start < 17 && s[i] >= '0' && s[i] <= '9'; i++ {
+		n = n*10 + int64(s[i]-'0')
+	}
+	switch {
+	case i == start, s[start] == '0' && (i > start+1 || neg), n > maxSafe:
+		return 0, s, false
+	case neg:
+		n = -n
+	}
+	return n, s[i:], true
 }
 
 // chunkBodyTextForm is chunkTextForm for the chunk alone: the chunk's

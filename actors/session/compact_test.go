@@ -1,7 +1,10 @@
 package session
 
 import (
+	"bytes"
+	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -206,4 +209,66 @@ func TestChunkTextAgreesWithPayload(t *testing.T) {
 	first, _ := l.Event(0)
 	_, _, ok := first.ChunkText()
 	require.False(t, ok, "a turn/start")
+}
+
+// TestLoadedChunksAreCompactAtOnce: decoding a log's lines gives its
+// text and reasoning chunks already in the form the log keeps them in,
+// a packed row's members sharing one copy of the row's texts and one
+// chunkStep, so that neither the decode nor the Restore after it pays an
+// allocation per chunk (both did: a decode built each member's data in
+// full, and Restore parsed it again to keep its text); the restored log
+// holds the same events, kept as a log that appended them keeps them.
+func TestLoadedChunksAreCompactAtOnce(t *testing.T) {
+	const chunks = 2000
+	l := newTestLog(t)
+	appendOK(t, l, TurnStart{Turn: 1}.Draft())
+	appendOK(t, l, StepStart{Turn: 1, Step: 1}.Draft())
+	words := []string{" the", " log", " of a", " \"session\"", " turn\nstep", " chunk ✓"}
+	for i := range chunks {
+		c := messages.TextDeltaChunk(0, words[i%len(words)])
+		if i%500 == 499 {
+			c = messages.ReasoningDeltaChunk(0, words[i%len(words)])
+		}
+		appendOK(t, l, AssistantChunk{Turn: 1, Step: 1, Chunk: c}.Draft())
+	}
+	appendOK(t, l, StepEnd{Turn: 1, Step: 1}.Draft())
+	events := l.Events().Slice()
+	for _, packed := range []bool{true, false} {
+		enc := AppendRecords(nil, events, packed)
+		var lines [][]byte
+		var decoded []Event
+		for line := range bytes.SplitSeq(bytes.TrimSuffix(enc, []byte("\n")), []byte("\n")) {
+			lines = append(lines, line)
+			evs, err := DecodeRecord(line)
+			require.NoError(t, err)
+			decoded = append(decoded, evs...)
+		}
+		requireSameEvents(t, events, decoded)
+		for i, e := range decoded {
+			if e.Type() == TypeAssistantChunk {
+				require.Equal(t, dataChunkText, e.dataForm(), "packed %v: event %d keeps its text only", packed, i)
+				require.Equal(t, events[i].payload, e.payload, "packed %v: event %d", packed, i)
+			}
+		}
+		if packed {
+			row := slices.IndexFunc(lines, func(b []byte) bool { return bytes.HasPrefix(b, []byte(`{"type":"text-chunks"`)) })
+			require.GreaterOrEqual(t, row, 0)
+			members, err := DecodeRecord(lines[row])
+			require.NoError(t, err)
+			require.Greater(t, len(members), 400)
+			for _, m := range members {
+				require.Same(t, members[0].payload.(*chunkStep), m.payload.(*chunkStep))
+			}
+			allocs := testing.AllocsPerRun(20, func() { _, _ = DecodeRecord(lines[row]) })
+			require.LessOrEqual(t, allocs, 20.0, "allocations to decode a row of %d members", len(members))
+		}
+		allocs := testing.AllocsPerRun(20, func() {
+			_, err := Restore(l.Header(), decoded)
+			require.NoError(t, err)
+		})
+		require.LessOrEqual(t, allocs, float64(chunks)/20, "packed %v: allocations to restore %d chunks", packed, chunks)
+		r, err := Restore(l.Header(), decoded)
+		require.NoError(t, err)
+		require.True(t, reflect.DeepEqual(events, r.Events().Slice()), "packed %v: the restored log keeps its events as the log that appended them", packed)
+	}
 }

@@ -202,6 +202,32 @@ func Restore(h Header, events []Event) (*Log, error) {
 	return l, nil
 }
 
+// Validate checks events as Restore does, with the same error for the
+// same events, without building a log: a store that only checks what it
+// read before handing it on (the caller restores it) pays neither the
+// copy of every event into a log's pages nor the log. The slice is only
+// read.
+func Validate(h Header, events []Event) error {
+	l, err := New(h)
+	if err != nil {
+		return err
+	}
+	// The events before the one admitted are the log so far: the rules
+	// read only their type and data, which admitting does not change.
+	for i := range events {
+		if events[i].seq != int64(i) {
+			return &EventError{Seq: int64(i), Type: events[i].Type(), Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", events[i].seq)}
+		}
+		e := events[i] // admit may complete its copy
+		t, err := l.admit(&e, eventsOver(events[:i]))
+		if err != nil {
+			return err
+		}
+		l.record(t, &e, i)
+	}
+	return nil
+}
+
 // Append validates d and commits it as the next event, stamped with seq =
 // Len() and time now (epoch ms). On any error the log is unchanged. The
 // returned Event is the committed value.

@@ -2,11 +2,14 @@ package session
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dshgo/dsh/internal/fixtures"
 	"github.com/dshgo/dsh/messages"
 )
 
@@ -547,4 +550,48 @@ func TestMirrorCommitsAnotherLogsEventsAsTheyAre(t *testing.T) {
 	bad, _ := src.Event(2) // step/start outside a turn at seq 0: seq mismatch
 	require.Error(t, other.Mirror(bad))
 	require.Zero(t, other.Len())
+}
+
+// TestValidateAgreesWithRestore: Validate accepts what Restore restores
+// and refuses what it refuses, with the same error, over the interop
+// corpus and over every log of it damaged in three ways at many places
+// (an event dropped, leaving a seq gap; dropped and the rest renumbered,
+// breaking citations, replaces and the turn structure; one event's data
+// swapped for the next one's of another type).
+func TestValidateAgreesWithRestore(t *testing.T) {
+	_, paths := fixtureFiles(t)
+	refused := 0
+	check := func(h Header, events []Event) {
+		t.Helper()
+		_, rerr := Restore(h, events)
+		verr := Validate(h, events)
+		require.Equal(t, errText(rerr), errText(verr))
+		if rerr != nil {
+			refused++
+		}
+	}
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		f, err := ParseFile(fixtures.Substitute(raw), path)
+		require.NoError(t, err)
+		check(f.Header, f.Events)
+		step := max(len(f.Events)/12, 1)
+		for k := 0; k < len(f.Events); k += step {
+			gap := append(slices.Clone(f.Events[:k]), f.Events[k+1:]...)
+			check(f.Header, gap)
+			renumbered := slices.Clone(gap)
+			for i := k; i < len(renumbered); i++ {
+				renumbered[i].seq = int64(i)
+			}
+			check(f.Header, renumbered)
+			if k+1 < len(f.Events) && f.Events[k].typ != f.Events[k+1].typ {
+				swapped := slices.Clone(f.Events)
+				swapped[k].data, swapped[k].payload = f.Events[k+1].fullData(), nil
+				swapped[k].flags &^= flagChunkText | flagDataFromPayload
+				check(f.Header, swapped)
+			}
+		}
+	}
+	require.Greater(t, refused, 100, "the damaged logs exercise the refusals")
 }
