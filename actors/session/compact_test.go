@@ -272,3 +272,27 @@ func TestLoadedChunksAreCompactAtOnce(t *testing.T) {
 		require.True(t, reflect.DeepEqual(events, r.Events().Slice()), "packed %v: the restored log keeps its events as the log that appended them", packed)
 	}
 }
+
+// TestCutIntLiteral: only an integer as strconv writes it, and safe, is
+// read; what follows it is left.
+func TestCutIntLiteral(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int64
+		rest string
+		ok   bool
+	}{
+		{"0", 0, "", true}, {"7,", 7, ",", true}, {"-12}", -12, "}", true}, {"1.5", 1, ".5", true},
+		{"9007199254740991", maxSafe, "", true}, {"-9007199254740991x", -maxSafe, "x", true},
+		{"9007199254740992", 0, "", false}, {"12345678901234567890", 0, "", false},
+		{"-0", 0, "", false}, {"01", 0, "", false}, {"-01", 0, "", false}, {"", 0, "", false},
+		{"-", 0, "", false}, {"x1", 0, "", false}, {"+1", 0, "", false},
+	} {
+		n, rest, ok := cutIntLiteral(c.in)
+		require.Equal(t, c.ok, ok, "%q", c.in)
+		if ok {
+			require.Equal(t, c.n, n, "%q", c.in)
+			require.Equal(t, c.rest, rest, "%q", c.in)
+		}
+	}
+}
