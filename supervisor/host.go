@@ -364,6 +364,9 @@ func (h *Host) get(ctx context.Context, id session.SessionID, load bool) (*entry
 		if errors.Is(err, persister.ErrNotFound) {
 			err = fmt.Errorf("%w: %s", ErrNoSession, id)
 		}
+		if le := (*persister.LockedError)(nil); errors.As(err, &le) {
+			h.logger.Warn("session in use by another writer", "session", string(id), "holder", le.Holder, "err", err)
+		}
 		h.release(e, err)
 		return nil, err
 	}
@@ -605,7 +608,13 @@ func (h *Host) onNotice(ctx actor.Context) {
 		if m.Attempt > 1 {
 			level = slog.LevelDebug
 		}
-		h.logger.Log(context.Background(), level, "session write failed", "session", string(m.ID),
+		msg := "session write failed"
+		if errors.Is(m.Err, persister.ErrFenced) {
+			// Another writer took the session (its lock, or a newer
+			// writer's revision): retrying will not help until it goes.
+			msg = "session write fenced"
+		}
+		h.logger.Log(context.Background(), level, msg, "session", string(m.ID),
 			"attempt", m.Attempt, "retry_in", m.RetryIn, "err", m.Err)
 		if h.metrics != nil {
 			h.metrics.WriteFailed()

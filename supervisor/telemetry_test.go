@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -274,3 +275,30 @@ func TestProtoactorLogsAtDebug(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A write the store refuses because another writer has the session
+// (fenced) is logged as such, once, with the session id: retrying cannot
+// help until that writer goes, which a plain failure would not say.
+func TestLogFencedWriteOnce(t *testing.T) {
+	ctx := testCtx(t)
+	store := &failingStore{MemStore: persister.NewMemStore()}
+	rec := &recordingHandler{}
+	h := openHost(t, Config{Store: store, Policy: persister.PolicyTurnEnd, Window: time.Hour,
+		WriteRetryMin: time.Millisecond, WriteRetryMax: 5 * time.Millisecond, Logger: slog.New(rec)})
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
+	require.NoError(t, h.WaitIdle(ctx, id))
+
+	fenced := fmt.Errorf("%w: another writer appended", persister.ErrFenced)
+	store.failing.Store(&fenced)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "two")))
+	require.ErrorIs(t, h.WaitIdle(ctx, id), persister.ErrFenced)
+	eventually(t, "the refusal's warning", func() bool { return len(rec.atLevel(slog.LevelWarn)) > 0 })
+	warns := rec.atLevel(slog.LevelWarn)
+	require.Len(t, warns, 1, "one warning for the refusal")
+	require.Equal(t, "session write fenced", warns[0].Message)
+	require.Equal(t, string(id), attrOf(warns[0], "session"))
+	require.Contains(t, attrOf(warns[0], "err"), "another writer appended")
+	require.ErrorIs(t, h.Close(ctx), persister.ErrFenced, "closing cannot make the refused events durable")
+}
