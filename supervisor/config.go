@@ -78,7 +78,8 @@ type Config struct {
 	SubscriberBuffer int
 	// OnTurnDurable, when set, is called (from an actor; it must not block)
 	// each time a session's turn/end became durable, with the time from the
-	// commit of the turn/end to the persister's Durable notice.
+	// commit of the turn/end to the persister's Durable notice; seq is the
+	// turn/end's. A notice covering several turn ends calls it once for each.
 	OnTurnDurable func(id session.SessionID, seq int64, latency time.Duration)
 	// OnWriteFailed, when set, is called (from an actor; it must not block)
 	// with each write failure the persister reports, the failures of its

@@ -86,8 +86,59 @@ type entry struct {
 	events, chunks, turns             atomic.Int64
 	inTokens, outTokens, reasonTokens atomic.Int64
 	cacheRead, cacheWrite             atomic.Int64
-	turnEndSeq, turnEndAt             atomic.Int64 // last turn/end seq, its commit time (ns since epoch; 0 once durable)
 	durable                           atomic.Int64
+
+	// The turn ends committed but not yet reported durable, oldest
+	// first: appended by the session observer, taken by the persister's
+	// Durable notice. A notice can lag behind the next turn's end (the
+	// host's notice actor is busy), so one slot would lose a turn's flush
+	// latency; at most maxPendingTurnEnds are kept.
+	turnEndsMu sync.Mutex
+	turnEnds   []pendingTurnEnd // guarded by turnEndsMu
+}
+
+// pendingTurnEnd is a committed turn/end waiting to be durable.
+type pendingTurnEnd struct {
+	seq int64
+	at  time.Duration // commit time, since the host's epoch
+}
+
+// maxPendingTurnEnds bounds entry.turnEnds (a store that stops answering
+// must not grow it without end: a turn end whose flush failed fails the
+// session closed, so more than a few never wait at once).
+const maxPendingTurnEnds = 16
+
+// turnEnded records a committed turn/end (called in the session actor).
+func (e *entry) turnEnded(seq int64, at time.Duration) {
+	e.turnEndsMu.Lock()
+	if len(e.turnEnds) == maxPendingTurnEnds {
+		e.turnEnds = append(e.turnEnds[:0], e.turnEnds[1:]...)
+	}
+	e.turnEnds = append(e.turnEnds, pendingTurnEnd{seq: seq, at: at})
+	e.turnEndsMu.Unlock()
+}
+
+// turnEndsDurable removes the turn ends at or below seq and calls f with
+// each one's commit time, oldest first (outside the lock).
+func (e *entry) turnEndsDurable(seq int64, f func(seq int64, at time.Duration)) {
+	e.turnEndsMu.Lock()
+	n := 0
+	for n < len(e.turnEnds) && e.turnEnds[n].seq <= seq {
+		n++
+	}
+	if n == 0 {
+		e.turnEndsMu.Unlock()
+		return
+	}
+	done := slices.Clone(e.turnEnds[:n])
+	e.turnEnds = append(e.turnEnds[:0], e.turnEnds[n:]...)
+	if len(e.turnEnds) == 0 {
+		e.turnEnds = nil // an idle session keeps no buffer
+	}
+	e.turnEndsMu.Unlock()
+	for _, t := range done {
+		f(t.seq, t.at)
+	}
 }
 
 // Open starts a host.
@@ -396,7 +447,6 @@ func (h *Host) reserve(ctx context.Context, id session.SessionID) (e *entry, fre
 		return e, false, nil
 	}
 	e = &entry{id: id, ready: make(chan struct{}), inflight: 1}
-	e.turnEndSeq.Store(-1)
 	e.durable.Store(-1)
 	e.lastUse.Store(int64(time.Since(h.epoch)))
 	h.sessions[id] = e
@@ -555,8 +605,7 @@ func (e *entry) fold(h *Host, ev session.Event, live bool) {
 		e.turns.Add(1)
 		if live {
 			e.open.Store(false)
-			e.turnEndSeq.Store(ev.Seq())
-			e.turnEndAt.Store(int64(time.Since(h.epoch)) | 1)
+			e.turnEnded(ev.Seq(), time.Since(h.epoch))
 			e.lastUse.Store(int64(time.Since(h.epoch)))
 		}
 	}
@@ -583,17 +632,16 @@ func (h *Host) onNotice(ctx actor.Context) {
 		if e.clearFailure(m.Seq) {
 			h.logger.Info("session write recovered", "session", string(m.ID), "durable", m.Seq)
 		}
-		if m.Seq >= e.turnEndSeq.Load() {
-			if at := e.turnEndAt.Swap(0); at != 0 && (h.cfg.OnTurnDurable != nil || h.metrics != nil) {
-				d := time.Since(h.epoch) - time.Duration(at)
-				if h.metrics != nil {
-					h.metrics.TurnDurable(d)
-				}
-				if h.cfg.OnTurnDurable != nil {
-					h.cfg.OnTurnDurable(m.ID, m.Seq, d)
-				}
+		now := time.Since(h.epoch)
+		e.turnEndsDurable(m.Seq, func(seq int64, at time.Duration) {
+			d := now - at
+			if h.metrics != nil {
+				h.metrics.TurnDurable(d)
 			}
-		}
+			if h.cfg.OnTurnDurable != nil {
+				h.cfg.OnTurnDurable(m.ID, seq, d)
+			}
+		})
 	case persister.WriteFailed:
 		// The one place a host hears of write failures and retries. A
 		// run of failures is one warning (its first); the failed
