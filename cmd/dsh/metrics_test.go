@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"io/fs"
 	"net/http"
 	"os"
@@ -47,21 +45,7 @@ func TestServeMetricsBehindTheToken(t *testing.T) {
 	require.NoError(t, os.WriteFile(tokFile, []byte("tok\n"), 0o600))
 	prov, err := synthetic.New(synthetic.Config{Seed: 2, TextChunks: 15})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	urls := make(chan string, 1)
-	var stderr lockedBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, []string{"--addr", "127.0.0.1:0", "--dir", dir, "--token-file", tokFile}, &bytes.Buffer{}, &stderr,
-			serveEnv{provider: prov, listening: func(u string) { urls <- u }})
-	}()
-	var url string
-	select {
-	case url = <-urls:
-	case err := <-done:
-		t.Fatalf("serve ended early: %v: %s", err, stderr.String())
-	}
+	url, stop := serveInProcess(t, serveEnv{provider: prov}, "--addr", "127.0.0.1:0", "--dir", dir, "--token-file", tokFile)
 	do := func(method, path, body string, auth bool) *http.Response {
 		t.Helper()
 		req, err := http.NewRequest(method, url+path, strings.NewReader(body))
@@ -122,13 +106,7 @@ func TestServeMetricsBehindTheToken(t *testing.T) {
 	require.EqualValues(t, chunks, counterOf(fams, "dsh_model_chunks_total"))
 	require.EqualValues(t, 1, counterOf(fams, "dsh_turn_end_flush_duration_seconds"))
 	require.EqualValues(t, 1, counterOf(fams, "dsh_sessions_resident"))
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not stop")
-	}
+	stop()
 	http.DefaultClient.CloseIdleConnections()
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,4 +94,34 @@ func (p *serveProc) wait(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Wait(), "stderr: %s", p.stderr.String())
 	p.exited = true
+}
+
+// serveInProcess runs dsh serve's runServe in this process with args and
+// env (its listening hook is set here), waits until it listens, and
+// returns its base URL and a stop that cancels it and requires a clean
+// exit within a minute.
+func serveInProcess(t *testing.T, env serveEnv, args ...string) (url string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	urls := make(chan string, 1)
+	stderr := &lockedBuffer{}
+	done := make(chan error, 1)
+	env.listening = func(u string) { urls <- u }
+	go func() { done <- runServe(ctx, args, &bytes.Buffer{}, stderr, env) }()
+	select {
+	case url = <-urls:
+	case err := <-done:
+		t.Fatalf("serve ended early: %v: %s", err, stderr.String())
+	}
+	return url, func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "stderr: %s", stderr.String())
+		case <-time.After(time.Minute):
+			t.Fatal("serve did not stop")
+		}
+	}
 }

@@ -61,21 +61,7 @@ func TestServeInProcess(t *testing.T) {
 	dir := t.TempDir()
 	tokFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokFile, []byte("tok\n"), 0o600))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	urls := make(chan string, 1)
-	var stderr bytes.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, []string{"--addr", "127.0.0.1:0", "--dir", dir, "--token-file", tokFile}, &bytes.Buffer{}, &stderr,
-			serveEnv{listening: func(u string) { urls <- u }})
-	}()
-	var url string
-	select {
-	case url = <-urls:
-	case err := <-done:
-		t.Fatalf("serve ended early: %v: %s", err, stderr.String())
-	}
+	url, stop := serveInProcess(t, serveEnv{}, "--addr", "127.0.0.1:0", "--dir", dir, "--token-file", tokFile)
 	req, err := http.NewRequest("POST", url+"/v1/sessions", strings.NewReader(`{"id":"s"}`))
 	require.NoError(t, err)
 	res, err := http.DefaultClient.Do(req)
@@ -90,13 +76,7 @@ func TestServeInProcess(t *testing.T) {
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&c))
 	res.Body.Close()
 	require.Equal(t, http.StatusCreated, res.StatusCode)
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not stop")
-	}
+	stop()
 	http.DefaultClient.CloseIdleConnections()
 }
 
