@@ -1,5 +1,5 @@
 // Package cluster runs dsh across processes and machines on protoactor's
-// cluster (DESIGN §9): sessions are virtual actors of the kind [Kind],
+// cluster (docs/cluster.md): sessions are virtual actors of the kind [Kind],
 // addressed by session id, placed on a member by the cluster's identity
 // lookup (disthash: rendezvous hashing over the members), activated on
 // first use and reactivated on a surviving member when theirs dies.
