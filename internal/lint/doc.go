@@ -32,6 +32,18 @@
 // at instantiation. Unexported fields and methods are not checked either: they
 // are not part of what other packages can reach.
 //
+// # Citations of docs/
+//
+// TestDocCitations (citations_test.go) reads the headings of every Markdown
+// file under docs/ and checks each citation of one in a Go file: every
+// `docs/FILE.md` or `docs/FILE.md#anchor` written in a comment or a string
+// literal, code and tests alike. The file must exist, and the anchor must be
+// one of its headings as GitHub renders them: lowercased, every character
+// other than a letter, a digit, a space, a hyphen or an underscore dropped,
+// spaces turned into hyphens, and -1, -2, ... appended to a repeated one.
+// Headings inside fenced code blocks do not count. The tests of this package
+// are not checked: they cite missing documents on purpose.
+//
 // # What it skips
 //
 // Directories the go tool ignores (vendor, testdata, and names starting with

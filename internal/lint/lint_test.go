@@ -142,7 +142,7 @@ type fileInfo struct {
 // module root). The caller keeps ownership of src; the parser does not retain
 // it.
 func parseFile(fset *token.FileSet, rel string, src []byte) (*fileInfo, error) {
-	f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution)
+	f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution|parser.ParseComments)
 	if err != nil {
 		return nil, err
 	}
