@@ -2,7 +2,8 @@ package messages
 
 import "fmt"
 
-// LlmFailure describes why a model call failed (spec §1.7). Message and
+// LlmFailure describes why a model call failed
+// (docs/messages.md#finish-reasons-and-failures). Message and
 // Code are required; Status (0 = absent) is an HTTP status 100..599,
 // ProviderRetryAfterMs (0 = absent) the provider's retry hint, RequestID
 // ("" = absent) the provider's diagnostic request id.
@@ -87,7 +88,7 @@ func ParseLlmFailure(j JSON) (LlmFailure, error) {
 // FinishKind names how a model stream finished.
 type FinishKind string
 
-// The finish kinds (spec §1.7).
+// The finish kinds (docs/messages.md#finish-reasons-and-failures).
 const (
 	FinishStop      FinishKind = "stop"
 	FinishToolCalls FinishKind = "tool-calls"
@@ -138,7 +139,7 @@ func ParseFinishReason(j JSON) (FinishReason, error) {
 	return r, nil
 }
 
-// ChunkType names a stream chunk (spec §1.8).
+// ChunkType names a stream chunk (docs/messages.md#stream-chunks).
 type ChunkType string
 
 // The chunk types.
@@ -375,7 +376,7 @@ func (c StreamChunk) ReplayState() JSON { return c.x().replayState }
 
 // IsTokenDelta reports whether the chunk marks the first-token boundary: a
 // non-empty text or reasoning delta, or a tool-call delta with arguments or
-// a name (spec §1.5).
+// a name (docs/messages.md#messages-and-content-blocks).
 func (c StreamChunk) IsTokenDelta() bool {
 	switch c.typ {
 	case ChunkTextDelta, ChunkReasoningDelta:

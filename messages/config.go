@@ -7,7 +7,8 @@ import (
 	"strconv"
 )
 
-// CallConfig selects the model for a call (spec §1.9). Provider and Model
+// CallConfig selects the model for a call
+// (docs/messages.md#requests-and-tool-schemas). Provider and Model
 // are required; ReasoningEffort ("" = absent), Temperature and MaxTokens are
 // optional. The stop list is behind WithStop/Stop so the value stays
 // immutable.

@@ -9,7 +9,8 @@ import (
 // BlockType names the kind of a content block.
 type BlockType string
 
-// The block types of the harness vocabulary (spec §1.3).
+// The block types of the harness vocabulary
+// (docs/messages.md#messages-and-content-blocks).
 const (
 	BlockText       BlockType = "text"
 	BlockReasoning  BlockType = "reasoning"
@@ -211,8 +212,8 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) { return b.raw.MarshalJSON()
 func (b ContentBlock) Equal(o ContentBlock) bool { return b.raw.Equal(o.raw) }
 
 // WithNestedContent returns a copy of a tool-result block whose nested
-// content is replaced and everything else kept (the pruner's rewrite, spec
-// §2.6). It fails for other block types.
+// content is replaced and everything else kept (the pruner's rewrite,
+// docs/session-log.md#the-surface). It fails for other block types.
 func (b ContentBlock) WithNestedContent(content []ContentBlock) (ContentBlock, error) {
 	if b.typ != BlockToolResult {
 		return ContentBlock{}, fmt.Errorf("messages: %s block has no nested content", b.typ)

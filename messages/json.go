@@ -15,7 +15,7 @@ import (
 )
 
 // ErrNotJSON reports a value that is not lossless JSON in the harness's sense
-// (spec §2.4): malformed text, a non-finite number, negative zero, or an
+// (docs/session-log.md#lossless-json): malformed text, a non-finite number, negative zero, or an
 // object with a duplicate key.
 var ErrNotJSON = errors.New("messages: not lossless JSON")
 

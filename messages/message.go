@@ -13,7 +13,7 @@ import (
 type MessageID string
 
 // Role is the conversational role of a message. A tool result is a
-// user-role message (spec §1.2).
+// user-role message (docs/messages.md#messages-and-content-blocks).
 type Role string
 
 // The roles dsh produces and reads. The reference's type also names
@@ -152,8 +152,8 @@ func (m Message) MarshalJSON() ([]byte, error) { return m.raw.MarshalJSON() }
 func (m Message) Equal(o Message) bool { return m.raw.Equal(o.raw) }
 
 // WithContent returns a message with the same id, role and source and new
-// content: the rewrite a pre-step hook makes (DESIGN §2: rewriting keeps the
-// id). Only the content changes: members of an imported message that dsh
+// content: the rewrite a pre-step hook makes (rewriting keeps the id:
+// docs/architecture.md#values). Only the content changes: members of an imported message that dsh
 // does not interpret stay, in their place. The content slice is copied; zero
 // blocks are left out.
 func (m Message) WithContent(content []ContentBlock) Message {

@@ -18,7 +18,7 @@ func texts(bs []messages.ContentBlock) []string {
 	return out
 }
 
-// Spec §5.1.1: the id is minted at creation, the message is frozen, and the
+// The id is minted at creation, the message is frozen, and the
 // input is not aliased.
 func TestAssignsIdentityImmediatelyAndReturnsDetachedFrozenMessage(t *testing.T) {
 	for _, tc := range []struct {
@@ -86,7 +86,7 @@ func TestAssignsIdentityImmediatelyAndReturnsDetachedFrozenMessage(t *testing.T)
 	})
 }
 
-// Spec §5.1.2: freezeMessage (ImportMessage) keeps the id.
+// ImportMessage keeps the id it is given.
 func TestFreezesExistingIdentityWithoutMintingReplacement(t *testing.T) {
 	const in = `{"id":"msg-1","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}`
 	raw := []byte(in)
@@ -102,7 +102,7 @@ func TestFreezesExistingIdentityWithoutMintingReplacement(t *testing.T) {
 	require.Equal(t, m.ID(), again.ID())
 	require.True(t, m.Equal(again))
 
-	// Rewriting the content keeps the identity too (DESIGN §2).
+	// Rewriting the content keeps the identity too (docs/architecture.md#values).
 	r := m.WithContent([]messages.ContentBlock{messages.TextBlock("rewritten")})
 	require.Equal(t, m.ID(), r.ID())
 
@@ -111,7 +111,7 @@ func TestFreezesExistingIdentityWithoutMintingReplacement(t *testing.T) {
 	require.Equal(t, in, m.JSON().String())
 }
 
-// Spec §5.1.3: an assistant message always has role assistant and a model
+// An assistant message always has role assistant and a model
 // source; the caller cannot choose either.
 func TestFixesAssistantRoleAndModelSourceKind(t *testing.T) {
 	for _, tc := range []struct {
@@ -156,7 +156,7 @@ func TestFixesAssistantRoleAndModelSourceKind(t *testing.T) {
 	}
 }
 
-// Spec §5.1.4: a tool result is a user message with source tool{callId} and
+// A tool result is a user message with source tool{callId} and
 // exactly one tool-result block answering the same call.
 func TestCouplesToolResultContentToOneCallIdentity(t *testing.T) {
 	for _, tc := range []struct {

@@ -5,7 +5,7 @@ import "fmt"
 // SourceKind names where a message came from.
 type SourceKind string
 
-// The source kinds dsh produces (spec §1.4). Logs written by the reference
+// The source kinds dsh produces (docs/messages.md#message-sources). Logs written by the reference
 // carry other kinds too (agent-instructions, skill-catalog, ...); those are
 // read and kept verbatim, never refused.
 const (

@@ -23,7 +23,8 @@ func (o OptInt) Or(def int64) int64 {
 	return def
 }
 
-// TokenUsage counts the tokens of one model call (spec §1.6). The counts
+// TokenUsage counts the tokens of one model call
+// (docs/messages.md#token-usage). The counts
 // are disjoint: InputTokens is uncached input only, and billed input is
 // InputTokens + CacheReadTokens + CacheWriteTokens. Optional counts remember
 // whether the provider reported them, so a recorded usage round-trips.

@@ -14,7 +14,7 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// turnScript yields the drafts of one realistic turn (DESIGN §10's mix):
+// turnScript yields the drafts of one realistic turn (the mix of docs/performance.md#targets):
 // turn and step boundaries, a user message, textChunks text deltas, the
 // assistant message, a tool call and its result, a second step with a short
 // answer. Each call to next returns the next draft, moving to a new turn

@@ -8,7 +8,7 @@ import "slices"
 // produces the core subset and keeps the rest verbatim as foreign events.
 type EventType string
 
-// The core event types dsh produces (DESIGN §3).
+// The core event types dsh produces (docs/architecture.md#the-session-log).
 const (
 	TypeTurnStart        EventType = "turn/start"
 	TypeTurnEnd          EventType = "turn/end"

@@ -10,7 +10,8 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// This file is the chunk-run packing codec (spec §2.13). A model stream logs
+// This file is the chunk-run packing codec
+// (docs/log-format.md#packed-chunk-rows). A model stream logs
 // one assistant/chunk event per token delta, which makes them most of the
 // lines of a log. Storage packs a run of such events into one row, which
 // shares the envelope and keeps only what differs: the time gaps and the
@@ -297,8 +298,8 @@ func intLen(n int64) int {
 
 // AppendRecords appends the storage lines of a batch of events to dst, each
 // followed by "\n", and returns the extended buffer. With pack, every run of
-// at least three consecutive packable chunk events becomes one row (spec
-// §2.13); without, every event is written verbatim by AppendEvent. Runs do
+// at least three consecutive packable chunk events becomes one row
+// (docs/log-format.md#packed-chunk-rows); without, every event is written verbatim by AppendEvent. Runs do
 // not cross batches: a batch is the unit the persister writes. A row stops
 // before it would exceed MaxRowBytes and the run goes on in the next row
 // (a first member over the bound on its own, or a remainder shorter than

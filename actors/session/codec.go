@@ -9,7 +9,8 @@ import (
 )
 
 // This file is the event codec: one Event to and from one JSON line of the
-// log format (spec §2.1, §3.8). It knows the envelope only. The rules that
+// log format (docs/session-log.md#the-event-envelope,
+// docs/log-format.md#jsonl-files). It knows the envelope only. The rules that
 // need the rest of the log (surface metadata only on surface types,
 // contiguous seqs, unknown types without ignorable) belong to Log; the
 // storage-only packing of chunk runs belongs to chunkrows.go.

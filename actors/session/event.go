@@ -17,7 +17,8 @@ const (
 	OpReplace
 )
 
-// SurfaceOp says how a surface event changes the surface (spec §2.6):
+// SurfaceOp says how a surface event changes the surface
+// (docs/session-log.md#the-surface):
 // append its node at the tail, or replace the inclusive positional range
 // [Start, End] of current nodes with it. The zero SurfaceOp is "none".
 type SurfaceOp struct {

@@ -363,7 +363,8 @@ type WriteOptions struct {
 	// Zstd writes a .jsonl.zstd artifact: one checksummed frame for the
 	// header line, then one per batch. Default false: plain JSONL.
 	Zstd bool
-	// Pack packs chunk runs (spec §2.13) within each batch. Default false.
+	// Pack packs chunk runs (docs/log-format.md#packed-chunk-rows) within
+	// each batch. Default false.
 	Pack bool
 	// BatchSizes splits the events into consecutive batches of these sizes
 	// (each positive); events left over form one last batch. Default nil:

@@ -10,7 +10,8 @@ import (
 // ForkErrorCode names why a fork was refused.
 type ForkErrorCode string
 
-// The fork error codes of the reference (spec §2.11). The log core raises
+// The fork error codes of the reference (docs/session-log.md#forking). The
+// log core raises
 // the boundary codes; a session registry raises the others.
 const (
 	ForkInvalidBoundary      ForkErrorCode = "INVALID_BOUNDARY"

@@ -17,8 +17,9 @@ const FormatVersion = 0
 // SessionID names a session. It doubles as the agent id.
 type SessionID string
 
-// Header is the session header: the first line of a log file (spec §2.5,
-// §3.8). Optional fields are absent when zero ("" or an absent OptInt).
+// Header is the session header: the first line of a log file
+// (docs/session-log.md#creating-and-restoring-a-log,
+// docs/log-format.md#jsonl-files). Optional fields are absent when zero ("" or an absent OptInt).
 type Header struct {
 	ID              SessionID
 	CreatedAt       int64 // epoch ms, non-negative
@@ -157,7 +158,7 @@ type AdapterDefaults struct {
 
 // EpochHeader is what every model request of an epoch shares: the call
 // config, the adapter-default markers, the system prompt and the tools
-// (spec §2.8). It is immutable; tools are behind Tools().
+// (docs/session-log.md#request-headers). It is immutable; tools are behind Tools().
 type EpochHeader struct {
 	Config          messages.CallConfig
 	AdapterDefaults AdapterDefaults

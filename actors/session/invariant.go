@@ -5,7 +5,7 @@ import (
 )
 
 // TraceChecker checks the session trace invariants of the reference
-// (spec §2.14) one event at a time. Check validates without changing state;
+// (docs/session-log.md#invariants) one event at a time. Check validates without changing state;
 // Commit advances. Tests run it over every log they build, and builds with
 // -tags invariants (or -race) run it inside Log.Append, where a violation
 // vetoes the append. Not safe for concurrent use.

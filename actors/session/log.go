@@ -232,8 +232,9 @@ func Validate(h Header, events []Event) error {
 // Len() and time now (epoch ms). On any error the log is unchanged. The
 // returned Event is the committed value.
 //
-// Unlike the reference (spec §7.12), dsh refuses an unknown, non-ignorable
-// type on append too: everything in a log must be readable back.
+// Unlike the reference
+// (docs/session-log.md#where-dsh-differs-from-the-reference), dsh refuses an
+// unknown, non-ignorable type on append too: everything in a log must be readable back.
 func (l *Log) Append(d Draft, now int64) (Event, error) {
 	if l.obs.publishing {
 		return Event{}, ErrReentrantAppend
@@ -472,7 +473,7 @@ func (l *Log) EventsFrom(seq int64) Events {
 }
 
 // DeriveMessages returns the model-visible history: the surface projected
-// to messages (spec §2.7). Amortised O(new surface nodes) per call; the
+// to messages (docs/session-log.md#deriving-messages). Amortised O(new surface nodes) per call; the
 // returned view is O(1) to hand out.
 func (l *Log) DeriveMessages() Messages { return l.derived.derive(l.Events(), &l.surface) }
 

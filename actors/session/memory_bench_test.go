@@ -7,7 +7,7 @@ import (
 
 // BenchmarkLogMemory appends b.N events of the realistic mix of
 // actor_bench_test.go to one log and reports the retained heap per logged
-// event (DESIGN §10: ≤ 200 B per event), beside the baseline of the same
+// event (docs/performance.md#targets: ≤ 200 B per event), beside the baseline of the same
 // events' encoded JSONL bytes. The drafts are built inside the
 // measurement: an event keeps its draft's data. Run it with a fixed count,
 // e.g. -benchtime=200000x.

@@ -14,7 +14,8 @@ type payload interface{ eventType() EventType }
 // TurnStart opens turn Turn (numbered from 1).
 type TurnStart struct{ Turn int64 }
 
-// TurnEndKind names why a turn ended (spec §2.9).
+// TurnEndKind names why a turn ended
+// (docs/session-log.md#turn-end-reasons-and-cancel-causes).
 type TurnEndKind string
 
 // The turn-end kinds.
@@ -128,7 +129,8 @@ type ToolResult struct {
 	Meta       messages.JSON
 }
 
-// HeaderReason says why a request header was logged (spec §2.8).
+// HeaderReason says why a request header was logged
+// (docs/session-log.md#request-headers).
 type HeaderReason string
 
 // The header reasons.
@@ -157,7 +159,8 @@ type RequestContext struct {
 	ContextWindow messages.OptInt
 }
 
-// InboxSpliced records one normalised change of the inbox (spec §4.2).
+// InboxSpliced records one normalised change of the inbox
+// (docs/agent-loop.md#the-inbox).
 type InboxSpliced struct {
 	Target       string // "next-turn" or "next-step"
 	Start        int64

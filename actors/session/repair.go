@@ -16,8 +16,8 @@ const (
 	toolNotStartedText = "The tool call was interrupted before it started, so it did not run. Retry it if it is still needed."
 )
 
-// InterruptedTurnClosers is crash repair (spec §2.12): a pure function of
-// the events that returns the events to append after them so that no turn
+// InterruptedTurnClosers is crash repair (docs/session-log.md#crash-repair):
+// a pure function of the events that returns the events to append after them so that no turn
 // is left open. For a balanced log it returns nil. Otherwise, in order: one
 // synthetic error tool/result per pending call of the open step (with
 // TOOL_OUTCOME_UNKNOWN citing the tool/call when one was recorded,

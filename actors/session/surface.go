@@ -8,7 +8,7 @@ import (
 )
 
 // surface is the ordered list of surface nodes (event seqs) that derive the
-// model-visible history (spec §2.6). Appends push a node; a replace splices
+// model-visible history (docs/session-log.md#the-surface). Appends push a node; a replace splices
 // an inclusive positional range out and puts the new node at its start.
 // After a replace, surface order need not match seq order, so bounds are
 // found by position, never by numeric range.

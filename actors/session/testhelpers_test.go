@@ -10,7 +10,7 @@ import (
 )
 
 // Shared builders for the log core's tests. Every log they build obeys the
-// session trace (spec §2.14), because builds with -race or -tags invariants
+// session trace (docs/session-log.md#invariants), because builds with -race or -tags invariants
 // run the TraceChecker inside Append and veto a violation. Tests that need a
 // trace-breaking event list use looseLog.
 
