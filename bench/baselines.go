@@ -17,8 +17,8 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Baselines is the same work done without the runtime, in the same
-// process, right after the load (DESIGN §10): results are ratios, not
+// Baselines is the same work done without the runtime, in the same process,
+// right after the load (docs/performance.md#targets): results are ratios, not
 // wall-clock claims.
 type Baselines struct {
 	// MutexLogEventsPerSec: the run's events appended again, with the same

@@ -1,4 +1,4 @@
-// Package bench is dsh's load generator (DESIGN §10, issue 6): many
+// Package bench is dsh's load generator (docs/performance.md): many
 // concurrent sessions on one supervisor.Host, each running a few turns
 // against the synthetic model, with real persistence, measured end to end.
 // `dsh bench` is a thin front end over Run.
@@ -26,13 +26,14 @@
 //     actors/persister/doc.go), and the store caches up to
 //     persister.DefaultMaxOpenFiles append handles on top.
 //
-// After the load, in the same process, the baselines of DESIGN §10 do the
-// same work without the runtime (Baselines): the run's events appended to
-// mutex-guarded in-memory logs, encoded as JSONL, written with a raw fsync
-// per turn, and the synthetic model streaming alone (at the run's pace,
-// with as many concurrent streams as sessions, when the run is paced); the
-// table prints the runtime's figures as ratios against them, and the
-// runtime's CPU per chunk net of the model's (runtime_cpu_per_chunk_ns).
+// After the load, in the same process, the baselines of
+// docs/performance.md#targets do the same work without the runtime
+// (Baselines): the run's events appended to mutex-guarded in-memory logs,
+// encoded as JSONL, written with a raw fsync per turn, and the synthetic
+// model streaming alone (at the run's pace, with as many concurrent streams
+// as sessions, when the run is paced); the table prints the runtime's figures
+// as ratios against them, and the runtime's CPU per chunk net of the model's
+// (runtime_cpu_per_chunk_ns).
 package bench
 
 import (

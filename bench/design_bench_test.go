@@ -1,8 +1,8 @@
 package bench
 
-// The benchmarks of DESIGN §10 that are not covered by the session and
-// persister packages' own, each beside the baseline that does the same
-// work the simplest way, in the same run:
+// The benchmarks of docs/performance.md#targets that are not covered by the
+// session and persister packages' own, each beside the baseline that does the
+// same work the simplest way, in the same run:
 //
 //	BenchmarkChunksEndToEnd   runtime CPU per streamed chunk through host, agent,
 //	                          session and persister, vs the synthetic model alone

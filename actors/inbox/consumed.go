@@ -7,11 +7,12 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// ConsumedWork accounts for the input a log consumed (spec §4.2,
-// foldConsumedWork): which turns did work, which turns took input and
-// failed before doing any, and which input was dropped without running.
-// Input still pending, or claimed by a turn that is still open, is in none
-// of them. The slices are owned by the caller.
+// ConsumedWork accounts for the input a log consumed
+// (docs/agent-loop.md#the-inbox; the reference calls it foldConsumedWork):
+// which turns did work, which turns took input and failed before doing any,
+// and which input was dropped without running. Input still pending, or
+// claimed by a turn that is still open, is in none of them. The slices are
+// owned by the caller.
 type ConsumedWork struct {
 	// Worked lists, in order, the turns that did work: they have a
 	// step/start. Their claimed input was run.

@@ -1,5 +1,5 @@
 // Package inbox is a session's inbox: the two ordered lists of user
-// messages waiting for the agent (spec §4.2–§4.3), kept durable by
+// messages waiting for the agent (docs/agent-loop.md#the-inbox), kept durable by
 // recording every change in the session log as an agent/inbox/spliced
 // event before memory changes.
 //
@@ -39,13 +39,13 @@
 //	Clear         ClearReply | ClearFailed     cancels everything, next-step first
 //	QueryPending  Pending                      the two lists
 //
-// It sends the session Append (one batch per request: a claim or a clear
-// of both lists is one atomic append), QueryHeader and QueryEvents (at
-// start, when it also watches the session), and tells ActorConfig.Owner
-// (the agent), after each commit and before the reply: Inserted, Discarded
-// and ClaimedNotice per message, and Woken when a waking Send committed. Because the owner is told before the
-// requester is answered, anything the requester does after the reply
-// reaches the owner after the notification.
+// It sends the session Append (one batch per request: a claim or a clear of
+// both lists is one atomic append), QueryHeader and QueryEvents (at start,
+// when it also watches the session), and tells ActorConfig.Owner (the agent),
+// after each commit and before the reply: Inserted, Discarded and
+// ClaimedNotice per message, and Woken when a waking Send committed. Because
+// the owner is told before the requester is answered, anything the requester
+// does after the reply reaches the owner after the notification.
 //
 // # Concurrency contract
 //

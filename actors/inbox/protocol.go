@@ -12,7 +12,8 @@ import (
 // at the edges); Ref is the caller's correlation id, echoed in the reply.
 // Requests are served one at a time in arrival order (see doc.go).
 
-// Send inserts Message at the end of list Target (spec §4.3): followup is
+// Send inserts Message at the end of list Target
+// (docs/agent-loop.md#delivery): followup is
 // {NextTurn, Wake}, steer {NextStep, Wake}, inject {NextStep} (no wake).
 // Origin Loop marks the loop's own pushes (a tool's additional contexts),
 // which the bound never refuses. Reply: SendReply once the splice is
@@ -54,7 +55,8 @@ type SendFailed struct {
 	Err error
 }
 
-// Claim takes a turn's input (loop-internal, spec §4.2): all of next-step
+// Claim takes a turn's input (loop-internal,
+// docs/agent-loop.md#the-inbox): all of next-step
 // and, for Target NextTurn, the first next-turn message, recorded as claim
 // splices of turn Turn. Reply: Claimed (possibly empty), or ClaimFailed
 // when the session refused the append (nothing was taken).

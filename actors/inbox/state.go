@@ -11,7 +11,8 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Target names one of the two pending lists (spec §4.2).
+// Target names one of the two pending lists
+// (docs/agent-loop.md#the-inbox).
 type Target string
 
 // The two pending lists: next-turn holds prompts, one claimed per turn;
@@ -415,7 +416,8 @@ func (s *State) PlanClear() []Plan {
 	return plans
 }
 
-// PlanClaim plans the claim of a turn's input (spec §4.2): one splice
+// PlanClaim plans the claim of a turn's input
+// (docs/agent-loop.md#the-inbox): one splice
 // deleting all of next-step and, when target is NextTurn, one deleting the
 // first next-turn message (the turn's prompt). Claims are plain deletions
 // with no outcome. The claimed batch is the plans' Removed in order:
@@ -496,7 +498,8 @@ func (s *State) checkIDs(t Target, start, del int, ins []messages.Message) error
 	return nil
 }
 
-// Notifications are what applying a splice tells the world (spec §4.2):
+// Notifications are what applying a splice tells the world
+// (docs/agent-loop.md#the-inbox):
 // the inserted messages (the committed event's copies), the messages a
 // user-level removal discarded, or the messages a claim took, with its
 // turn. The slices are owned by the caller.

@@ -7,10 +7,10 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// BlockAssembler turns a model's stream chunks into content blocks. It is
-// the single assembly algorithm (spec §1.8, the reference's
-// src/assembler.ts), and it is tolerant where the grammar (GrammarChecker)
-// is strict, because it must make sense of recorded streams as they are:
+// BlockAssembler turns a model's stream chunks into content blocks. It is the
+// single assembly algorithm (docs/messages.md#stream-chunks; the reference
+// has the same one), and it is tolerant where the grammar (GrammarChecker) is
+// strict, because it must make sense of recorded streams as they are:
 //
 //   - blocks are kept in the order their index was first seen;
 //   - a delta without a prior block-start opens its block implicitly, with
@@ -285,7 +285,7 @@ func (a *BlockAssembler) ReplayState() messages.JSON {
 }
 
 // InterruptedBlocks returns what a cancelled stream leaves worth keeping
-// (spec §1.8, used only on cancellation): its text and reasoning blocks,
+// (used only on cancellation): its text and reasoning blocks,
 // open or closed, whose text is not whitespace-only, in stream order. Tool
 // calls are dropped whether open or closed: a call cut off by a cancel must
 // not be executed. The slice is owned by the caller; nil when empty.

@@ -1,4 +1,4 @@
-// Package llm is dsh's model layer (DESIGN §4, §7; spec §1.7–§1.9): the
+// Package llm is dsh's model layer (docs/architecture.md#models): the
 // Provider interface, the runtime that makes any provider's stream
 // well-formed (Run), the stream grammar (GrammarChecker), the block
 // assembler (BlockAssembler), the retry policy (RetryPolicy), and the
@@ -82,15 +82,15 @@
 // # What crashes and what replies
 //
 // Nothing a provider does crashes anything: errors, panics, a missing or
-// extra finish, a context it ignores, all end as one finish chunk (error
-// or aborted) that the parent receives like any other; an error finish is
-// the agent's to retry (RetryPolicy) or to end the turn with. In
-// invariants builds (-tags invariants, -race) a provider stream that breaks
-// the grammar of spec §1.8 panics inside Run, in the stream's goroutine,
-// which takes the test binary down at the violation: the grammar is a
-// contract between providers and dsh, and CI is where it is enforced.
-// A panic in the parent's emit path (Run's emit callback) is not
-// recovered either: it is a bug of the consumer, not a provider failure.
+// extra finish, a context it ignores, all end as one finish chunk (error or
+// aborted) that the parent receives like any other; an error finish is the
+// agent's to retry (RetryPolicy) or to end the turn with. In invariants
+// builds (-tags invariants, -race) a provider stream that breaks the grammar
+// of docs/messages.md#stream-chunks panics inside Run, in the stream's
+// goroutine, which takes the test binary down at the violation: the grammar
+// is a contract between providers and dsh, and CI is where it is enforced. A
+// panic in the parent's emit path (Run's emit callback) is not recovered
+// either: it is a bug of the consumer, not a provider failure.
 //
 // The stream actor never panics by design. If it did, a restart would not
 // repeat the call: its incarnations share the call, which goes on. Props

@@ -7,7 +7,8 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// ErrGrammar marks a stream that breaks the chunk grammar of spec §1.8.
+// ErrGrammar marks a stream that breaks the chunk grammar of
+// docs/messages.md#stream-chunks.
 // Every error of GrammarChecker wraps it, so callers test with errors.Is.
 var ErrGrammar = errors.New("llm: stream grammar violation")
 
@@ -15,8 +16,8 @@ var ErrGrammar = errors.New("llm: stream grammar violation")
 // requires every block index to be a non-negative safe integer (rule 1).
 const maxSafeIndex = 1<<53 - 1
 
-// GrammarChecker checks a stream of chunks against the grammar of spec §1.8,
-// the reference's src/invariant.ts:
+// GrammarChecker checks a stream of chunks against the grammar of
+// docs/messages.md#stream-chunks, as the reference's own checker does:
 //
 //  1. every index is a non-negative safe integer;
 //  2. a block-start index may not repeat while that block is open;
@@ -26,7 +27,8 @@ const maxSafeIndex = 1<<53 - 1
 //  6. exactly one terminal finish, and nothing after it;
 //  7. a finish with open blocks is legal only for error or aborted.
 //
-// One tolerance departs from the reference (spec §7.9): a max-tokens finish
+// One tolerance departs from the reference
+// (docs/session-log.md#where-dsh-differs-from-the-reference): a max-tokens finish
 // may leave tool-call blocks open. The reference's invariant rejects that,
 // yet its own recordings (the fixture max-tokens-continue) contain it: the
 // DeepSeek adapter cannot close a call whose arguments were cut off. Since

@@ -46,7 +46,9 @@ func TestAcceptsCompleteInterleavedStreamGrammar(t *testing.T) {
 		start(0, messages.BlockText), text(0, "x"), failed(messages.FinishError, CodeServer, "boom")))
 	require.NoError(t, checkStream(start(0, messages.BlockText), text(0, "x"),
 		failed(messages.FinishAborted, CodeAborted, "cancelled")))
-	// The recorded quirk (spec §7.9): max-tokens with an open tool call.
+	// The recorded quirk
+	// (docs/session-log.md#where-dsh-differs-from-the-reference):
+	// max-tokens with an open tool call.
 	require.NoError(t, checkStream(start(0, messages.BlockText), text(0, "x"), end(0, messages.TextBlock("x")),
 		start(1, messages.BlockToolCall), toolName(1, "c", "write", `{"con`), finish(messages.FinishMaxTokens)))
 	// The smallest stream.

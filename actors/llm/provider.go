@@ -82,7 +82,7 @@ type Provider interface {
 	Stream(ctx context.Context, req Request) iter.Seq2[messages.StreamChunk, error]
 }
 
-// The canonical failure codes (spec §1.7, DESIGN §7).
+// The canonical failure codes (docs/messages.md#finish-reasons-and-failures).
 const (
 	CodeContextWindowExceeded = "CONTEXT_WINDOW_EXCEEDED"
 	CodeQuota                 = "QUOTA"

@@ -13,7 +13,8 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// RetryMode selects how a RetryPolicy decides (spec §1.9).
+// RetryMode selects how a RetryPolicy decides
+// (docs/agent-loop.md#errors-and-retries).
 type RetryMode uint8
 
 const (
@@ -35,8 +36,8 @@ func (m RetryMode) String() string {
 	return "RetryMode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// The defaults of RetryPolicy (spec §1.9, the reference's
-// src/retry-policy.ts).
+// The defaults of RetryPolicy (docs/agent-loop.md#errors-and-retries; the
+// reference's values).
 const (
 	DefaultMaxRetries   = 5
 	DefaultInitialDelay = 500 * time.Millisecond
@@ -53,10 +54,10 @@ var defaultRetryableCodes = []string{CodeEmptyResponse, CodeRateLimit, CodeServe
 func DefaultRetryableCodes() []string { return slices.Clone(defaultRetryableCodes) }
 
 // RetryPolicy decides whether and when a failed model call is retried
-// (spec §1.9, §4.10). Every field works at zero, meaning its default. It
-// is a plain value, safe for concurrent use as long as nobody modifies
-// RetryableCodes, which the policy does not copy: the caller must not
-// modify that slice after handing the policy over.
+// (docs/agent-loop.md#errors-and-retries). Every field works at zero, meaning
+// its default. It is a plain value, safe for concurrent use as long as nobody
+// modifies RetryableCodes, which the policy does not copy: the caller must
+// not modify that slice after handing the policy over.
 type RetryPolicy struct {
 	// Mode is RetryNormal (the default) or RetryAlways.
 	Mode RetryMode
@@ -138,13 +139,13 @@ func (p RetryPolicy) Retryable(code string) bool {
 
 // Decide says whether failure f, which ended a call, gets retry number
 // retry (1 for the first retry of the call, counted per provider and per
-// policy key as spec §4.10 says), and after what delay.
+// policy key), and after what delay.
 //
 //   - normal mode: only a retryable code, and only while retry <=
 //     MaxRetries; always mode: every code, with no limit. ABORTED never.
 //   - The delay is the provider's hint when f carries a valid one
-//     (ProviderRetryAfterMs > 0): it replaces the local backoff entirely
-//     (spec §4.10), uncapped and without jitter. A provider that says
+//     (ProviderRetryAfterMs > 0): it replaces the local backoff entirely,
+//     uncapped and without jitter. A provider that says
 //     "retry after 30s" is not helped by a retry after 10s; taking the
 //     larger of the two, or capping the hint at MaxDelay, were the
 //     alternatives, and both second-guess the server.
@@ -196,7 +197,7 @@ func (p RetryPolicy) backoff(retry int, rnd *rand.Rand) time.Duration {
 // parameters, in one string that two equal policies share whatever their
 // spelling (defaults applied, codes sorted and deduplicated). The
 // llm/retry event carries it as policyKey, and retries are counted per
-// provider and per key (spec §4.10), so that a policy change restarts the
+// provider and per key, so that a policy change restarts the
 // count.
 func (p RetryPolicy) Key() string {
 	p = p.WithDefaults()
@@ -233,9 +234,10 @@ type RetryEvent struct {
 	Failure messages.LlmFailure
 }
 
-// RetryData returns the data of the llm/retry event for e under p (spec
-// §2.2): {retryId, turn, step, provider, mode, policyKey, retry,
-// maxRetries, delayMs, failure}, maxRetries only in normal mode.
+// RetryData returns the data of the llm/retry event for e under p
+// (docs/session-log.md#event-catalogue): {retryId, turn, step, provider,
+// mode, policyKey, retry, maxRetries, delayMs, failure}, maxRetries only in
+// normal mode.
 func (p RetryPolicy) RetryData(e RetryEvent) messages.JSON {
 	p = p.WithDefaults()
 	key := e.PolicyKey
@@ -252,9 +254,9 @@ func (p RetryPolicy) RetryData(e RetryEvent) messages.JSON {
 	return o.Build()
 }
 
-// RetryStartedData returns the data of the llm/retry-started event (spec
-// §2.2): {retryId, turn, step, retry}, written after the wait and before
-// the retried call.
+// RetryStartedData returns the data of the llm/retry-started event
+// (docs/session-log.md#event-catalogue): {retryId, turn, step, retry},
+// written after the wait and before the retried call.
 func RetryStartedData(retryID string, turn, step int64, retry int) messages.JSON {
 	var o messages.ObjectBuilder
 	return o.String("retryId", retryID).Int("turn", turn).Int("step", step).Int("retry", int64(retry)).Build()

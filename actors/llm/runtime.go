@@ -9,11 +9,12 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Run performs one model call through p and hands every chunk of it to
-// emit, in order, from the calling goroutine. It is the counterpart of the
-// reference's LlmRuntime.stream (spec §1.8): whatever the provider does,
-// the consumer sees a stream that ends in exactly one finish chunk, and
-// never an error or a panic. Run returns that finish's reason.
+// Run performs one model call through p and hands every chunk of it to emit,
+// in order, from the calling goroutine. It is the counterpart of the
+// reference's LlmRuntime.stream (docs/messages.md#stream-chunks): whatever
+// the provider does, the consumer sees a stream that ends in exactly one
+// finish chunk, and never an error or a panic. Run returns that finish's
+// reason.
 //
 //   - A provider error (a non-nil error from the iterator) or a panic
 //     (recovered, from Stream or from the iterator) ends the stream with a
@@ -28,12 +29,13 @@ import (
 //     provider would yield after its finish are never emitted.
 //   - A provider whose iterator ends without a finish and without an error
 //     gets a synthesised finish error MALFORMED_RESPONSE (aborted if ctx was
-//     cancelled meanwhile: a provider may stop silently on cancellation).
-//     The assembler's "a missing finish means stop" (spec §1.8) is a
-//     tolerance for reading recorded streams; at run time a silent end means
-//     the end of the response was lost, and calling it stop would commit a
-//     possibly truncated answer, or a tool call cut mid-arguments, as
-//     complete. The error finish makes the turn fail visibly instead.
+//     cancelled meanwhile: a provider may stop silently on cancellation). The
+//     assembler's "a missing finish means stop"
+//     (docs/messages.md#stream-chunks) is a tolerance for reading recorded
+//     streams; at run time a silent end means the end of the response was
+//     lost, and calling it stop would commit a possibly truncated answer, or
+//     a tool call cut mid-arguments, as complete. The error finish makes the
+//     turn fail visibly instead.
 //   - emit returning false means the consumer wants no more: Run stops
 //     reading, calls emit no more (not even with a finish), and returns an
 //     aborted reason with code ABORTED. When emit returns false for the
@@ -182,7 +184,8 @@ func (e *PanicError) Unwrap() error {
 }
 
 // NormalizeError maps err, which ended a call made under ctx, to a
-// canonical failure (spec §1.7, DESIGN §7). The result always passes
+// canonical failure (docs/messages.md#finish-reasons-and-failures,
+// docs/architecture.md#models). The result always passes
 // LlmFailure.Validate. In order:
 //
 //   - ctx cancelled: ABORTED, with context.Cause in the message (the

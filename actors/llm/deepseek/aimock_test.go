@@ -25,7 +25,7 @@ import (
 
 // The aimock integration test runs the provider against
 // @copilotkit/aimock, a real OpenAI-compatible mock server from npm (MIT,
-// no dependencies; see shared/reference/llm-wire.md §2). It is not
+// no dependencies). It is not
 // skipped when npm is missing: it fails and says what to install, because
 // CI has node.
 //

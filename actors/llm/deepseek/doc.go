@@ -1,7 +1,7 @@
 // Package deepseek is the model provider for DeepSeek and for any other
 // OpenAI-compatible chat-completions endpoint that streams server-sent
 // events (OpenAI, OpenRouter, vLLM, aimock, ...). It implements
-// llm.Provider (DESIGN §7, spec §1.6–§1.9).
+// llm.Provider (docs/architecture.md#models).
 //
 // # Use
 //
@@ -68,10 +68,10 @@
 //	[DONE]                                   → block-ends, usage, finish
 //
 // Deltas stream as they arrive; the block-ends (carrying the assembled
-// blocks), the usage and the finish are held back until [DONE] (spec §1.8,
-// the DeepSeek adapter's emission order). Usage is read wherever it comes:
-// DeepSeek puts it in the finish chunk, OpenAI and aimock in a later chunk
-// with choices: [].
+// blocks), the usage and the finish are held back until [DONE] (the DeepSeek
+// adapter's emission order). Usage is read wherever it comes: DeepSeek puts
+// it in the finish chunk, OpenAI and aimock in a later chunk with choices:
+// [].
 //
 // # Failures
 //

@@ -73,7 +73,7 @@ func (p *Provider) redactFailure(f messages.LlmFailure) messages.LlmFailure {
 	return f
 }
 
-// httpFailure maps a non-2xx response (DESIGN §7).
+// httpFailure maps a non-2xx response (docs/architecture.md#models).
 func (p *Provider) httpFailure(resp *http.Response, body []byte) messages.LlmFailure {
 	status := resp.StatusCode
 	text, detail := errorText(body)
@@ -92,7 +92,8 @@ func (p *Provider) httpFailure(resp *http.Response, body []byte) messages.LlmFai
 	return f
 }
 
-// classifyHTTP is DESIGN §7's status mapping. Provider text is consulted
+// classifyHTTP is the status mapping of
+// docs/architecture.md#models. Provider text is consulted
 // for the two classes the status alone cannot tell: a 400 that is a
 // context-window overflow, and a quota or balance problem, which OpenAI
 // sends as 429 insufficient_quota and DeepSeek as 402. A quota error is

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Real error bodies: DeepSeek's as quoted in public issue threads
-// (llm-wire.md §1), OpenAI's documented shapes.
+// Real error bodies: DeepSeek's as quoted in public issue threads,
+// OpenAI's documented shapes.
 const (
 	deepseek401 = `{"error":{"message":"Authentication Fails, Your api key: ****XXXX is invalid","type":"authentication_error","param":null,"code":"invalid_request_error"}}`
 	deepseek402 = `{"error":{"message":"Insufficient Balance","type":"unknown_error","param":null,"code":"invalid_request_error"}}`

@@ -239,7 +239,8 @@ func (r result) text(bt messages.BlockType) string {
 	return s.String()
 }
 
-// collect drains a stream and checks its grammar: spec §1.8's rules, and
+// collect drains a stream and checks its grammar: the rules of
+// docs/messages.md#stream-chunks, and
 // this adapter's emission order (every block-end after every delta, then
 // usage, then finish) and tool-call rules (one id per call, the name on
 // the call's first delta, block-end agreeing with the deltas). It also

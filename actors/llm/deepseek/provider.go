@@ -54,10 +54,10 @@ func (p *Provider) GoString() string { return p.String() }
 var errIdle = errors.New("deepseek: stream idle")
 
 // Stream performs one call: POST {BaseURL}/chat/completions with stream:
-// true. It yields the chunks of spec §1.8 in the adapter's emission order
-// (see decoder) and ends either with a finish chunk (stop, tool-calls,
-// max-tokens) or with one error, an LlmFailure, after which it yields
-// nothing more:
+// true. It yields the chunks of docs/messages.md#stream-chunks in the
+// adapter's emission order (see decoder) and ends either with a finish chunk
+// (stop, tool-calls, max-tokens) or with one error, an LlmFailure, after
+// which it yields nothing more:
 //
 //	HTTP status / condition             code
 //	401, 403                            AUTH

@@ -9,12 +9,12 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// decoder is the pure core of the adapter: it turns the JSON payloads of
-// one stream into StreamChunks (spec §1.8), with no I/O, clock or
-// goroutine. The shell (Provider.Stream) feeds it event data and yields
-// what it returns.
+// decoder is the pure core of the adapter: it turns the JSON payloads of one
+// stream into StreamChunks (docs/messages.md#stream-chunks), with no I/O,
+// clock or goroutine. The shell (Provider.Stream) feeds it event data and
+// yields what it returns.
 //
-// Emission order, the DeepSeek adapter's own (spec §1.8):
+// Emission order, the DeepSeek adapter's own:
 //   - a block opens (block-start) when its first non-empty delta arrives,
 //     and its deltas stream as they arrive;
 //   - within one wire delta, reasoning_content is handled before content,
@@ -137,7 +137,7 @@ func (d *decoder) toolCall(tc *wireToolCallDelta) {
 			b.wire = *tc.Index
 		}
 		if b.id == "" {
-			// The assembler's own fallback (spec §1.8), fixed here at the
+			// The assembler's own fallback, fixed here at the
 			// first delta so every chunk of the call carries the same id.
 			b.id = "call-" + strconv.Itoa(idx)
 		}
@@ -151,7 +151,7 @@ func (d *decoder) toolCall(tc *wireToolCallDelta) {
 	switch {
 	case !b.named && tc.Function.Name != "":
 		// The first delta with the name carries it, even with empty
-		// arguments: that is the call's first token (spec §1.5).
+		// arguments: that is the call's first token.
 		b.name, b.named = tc.Function.Name, true
 		d.out = append(d.out, messages.NamedToolCallDeltaChunk(idx, b.id, b.name, args))
 	case args != "":
@@ -246,10 +246,10 @@ func finishCode(reason string) string {
 	return b.String()
 }
 
-// mapUsage converts the wire usage (spec §1.6): the counts are disjoint,
-// so cache hits, which prompt_tokens includes, are subtracted from the
-// input. cacheReadTokens is present when the server reported a hit count
-// (0 included); reasoningTokens when it reported one.
+// mapUsage converts the wire usage (docs/messages.md#token-usage): the counts
+// are disjoint, so cache hits, which prompt_tokens includes, are subtracted
+// from the input. cacheReadTokens is present when the server reported a hit
+// count (0 included); reasoningTokens when it reported one.
 func mapUsage(w *wireUsage) messages.TokenUsage {
 	u := messages.TokenUsage{InputTokens: w.PromptTokens, OutputTokens: w.CompletionTokens}
 	hit := w.PromptCacheHitTokens

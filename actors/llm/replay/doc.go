@@ -1,7 +1,7 @@
 // Package replay serves a recorded session's model output back: a
 // [llm.Provider] whose k-th stream call gets the k-th recorded stream of a
 // session log, so that `dsh log replay` can re-run a recorded session
-// through dsh's own loop (DESIGN §11) and the harness corpus becomes a
+// through dsh's own loop (docs/replay.md) and the harness corpus becomes a
 // regression test.
 //
 // # The script

@@ -15,7 +15,8 @@ import (
 // applies when it sits beside the log file.
 const OverrideFileName = "replay.override.json"
 
-// Override is a parsed replay.override.json (spec §6). It takes one of two
+// Override is a parsed replay.override.json, the corpus'
+// sidecar (testdata/harness/README.md). It takes one of two
 // forms:
 //
 //	[entry, ...]                          replaces the whole script: the k-th call gets entry k

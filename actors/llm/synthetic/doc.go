@@ -18,8 +18,8 @@
 //
 // # Shape of a response
 //
-// Chunks follow the grammar of spec §1.8 and the DeepSeek adapter's
-// emission order:
+// Chunks follow the grammar of docs/messages.md#stream-chunks and the
+// DeepSeek adapter's emission order:
 //
 //	[reasoning]  block-start 0 reasoning, reasoning-delta × n   (probability ReasoningRate)
 //	text         block-start i text, text-delta × n             (finish stop)

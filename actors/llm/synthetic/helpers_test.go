@@ -113,12 +113,12 @@ func newProvider(t testing.TB, cfg Config) *Provider {
 	return p
 }
 
-// checkGrammar checks a complete stream against the chunk grammar of spec
-// §1.8 and the DeepSeek emission order the synthetic provider imitates:
-// reasoning (if any) is block 0 and opens first; deltas stream with every
-// block open; then every block-end in index order, the usage, the finish.
-// It also checks that each block-end carries what its deltas assembled and
-// that the usage counts the deltas.
+// checkGrammar checks a complete stream against the chunk grammar
+// (docs/messages.md#stream-chunks) and the DeepSeek emission order the
+// synthetic provider imitates: reasoning (if any) is block 0 and opens first;
+// deltas stream with every block open; then every block-end in index order,
+// the usage, the finish. It also checks that each block-end carries what its
+// deltas assembled and that the usage counts the deltas.
 func checkGrammar(r result) error {
 	type open struct {
 		typ  messages.BlockType
