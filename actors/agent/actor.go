@@ -20,19 +20,20 @@ type PreStepInput struct {
 	Turn, Step int64
 	// Messages is the claimed batch; the hook owns the slice.
 	Messages []messages.Message
-	// Snapshot, when not zero, is the runtime-context snapshot (spec
-	// §4.12; Config.RuntimeContext) the default decision enters after
-	// Messages. The agent appends it to an entering decision's batch
-	// unless the decision already carries it (same id): a hook that wants
-	// it elsewhere in the batch puts it there. A rejecting decision drops
-	// it, and a decision that enters nothing at the first step does not
-	// open a step for it alone; the next pre-step offers it again.
+	// Snapshot, when not zero, is the runtime-context snapshot
+	// (docs/agent-loop.md#runtime-context; Config.RuntimeContext) the default
+	// decision enters after Messages. The agent appends it to an entering
+	// decision's batch unless the decision already carries it (same id): a
+	// hook that wants it elsewhere in the batch puts it there. A rejecting
+	// decision drops it, and a decision that enters nothing at the first step
+	// does not open a step for it alone; the next pre-step offers it again.
 	Snapshot messages.Message
 }
 
-// PreStepHook decides what enters a step (spec §4.5 step 2.1). It runs in
-// a goroutine owned by the agent and may block; ctx is cancelled when the
-// turn is aborted or the agent stops. An error ends the turn in error.
+// PreStepHook decides what enters a step
+// (docs/agent-loop.md#turns-and-steps). It runs in a goroutine owned by the
+// agent and may block; ctx is cancelled when the turn is aborted or the agent
+// stops. An error ends the turn in error.
 type PreStepHook interface {
 	PreStep(ctx context.Context, in PreStepInput) (PreStepDecision, error)
 }
@@ -46,9 +47,9 @@ type TurnStoppingInput struct {
 }
 
 // TurnStoppingHook runs when a turn is about to end with nothing owed
-// (spec §4.5 step 2.8). It runs in a goroutine owned by the agent and may
-// block; ctx is cancelled on abort or stop. An error ends the turn in
-// error.
+// (docs/agent-loop.md#turns-and-steps). It runs in a goroutine owned by the
+// agent and may block; ctx is cancelled on abort or stop. An error ends the
+// turn in error.
 type TurnStoppingHook interface {
 	TurnStopping(ctx context.Context, in TurnStoppingInput) error
 }
@@ -66,8 +67,9 @@ type RequestErrorHook interface {
 	RequestError(in RequestErrorInput) (RequestErrorDecision, error)
 }
 
-// Hooks are the extension points an embedder registers (spec §4.11). Any
-// may be nil. Implementations must be safe for concurrent use.
+// Hooks are the extension points an embedder registers
+// (docs/agent-loop.md#extension-points). Any may be nil. Implementations must
+// be safe for concurrent use.
 type Hooks struct {
 	PreStep      PreStepHook
 	TurnStopping TurnStoppingHook
@@ -118,17 +120,17 @@ type Config struct {
 	Routes func(provider, model string) Route
 	// StreamTimeout bounds one model call (llm.StreamConfig.Timeout).
 	StreamTimeout time.Duration
-	// Compaction configures compaction (spec §4.13): context-overflow,
-	// pressure (needs a route with a ContextWindow) and manual (Compact).
-	// The zero value enables it with the defaults.
+	// Compaction configures compaction (docs/agent-loop.md#compaction):
+	// context-overflow, pressure (needs a route with a ContextWindow) and
+	// manual (Compact). The zero value enables it with the defaults.
 	Compaction CompactionConfig
-	// RuntimeContext holds the dynamic prompt sections (sandbox and
-	// approval policy, and so on) that travel as a runtime-context
-	// snapshot rather than in the system prompt (spec §4.12): a
-	// plugin-sourced user/message entered with a step's input when its
-	// text differs from the last snapshot still on the surface. SetRuntimeContext
-	// replaces it while the agent lives. Empty (the default): no snapshot
-	// is ever sent, until a SetRuntimeContext.
+	// RuntimeContext holds the dynamic prompt sections (sandbox and approval
+	// policy, and so on) that travel as a runtime-context snapshot rather
+	// than in the system prompt (docs/agent-loop.md#runtime-context): a
+	// plugin-sourced user/message entered with a step's input when its text
+	// differs from the last snapshot still on the surface. SetRuntimeContext
+	// replaces it while the agent lives. Empty (the default): no snapshot is
+	// ever sent, until a SetRuntimeContext.
 	RuntimeContext RuntimeContext
 	// Hooks are the embedder's hooks.
 	Hooks Hooks
@@ -642,13 +644,13 @@ func (a *agentActor) mirror(evs []session.Event) {
 	}
 }
 
-// repair closes the turn the log leaves open (DESIGN §4): the previous
-// incarnation crashed inside it. The closers (synthetic results for its
-// pending tool calls, step/end, turn/end{interrupted}) are appended
-// through the session actor; the driver is built once the subscription
-// has delivered them, so it starts on a balanced log. Nothing else
-// appends meanwhile that could conflict: the agent is the only writer
-// of turn events, and inbox splices are valid anywhere.
+// repair closes the turn the log leaves open (docs/architecture.md#actors):
+// the previous incarnation crashed inside it. The closers (synthetic results
+// for its pending tool calls, step/end, turn/end{interrupted}) are appended
+// through the session actor; the driver is built once the subscription has
+// delivered them, so it starts on a balanced log. Nothing else appends
+// meanwhile that could conflict: the agent is the only writer of turn events,
+// and inbox splices are valid anywhere.
 func (a *agentActor) repair(ctx actor.Context) {
 	closers := session.InterruptedTurnClosers(a.past)
 	if len(closers) == 0 {

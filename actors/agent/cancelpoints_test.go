@@ -13,11 +13,11 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// The systematic test of spec §4.9: one turn that goes through every
-// phase (pre-step hook, a failed attempt with chunks and its retry, a
-// streamed response with reasoning, text and two tool calls — a parallel
-// one that blocks until released or cancelled, then an exclusive one —,
-// a second step, the turn-stopping hook), cancelled as soon as the log
+// The systematic test of docs/agent-loop.md#cancellation: one turn that goes
+// through every phase (pre-step hook, a failed attempt with chunks and its
+// retry, a streamed response with reasoning, text and two tool calls — a
+// parallel one that blocks until released or cancelled, then an exclusive one
+// —, a second step, the turn-stopping hook), cancelled as soon as the log
 // reaches k events, for every k.
 
 // cancelPointScript is the model script of the turn.
@@ -149,7 +149,7 @@ func failedAttemptChunks(es []session.Event) map[int64]bool {
 	return failed
 }
 
-// checkCancelledLog checks the §4.9 guarantees of a log.
+// checkCancelledLog checks the cancellation guarantees of a log.
 func checkCancelledLog(t *testing.T, es []session.Event) {
 	t.Helper()
 	require.Empty(t, session.InterruptedTurnClosers(es), "the log is balanced")

@@ -13,10 +13,10 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Compaction (spec §4.13). The driver compacts the surface when a request
-// overflows the model's context window (context-overflow), when the next
-// request would exceed floor(contextWindow × ThresholdRatio) at pre-step
-// (pressure), and on a Compact message between turns (manual). A
+// Compaction (docs/agent-loop.md#compaction). The driver compacts the surface
+// when a request overflows the model's context window (context-overflow),
+// when the next request would exceed floor(contextWindow × ThresholdRatio) at
+// pre-step (pressure), and on a Compact message between turns (manual). A
 // compaction is the durable bracket
 //
 //	compaction/start {compactionId, turn}
@@ -389,9 +389,10 @@ func (d *Driver) ReplaceGeneration() int { return d.replaceGen }
 // Compacting reports whether a compaction of this driver is in flight.
 func (d *Driver) Compacting() bool { return d.cmp != nil }
 
-// Compact starts a manual compaction between turns (spec §4.13 "Manual").
-// Its outcome comes back as a CompactDoneEffect with ref. While a turn or
-// a compaction runs it is answered CompactBusy at once.
+// Compact starts a manual compaction between turns
+// (docs/agent-loop.md#compaction). Its outcome comes back as a
+// CompactDoneEffect with ref. While a turn or a compaction runs it is
+// answered CompactBusy at once.
 func (d *Driver) Compact(ref uint64) Effects {
 	reply := func(o CompactOutcome, id, err string) {
 		d.emit(CompactDoneEffect{Ref: ref, Outcome: o, CompactionID: id, Err: err})
@@ -513,11 +514,11 @@ func (d *Driver) summarise(c *compaction, system string) {
 	d.emit(StartStreamEffect{Ref: c.streamRef, Request: req})
 }
 
-// pruneToolResults is the tool-result pruner (spec §4.13): each oversized
-// tool result of c's shadowed span is replaced, content only, by a
-// placeholder; each replace is preceded by its compaction/prune, in one
-// atomic append. Only inside a turn. Once they are committed, c's span, messages and tokens
-// are those of the pruned surface, and next runs.
+// pruneToolResults is the tool-result pruner (docs/agent-loop.md#compaction):
+// each oversized tool result of c's shadowed span is replaced, content only,
+// by a placeholder; each replace is preceded by its compaction/prune, in one
+// atomic append. Only inside a turn. Once they are committed, c's span,
+// messages and tokens are those of the pruned surface, and next runs.
 func (d *Driver) pruneToolResults(c *compaction, next func()) {
 	bound := d.comp.PruneToolResultBytes
 	if bound <= 0 || !c.hasTurn {
@@ -779,9 +780,10 @@ const (
 	compSummary
 )
 
-// overflowCompaction is the context-overflow trigger (§4.10): compact, then
-// retry the attempt in the same step only if the replace generation
-// advanced; otherwise the failure takes the ordinary request-error path.
+// overflowCompaction is the context-overflow trigger
+// (docs/agent-loop.md#errors-and-retries): compact, then retry the attempt in
+// the same step only if the replace generation advanced; otherwise the
+// failure takes the ordinary request-error path.
 func (d *Driver) overflowCompaction(f messages.LlmFailure) bool {
 	t := d.t
 	if d.cfg.Compaction.Disabled || f.Code != llm.CodeContextWindowExceeded || t.overflows >= maxOverflowCompactions {

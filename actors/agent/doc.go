@@ -1,28 +1,26 @@
-// Package agent is a session's turn/step driver (DESIGN §4; spec
-// §4.4–§4.10): it claims input from the inbox, records turns, steps,
-// user messages, request headers, raw chunks, completion anchors and tool
-// calls/results in the session log, streams model calls through a child
-// stream actor, runs tools, retries failed calls inside their step, and
-// handles cancellation.
+// Package agent is a session's turn/step driver (docs/architecture.md#actors,
+// docs/agent-loop.md#turns-and-steps): it claims input from the inbox,
+// records turns, steps, user messages, request headers, raw chunks,
+// completion anchors and tool calls/results in the session log, streams model
+// calls through a child stream actor, runs tools, retries failed calls inside
+// their step, and handles cancellation.
 //
 // # Layers
 //
-// [Driver] (state.go) is the pure core: a state machine with no
-// goroutines, clock or I/O. Each input (Wake, Appended, Claimed,
-// StreamChunk, StreamEnded, ToolDone, PreStepDone, TurnStoppingDone,
-// StepEndDone, StepEndOpDone, RetryTimerFired, Cancel, SetSystem,
-// SetRuntimeContext, Dispose,
-// Compact, inbox counts, and Committed for the log mirror) returns
-// [Effects]. state_test.go drives
-// it alone (inputs in, effects out). The core keeps a mirror of the session log
-// (fed by the agent's subscription to the session) and builds every
-// request from it: messages = DeriveMessages(), config = the folded
-// request header, so a request always rebuilds from the log alone (spec
-// §2.14); invariants builds re-derive from scratch at each dispatch.
-// Appends are pipelined and acknowledged asynchronously; where seqs or a
-// settled log are needed (an anchor citing its chunks, a tool/result
-// citing its tool/call, a claim whose splice must follow our events) the
-// core waits for every append in flight.
+// [Driver] (state.go) is the pure core: a state machine with no goroutines,
+// clock or I/O. Each input (Wake, Appended, Claimed, StreamChunk,
+// StreamEnded, ToolDone, PreStepDone, TurnStoppingDone, StepEndDone,
+// StepEndOpDone, RetryTimerFired, Cancel, SetSystem, SetRuntimeContext,
+// Dispose, Compact, inbox counts, and Committed for the log mirror) returns
+// [Effects]. state_test.go drives it alone (inputs in, effects out). The core
+// keeps a mirror of the session log (fed by the agent's subscription to the
+// session) and builds every request from it: messages = DeriveMessages(),
+// config = the folded request header, so a request always rebuilds from the
+// log alone (docs/session-log.md#invariants); invariants builds re-derive
+// from scratch at each dispatch. Appends are pipelined and acknowledged
+// asynchronously; where seqs or a settled log are needed (an anchor citing
+// its chunks, a tool/result citing its tool/call, a claim whose splice must
+// follow our events) the core waits for every append in flight.
 //
 // The actor (actor.go) is the thin shell: it owns the Driver, spawns the
 // inbox actor (owner = the agent) and one llm stream actor per model
@@ -40,7 +38,7 @@
 //	------------------------  -------------------  ------------------------------------------
 //	Followup, Steer, Inject   caller → agent       Sent | SendFailed (forwarded to the inbox;
 //	                                               a waking send after an abort goes to
-//	                                               next-turn and is latched, spec §4.3)
+//	                                               next-turn and is latched)
 //	Cancel                    caller → agent       none; aborts the turn, clears the inbox
 //	SetSystem                 caller → agent       none; the system prompt from the next step
 //	SetRuntimeContext         caller → agent       none; the runtime context from the next
@@ -148,15 +146,15 @@
 //
 // # Extension points
 //
-// Hooks (spec §4.11): PreStep (enter | reject; the decision may also
-// carry Preface events, recorded before step/start, and Entries —
-// plugin-sourced messages and foreign log-only events such as
-// session/title — recorded in order after the entered messages, which is
-// how the log replay re-inserts recorded plugin contributions), Request,
-// RequestError, TurnStopping, and the tool pipeline PreExecute (allow |
-// deny | ask), Approver, PostExecute (accept | block, additional
-// contexts). The pre-step hook is not consulted at a step boundary that
-// found next-step empty after a finished step (§4.5 step 2.8).
+// Hooks (docs/agent-loop.md#extension-points): PreStep (enter | reject; the
+// decision may also carry Preface events, recorded before step/start, and
+// Entries — plugin-sourced messages and foreign log-only events such as
+// session/title — recorded in order after the entered messages, which is how
+// the log replay re-inserts recorded plugin contributions), Request,
+// RequestError, TurnStopping, and the tool pipeline PreExecute (allow | deny
+// | ask), Approver, PostExecute (accept | block, additional contexts). The
+// pre-step hook is not consulted at a step boundary that found next-step
+// empty after a finished step (docs/agent-loop.md#turns-and-steps).
 //
 // StepEnd (agent/step-end, dsh's own; stepend.go) runs at every step
 // boundary of a turn that goes on: once step/end is committed and the
@@ -176,35 +174,35 @@
 //
 // # Runtime-context snapshot
 //
-// runtimecontext.go (spec §4.12): the dynamic prompt sections
-// (Config.RuntimeContext, a RuntimeContext of named sections such as
+// runtimecontext.go (docs/agent-loop.md#runtime-context): the dynamic prompt
+// sections (Config.RuntimeContext, a RuntimeContext of named sections such as
 // sandbox:policy and approval:policy) are not in the system prompt. They
 // travel as a user/message with source {kind:plugin,
 // plugin:@deepseek-ai/dsh-system-prompt, form:snapshot, sections:[{name,
-// text}...]} and one text block: RuntimeContextPreamble, then each
-// section's text after a blank line (the reference's rendering, checked
-// byte for byte against every snapshot of the corpus). At pre-step, after
-// the pressure compaction, the candidate is appended to the default enter
-// batch (claimed + [snapshot]) only when its text differs from the last
-// snapshot still on the surface; with a pre-step hook it is offered as
-// PreStepInput.Snapshot and appended to an entering decision that does
-// not carry it already. It never opens a step alone (an empty first claim
-// still completes the turn empty). The projection of the retained
-// snapshot is rebuilt from the log the first time it is needed (after a
-// resume: the last snapshot recorded, if still a surface node) and then
-// follows the committed events: a snapshot is the retained one, a replace
-// that shadows it forgets it (so it is sent again; the reference does not
-// fall back on an earlier one). When every section is gone,
-// RuntimeContextNone is sent once, if a snapshot other than it is
-// retained. Off by default: an empty Config.RuntimeContext sends nothing
-// and builds no projection until a SetRuntimeContext (which turns it on
-// even when empty, so that a cleared context sends the none text). Like
-// SetSystem's prompt, a context set by message is not carried over a
-// restart: the new incarnation starts from Config.RuntimeContext.
+// text}...]} and one text block: RuntimeContextPreamble, then each section's
+// text after a blank line (the reference's rendering, checked byte for byte
+// against every snapshot of the corpus). At pre-step, after the pressure
+// compaction, the candidate is appended to the default enter batch (claimed +
+// [snapshot]) only when its text differs from the last snapshot still on the
+// surface; with a pre-step hook it is offered as PreStepInput.Snapshot and
+// appended to an entering decision that does not carry it already. It never
+// opens a step alone (an empty first claim still completes the turn empty).
+// The projection of the retained snapshot is rebuilt from the log the first
+// time it is needed (after a resume: the last snapshot recorded, if still a
+// surface node) and then follows the committed events: a snapshot is the
+// retained one, a replace that shadows it forgets it (so it is sent again;
+// the reference does not fall back on an earlier one). When every section is
+// gone, RuntimeContextNone is sent once, if a snapshot other than it is
+// retained. Off by default: an empty Config.RuntimeContext sends nothing and
+// builds no projection until a SetRuntimeContext (which turns it on even when
+// empty, so that a cleared context sends the none text). Like SetSystem's
+// prompt, a context set by message is not carried over a restart: the new
+// incarnation starts from Config.RuntimeContext.
 //
 // # Compaction
 //
-// compaction.go (spec §4.13) compacts the surface on three triggers:
+// compaction.go (docs/agent-loop.md#compaction) compacts the surface on three
+// triggers:
 //
 //   - context-overflow: a failed attempt whose failure code is
 //     CONTEXT_WINDOW_EXCEEDED compacts first (before the RequestError
@@ -254,18 +252,18 @@
 //
 // # Cancellation
 //
-// Spec §4.9 is tested systematically (cancelpoints_test.go): one turn
-// through every phase is cancelled (cause user, and by Dispose) at every
-// event of its log, and each log must be balanced, pass CheckTrace, pair
-// every tool/call with a tool/result, cite no chunk of a failed attempt
-// from an assistant/message, and let the next turn complete. Chunks that
-// arrive after the abort are dropped (no finish chunk is logged), and an
-// attempt whose error finish arrived before the abort writes no
-// assistant message.
+// docs/agent-loop.md#cancellation is tested systematically
+// (cancelpoints_test.go): one turn through every phase is cancelled (cause
+// user, and by Dispose) at every event of its log, and each log must be
+// balanced, pass CheckTrace, pair every tool/call with a tool/result, cite no
+// chunk of a failed attempt from an assistant/message, and let the next turn
+// complete. Chunks that arrive after the abort are dropped (no finish chunk
+// is logged), and an attempt whose error finish arrived before the abort
+// writes no assistant message.
 //
 // # Maintenance
 //
-// RunMaintenance (maintenance.go; spec §4.1 runMaintenance) runs a task on
+// RunMaintenance (maintenance.go; docs/agent-loop.md#the-agent) runs a task on
 // an idle agent, in a goroutine it owns, under a fresh abort signal:
 // refused (ErrNotIdle) unless idle and not disposed; the status stays
 // idle; WaitIdle waits for it; Compact and another task are busy; a

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 const waitFor = 5 * time.Second
 
-// entry is one scripted model response (spec §6, mock-adapter.ts).
+// entry is one scripted model response (the reference's mock adapter).
 type entry struct {
 	chunks []messages.StreamChunk
 	hang   bool // after the chunks, hang until cancelled
@@ -75,10 +75,10 @@ func failFinish(f messages.LlmFailure) messages.StreamChunk {
 
 // mockProvider serves scripted entries in order ("ok" once they run out),
 // records every request, and checks at every dispatch that the request
-// rebuilds from the session log (spec §2.14): at the moment Stream is
-// called nothing of the attempt is logged yet, so the session's derived
-// messages and folded header are exactly the prefix before its first
-// chunk.
+// rebuilds from the session log (docs/session-log.md#invariants): at the
+// moment Stream is called nothing of the attempt is logged yet, so the
+// session's derived messages and folded header are exactly the prefix before
+// its first chunk.
 type mockProvider struct {
 	mu       sync.Mutex
 	script   []entry

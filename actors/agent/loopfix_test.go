@@ -32,7 +32,7 @@ func TestASecondToolStepRunsItsTools(t *testing.T) {
 
 // A tool's additional contexts are spliced into next-step right after
 // its tool/result commits, before the next result and before step/end
-// (spec §4.8 "Committing" 3; acp/hook-codex-posttool-context).
+// (docs/agent-loop.md#tool-calls; acp/hook-codex-posttool-context).
 func TestToolContextsAreLoggedBeforeStepEnd(t *testing.T) {
 	notes := map[string]messages.Message{"c1": user(t, "note 1"), "c2": user(t, "note 2")}
 	tool := fakeTool{name: "echo", mode: Parallel, fn: func(_ context.Context, c Call) (Result, error) {
@@ -75,9 +75,9 @@ func TestToolContextsAreLoggedBeforeStepEnd(t *testing.T) {
 }
 
 // A route's adapter defaults fill the fields a request leaves out and are
-// marked in the header (spec §2.8, §4.7 step 3); a later request seeds
-// without them, so the header does not change. Its context window is
-// logged in request/context (§4.7 step 6).
+// marked in the header (docs/session-log.md#request-headers); a later request
+// seeds without them, so the header does not change. Its context window is
+// logged in request/context (docs/agent-loop.md#building-a-request).
 func TestRouteDefaultsAreMarkedAndTheContextWindowLogged(t *testing.T) {
 	route := Route{ReasoningEffort: "max", MaxTokens: messages.Some(4096), ContextWindow: messages.Some(128000)}
 	h := newHarness(t, newMock(toolCallResponse(tc{"c1", "echo", `{}`}), textResponse("done")), nil,

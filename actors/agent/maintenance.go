@@ -2,7 +2,7 @@ package agent
 
 import "errors"
 
-// Maintenance tasks (spec §4.1 runMaintenance): work an embedder runs on
+// Maintenance tasks (docs/agent-loop.md#the-agent): work an embedder runs on
 // an idle agent, under the agent's cancellation, without a turn. The
 // status stays idle during the task; a waking input that arrives meanwhile
 // is latched and replays when the task finishes; Cancel (and Dispose)

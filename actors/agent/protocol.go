@@ -11,10 +11,10 @@ import (
 // Requests are answered to the sender (RequestFuture at the edges,
 // ctx.Request from an actor); Ref is the caller's correlation id, echoed.
 
-// Followup queues Message (a complete message: the agent never mints its
-// id) as its own later turn (spec §4.3). Reply: Sent or SendFailed. When
-// the agent was idle, the turn has started (status running, turn/start
-// issued) by the time Sent arrives.
+// Followup queues Message (a complete message: the agent never mints its id)
+// as its own later turn (docs/agent-loop.md#delivery). Reply: Sent or
+// SendFailed. When the agent was idle, the turn has started (status running,
+// turn/start issued) by the time Sent arrives.
 type Followup struct {
 	Ref     uint64
 	Message messages.Message
@@ -48,9 +48,9 @@ type SendFailed struct {
 }
 
 // Cancel aborts the running turn with Cause (the first cause wins) and,
-// unless KeepInbox, cancels everything pending in the inbox (spec §4.9).
-// A no-op on an idle agent, except for the inbox. No reply: follow it
-// with WaitIdle.
+// unless KeepInbox, cancels everything pending in the inbox
+// (docs/agent-loop.md#cancellation). A no-op on an idle agent, except for the
+// inbox. No reply: follow it with WaitIdle.
 type Cancel struct {
 	Cause     session.CancelCause
 	KeepInbox bool
@@ -87,23 +87,23 @@ type SetSystem struct{ Prompt string }
 // order with the sender's other messages, as SetSystem is.
 type SetRuntimeContext struct{ Context RuntimeContext }
 
-// Dispose ends the agent's activity for good (spec §4.9 "disposal"): the
-// running turn, if any, is aborted with cause disposed (turn/end
-// {aborted, disposed}, balanced), a latched wake is dropped, the inbox is
-// kept (pending input stays durable for a later agent), and from then on
-// no turn starts and every Followup, Steer or Inject is refused with
-// ErrDisposed. Reply: Disposed, once the activity has converged to idle.
-// The caller then stops the actor.
+// Dispose ends the agent's activity for good
+// (docs/agent-loop.md#cancellation): the running turn, if any, is aborted
+// with cause disposed (turn/end {aborted, disposed}, balanced), a latched
+// wake is dropped, the inbox is kept (pending input stays durable for a later
+// agent), and from then on no turn starts and every Followup, Steer or Inject
+// is refused with ErrDisposed. Reply: Disposed, once the activity has
+// converged to idle. The caller then stops the actor.
 type Dispose struct{ Ref uint64 }
 
 // Disposed answers Dispose.
 type Disposed struct{ Ref uint64 }
 
-// Compact asks for a manual compaction between turns (spec §4.13: the
-// /compact command): the bracket compaction/start {turn: null} …
-// compaction/end. Reply: Compacted, once the bracket is committed (at
-// once when the agent is busy or there is nothing to compact). A turn
-// woken meanwhile starts after it.
+// Compact asks for a manual compaction between turns (the /compact command,
+// docs/agent-loop.md#compaction): the bracket compaction/start {turn: null} …
+// compaction/end. Reply: Compacted, once the bracket is committed (at once
+// when the agent is busy or there is nothing to compact). A turn woken
+// meanwhile starts after it.
 type Compact struct{ Ref uint64 }
 
 // Compacted answers Compact. Error is compaction/end's error for
@@ -115,7 +115,7 @@ type Compacted struct {
 	Error        string
 }
 
-// RunMaintenance runs Task on the idle agent (spec §4.1 runMaintenance).
+// RunMaintenance runs Task on the idle agent (docs/agent-loop.md#the-agent).
 // It is refused with ErrNotIdle unless the agent is idle (no turn, no
 // compaction, nothing latched or in flight, not disposed). The status
 // stays idle during the task; a waking input that arrives meanwhile is

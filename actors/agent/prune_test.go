@@ -25,11 +25,11 @@ func prunableLog(t *testing.T) (l *session.Log, small, big int64, bigText string
 	return b.l, small, big, bigText
 }
 
-// The pruner (spec §4.13): before the summariser call of a context-overflow
-// compaction, the oversized tool result of the shadowed span is replaced,
-// content only, by a placeholder: compaction/prune then the tool/result
-// replace of that single node; the summariser sees the pruned content and
-// the checkpoint shadows the replacement.
+// The pruner (docs/agent-loop.md#compaction): before the summariser call of a
+// context-overflow compaction, the oversized tool result of the shadowed span
+// is replaced, content only, by a placeholder: compaction/prune then the
+// tool/result replace of that single node; the summariser sees the pruned
+// content and the checkpoint shadows the replacement.
 func TestCompactionPrunesOversizedToolResults(t *testing.T) {
 	l, small, big, bigText := prunableLog(t)
 	mock := newMock(overflowFinish(), textResponse("SUM"), textResponse("after"))

@@ -10,13 +10,13 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// The runtime-context snapshot (spec §4.12). Dynamic prompt sections
-// (the sandbox and approval policy, and so on) are not put in the system
-// prompt, whose change would be a request/header {change} and would
-// invalidate the provider's prompt cache from the top: they travel as a
+// The runtime-context snapshot (docs/agent-loop.md#runtime-context). Dynamic
+// prompt sections (the sandbox and approval policy, and so on) are not put in
+// the system prompt, whose change would be a request/header {change} and
+// would invalidate the provider's prompt cache from the top: they travel as a
 // plugin-sourced user/message at the tail of the history, entered with a
-// step's input only when its text differs from the last snapshot still
-// on the surface.
+// step's input only when its text differs from the last snapshot still on the
+// surface.
 
 // RuntimeContextPlugin is the plugin of a snapshot's source (the
 // reference's system-prompt plugin).

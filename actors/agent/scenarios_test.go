@@ -15,8 +15,8 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// The loop scenarios of spec §5.4 not covered by loop_test.go, named
-// after them.
+// The loop scenarios of the reference's test plan not covered by
+// loop_test.go, named after them.
 
 type turnStoppingFunc func(ctx context.Context, in TurnStoppingInput) error
 
@@ -490,9 +490,9 @@ func TestTodoWriteRecordsTodoWriteBetweenItsCallAndResult(t *testing.T) {
 	require.False(t, ofType(es, session.TypeToolResult)[0].Payload().(session.ToolResult).Message.Block(0).IsError())
 }
 
-// The spec §4.3 edge rule: a waking send after the abort fired goes to
-// next-turn and is latched; it replays once the aborted turn is closed,
-// unless the cause is disposal.
+// The edge rule of docs/agent-loop.md#delivery: a waking send after the abort
+// fired goes to next-turn and is latched; it replays once the aborted turn is
+// closed, unless the cause is disposal.
 func TestAWakeAfterAbortIsForcedToNextTurnAndLatched(t *testing.T) {
 	for _, tt := range []struct {
 		cause  session.CauseKind

@@ -13,7 +13,8 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Status is the agent's externally visible status (spec §4.4).
+// Status is the agent's externally visible status
+// (docs/agent-loop.md#turns-and-steps).
 type Status uint8
 
 const (
@@ -30,7 +31,8 @@ func (s Status) String() string {
 	return "idle"
 }
 
-// The pure core: Driver is the turn/step state machine of spec §4.4–§4.10.
+// The pure core: Driver is the turn/step state machine of
+// docs/agent-loop.md#turns-and-steps.
 // It has no goroutines, no clock and no I/O: each input method returns the
 // Effects the shell must perform, in order. Appends are pipelined: the
 // core issues Append effects and learns the seqs from the acknowledgements
@@ -39,16 +41,15 @@ func (s Status) String() string {
 // log, an inbox request that must follow its own events), it waits until
 // every append in flight is acknowledged ("settle").
 //
-// The core keeps a mirror of the session log (a session.Log restored from
-// the events the session actor publishes to the agent's subscription),
-// and builds every request from it: messages = mirror.DeriveMessages(),
-// config = the folded header. That is the reference's behaviour (the
-// request is the log's projection), and it makes the request
-// reconstruction theorem (spec §2.14) hold by construction; invariants
-// builds additionally re-derive from scratch at every dispatch. The
-// rejected alternative, asking the session actor (QueryMessages) before
-// each dispatch, costs a round trip per request and still races with the
-// inbox's splices.
+// The core keeps a mirror of the session log (a session.Log restored from the
+// events the session actor publishes to the agent's subscription), and builds
+// every request from it: messages = mirror.DeriveMessages(), config = the
+// folded header. That is the reference's behaviour (the request is the log's
+// projection), and it makes the request reconstruction theorem
+// (docs/session-log.md#invariants) hold by construction; invariants builds
+// additionally re-derive from scratch at every dispatch. The rejected
+// alternative, asking the session actor (QueryMessages) before each dispatch,
+// costs a round trip per request and still races with the inbox's splices.
 
 // Effect is one thing the shell must do. The concrete types are below.
 type Effect interface{ effect() }
@@ -77,7 +78,7 @@ type ClearInboxEffect struct{}
 // splice committed, or the send refused) comes back as ContextPushed(Ref):
 // the core waits for it before it commits anything else of the step, so
 // that the splice follows its tool/result and precedes the next result
-// and step/end (spec §4.8 "Committing").
+// and step/end (docs/agent-loop.md#tool-calls).
 type PushContextEffect struct {
 	Ref     uint64
 	Message messages.Message
@@ -160,7 +161,7 @@ func (TurnErrorEffect) effect()       {}
 // rewritten; keep the ids), followed by Entries.
 //
 // Entries and Preface let a hook contribute what the reference's plugins
-// write during a pre-step (DESIGN §11: the log replay re-inserts recorded
+// write during a pre-step (docs/replay.md: the log replay re-inserts recorded
 // plugin contributions): Entries are recorded inside the step, after
 // step/start and the Messages, in order (a plugin-sourced message such as
 // the runtime-context snapshot, or a log-only plugin event such as
@@ -282,7 +283,8 @@ const HeldRetryDelay = 24 * time.Hour
 
 // DriverConfig configures a Driver. Provider and Model are required.
 type DriverConfig struct {
-	// Provider and Model seed the first request's config (spec §4.7).
+	// Provider and Model seed the first request's config
+	// (docs/agent-loop.md#building-a-request).
 	Provider, Model string
 	// MaxTokens, when present, is added to the first request's seed.
 	MaxTokens messages.OptInt
@@ -315,19 +317,21 @@ type DriverConfig struct {
 	// the zero Route for every route). It runs inside the core and must
 	// not block; a panic is recovered and ends the turn in error.
 	Routes func(provider, model string) Route
-	// Compaction configures compaction (spec §4.13; see CompactionConfig).
+	// Compaction configures compaction (docs/agent-loop.md#compaction; see
+	// CompactionConfig).
 	Compaction CompactionConfig
 	// RuntimeContext is the runtime context snapshotted into the steps
-	// (spec §4.12; see Config.RuntimeContext). Empty: off until
-	// SetRuntimeContext.
+	// (docs/agent-loop.md#runtime-context; see Config.RuntimeContext). Empty:
+	// off until SetRuntimeContext.
 	RuntimeContext RuntimeContext
 }
 
 // Route is what the agent knows of a provider/model route (the reference's
 // adapter and model catalog): the call-config fields its adapter
 // materialises when a request leaves them out, which the request header
-// marks as adapter defaults (spec §2.8, §4.7 step 3), and the model's
-// context window, logged in request/context (§4.7 step 6). The zero Route
+// marks as adapter defaults (docs/session-log.md#request-headers), and the
+// model's context window, logged in request/context
+// (docs/agent-loop.md#building-a-request). The zero Route
 // materialises nothing and has no known window.
 type Route struct {
 	// ReasoningEffort fills an absent effort ("" for none).
@@ -367,7 +371,7 @@ const (
 	phStepEnd            // waiting for the step-end hook or one of its inbox operations
 )
 
-// stepOutcome is how a step ended (spec §4.6 step 6, §4.9, §4.10).
+// stepOutcome is how a step ended (docs/agent-loop.md#turns-and-steps).
 type stepOutcome uint8
 
 const (
@@ -402,7 +406,7 @@ type toolCall struct {
 type turnState struct {
 	turn, step  int64
 	ends        *session.TurnEndReason // nil: more work owed
-	maxTokens   bool                   // sticky (spec §4.5 step 7)
+	maxTokens   bool                   // sticky for the rest of the turn
 	stoppingRan bool                   // the turn-stopping hook ran at this boundary
 	stepEndRan  bool                   // the step-end hook ran at this boundary
 	aborted     bool
@@ -478,13 +482,13 @@ type Driver struct {
 	// Inbox bookkeeping, from the inbox's notifications.
 	pendingTurn, pendingStep int
 	stepWoke                 bool // a waking next-step send since the last claim
-	wakeRequested            bool // latched wake (spec §4.4)
+	wakeRequested            bool // latched wake (docs/agent-loop.md#delivery)
 	claimRef, hookRef        uint64
 
 	system   string // the system prompt steps start with (SetSystem)
 	disposed bool   // Dispose was called: no turn starts again
 
-	// maintenance: a maintenance task runs (spec §4.1 runMaintenance);
+	// maintenance: a maintenance task runs (docs/agent-loop.md#the-agent);
 	// the status stays idle and waking input is latched.
 	maintenance bool
 
@@ -572,7 +576,7 @@ func (d *Driver) System() string { return d.system }
 
 // SendTarget returns the list a send to list t must go to: a waking send
 // that arrives after the running turn's abort fired is forced to
-// next-turn (spec §4.3 edge rule), so that it runs as its own turn when
+// next-turn (docs/agent-loop.md#delivery), so that it runs as its own turn when
 // the latched wake replays, rather than riding as steering into whatever
 // claims next-step first.
 func (d *Driver) SendTarget(t inbox.Target, wake bool) inbox.Target {
@@ -683,7 +687,7 @@ func (d *Driver) InboxChanged(t inbox.Target, delta int) {
 	}
 }
 
-// Wake handles a committed waking send to list t (spec §4.4 wakeDriver).
+// Wake handles a committed waking send to list t (docs/agent-loop.md#delivery).
 // A wake that arrives after the turn's abort fired is latched and replays
 // once the turn has closed, unless the cause is disposal; a disposed
 // driver never starts a turn again.
@@ -708,7 +712,8 @@ func (d *Driver) Wake(t inbox.Target) Effects {
 }
 
 // Cancel aborts the running turn with cause (the first cause wins) and,
-// unless keepInbox, clears the inbox and drops a latched wake (§4.9).
+// unless keepInbox, clears the inbox and drops a latched wake
+// (docs/agent-loop.md#cancellation).
 func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
 	if !keepInbox {
 		d.emit(ClearInboxEffect{})
@@ -754,16 +759,17 @@ func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
 // SetSystem sets the system prompt. It takes effect at the next step (a
 // step keeps the prompt it started with, across its retries): the next
 // request logs a request/header {change} snapshot when the prompt really
-// changed, and nothing when it did not (spec §2.8, scenario 75).
+// changed, and nothing when it did not (docs/session-log.md#request-headers).
 func (d *Driver) SetSystem(prompt string) Effects {
 	d.system = prompt
 	return d.flush()
 }
 
 // Dispose aborts the running turn with cause disposed, keeping the inbox
-// (what is pending stays durable for a later agent), drops a latched
-// wake, and makes the driver inert: no turn starts again (spec §4.9
-// "disposal"). The caller waits for Idle and then stops the agent.
+// (what is pending stays durable for a later agent), drops a latched wake,
+// and makes the driver inert: no turn starts again
+// (docs/agent-loop.md#cancellation). The caller waits for Idle and then stops
+// the agent.
 func (d *Driver) Dispose() Effects {
 	d.disposed = true
 	d.wakeRequested = false
@@ -864,19 +870,19 @@ func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
 }
 
 // claimed goes on from a claim's batch: the end of the turn, or the
-// pressure check and the pre-step (§4.5 steps 2.1, 2.3, 2.8).
+// pressure check and the pre-step (docs/agent-loop.md#turns-and-steps).
 func (d *Driver) claimed(msgs []messages.Message) {
 	t := d.t
 	switch {
 	case t.ends != nil && len(msgs) == 0:
 		// The step boundary found next-step empty: the reference checks
-		// the list and goes to turn-stopping without a pre-step (§4.5
-		// step 2.8); running the hook here would let it block a turn
+		// the list and goes to turn-stopping without a pre-step; running the hook here would let it block a turn
 		// that already completed.
 		d.enter(nil, nil, 0)
 	default:
-		// The pressure trigger runs before the pre-step hook (spec §4.11:
-		// the reference's compaction listener precedes the hook bridges).
+		// The pressure trigger runs before the pre-step hook
+		// (docs/agent-loop.md#extension-points: the reference's compaction
+		// listener precedes the hook bridges).
 		d.pressureCompaction(msgs, func() {
 			if t.aborted {
 				d.endTurn(abortedReason(t.cause))
@@ -968,8 +974,9 @@ func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
 	}
 	t := d.t
 	if t.aborted {
-		// The abort stopped the stream (§4.9 "while streaming": the chunks
-		// so far, no finish chunk); what was already in flight is dropped.
+		// The abort stopped the stream (docs/agent-loop.md#cancellation: the
+		// chunks so far, no finish chunk); what was already in flight is
+		// dropped.
 		return d.flush()
 	}
 	if c.Type() == messages.ChunkFinish {
@@ -1070,7 +1077,7 @@ func (d *Driver) ContextPushed(ref uint64) Effects {
 	return d.flush()
 }
 
-// ---- the turn (spec §4.5) ----------------------------------------------
+// ---- the turn (docs/agent-loop.md#turns-and-steps) ----------------------
 
 func abortedReason(c session.CancelCause) session.TurnEndReason {
 	return session.TurnEndReason{Kind: session.EndAborted, Cause: c}
@@ -1100,10 +1107,11 @@ func (d *Driver) claim(target inbox.Target) {
 	d.emit(ClaimEffect{Ref: d.claimRef, Target: target, Turn: d.t.turn})
 }
 
-// enter is §4.5 steps 2.3–2.5: break, complete empty, or open a step.
-// preface is recorded first in every case; batch (nmsgs of which are
-// messages) opens the step, or, when it holds no message, is recorded
-// with the preface (its log-only events are not lost).
+// enter is the step boundary's entry (docs/agent-loop.md#turns-and-steps):
+// break, complete empty, or open a step. preface is recorded first in every
+// case; batch (nmsgs of which are messages) opens the step, or, when it holds
+// no message, is recorded with the preface (its log-only events are not
+// lost).
 func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
 	t := d.t
 	if nmsgs == 0 {
@@ -1138,8 +1146,8 @@ func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
 	d.beginAttempt()
 }
 
-// finishStep appends step/end and decides what follows (§4.5 steps
-// 2.6–2.9).
+// finishStep appends step/end and decides what follows
+// (docs/agent-loop.md#turns-and-steps).
 func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
 	t := d.t
 	d.appendDrafts(appendTag{}, session.StepEnd{Turn: t.turn, Step: t.step}.Draft())
@@ -1186,7 +1194,7 @@ func (d *Driver) failTurn(step int64, err error) {
 }
 
 // endTurn appends turn/end and, once it is committed, either runs the
-// next turn or goes idle (§4.4 kick, §4.5 step 5).
+// next turn or goes idle (docs/agent-loop.md#turns-and-steps).
 func (d *Driver) endTurn(reason session.TurnEndReason) {
 	t := d.t
 	t.ending = true
@@ -1197,10 +1205,12 @@ func (d *Driver) endTurn(reason session.TurnEndReason) {
 		switch {
 		case d.disposed:
 		case t.aborted || reason.Kind == session.EndAborted:
-			// Only a latched wake continues after an abort (§4.3).
+			// Only a latched wake continues after an abort
+			// (docs/agent-loop.md#delivery).
 			next = d.wakeRequested && d.pendingTurn+d.pendingStep > 0
 		case t.stopAfter || reason.Kind == session.EndBlocked || reason.Kind == session.EndError:
-			// parked until the next waking send (§4.4, §7.6)
+			// parked until the next waking send
+			// (docs/session-log.md#where-dsh-differs-from-the-reference)
 		default:
 			next = d.pendingTurn > 0 || (d.stepWoke && d.pendingStep > 0)
 		}
@@ -1214,9 +1224,10 @@ func (d *Driver) endTurn(reason session.TurnEndReason) {
 	})
 }
 
-// ---- the step (spec §4.6, §4.7) -----------------------------------------
+// ---- the step (docs/agent-loop.md#building-a-request) ------------------
 
-// seedConfig is §4.7 step 1.
+// seedConfig is the request's seed config
+// (docs/agent-loop.md#building-a-request).
 func (d *Driver) seedConfig() messages.CallConfig {
 	folded, has := d.mirror.RequestHeader()
 	if d.firstRequest || !has {
@@ -1255,7 +1266,7 @@ func (d *Driver) beginAttempt() {
 		d.finishStep(outError, messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown})
 		return
 	}
-	// §4.7 step 3: the route's adapter fills what the config leaves out,
+	// The route's adapter fills what the config leaves out,
 	// and the header marks those fields.
 	route, err := d.route(cfg)
 	if err != nil {
@@ -1324,8 +1335,9 @@ func (d *Driver) dispatch() {
 	t := d.t
 	msgs := d.mirror.DeriveMessages().Slice()
 	if invariants.Enabled {
-		// Request reconstruction (spec §2.14): the request is the log's
-		// projection, re-derived from scratch, under the folded header.
+		// Request reconstruction (docs/session-log.md#invariants): the
+		// request is the log's projection, re-derived from scratch, under the
+		// folded header.
 		scratch := session.DeriveFromScratch(d.mirror.Events().Slice())
 		_ = invariants.Assertf(slices.EqualFunc(msgs, scratch, messages.Message.Equal),
 			"agent: request messages differ from the log's projection")
@@ -1346,16 +1358,16 @@ func (d *Driver) dispatch() {
 func retryID(t *turnState) string { return fmt.Sprintf("retry-%d-%d-%d", t.turn, t.step, t.attempt) }
 
 // streamDone handles the end of an attempt, once its chunks are
-// committed (§4.6 steps 3–6).
+// committed (docs/agent-loop.md#turns-and-steps).
 func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 	t := d.t
 	src := messages.ModelSource{Provider: t.cfg.Provider, Model: t.cfg.Model}
 	usage, hasUsage := t.asm.Usage()
 	if t.aborted || cancelled {
-		// An attempt that had already failed (its error finish arrived
-		// before the abort) writes no assistant message: the abort landed
-		// in request-error (§4.9), and its chunks belong to a failed
-		// attempt.
+		// An attempt that had already failed (its error finish arrived before
+		// the abort) writes no assistant message: the abort landed in
+		// request-error (docs/agent-loop.md#cancellation), and its chunks
+		// belong to a failed attempt.
 		if blocks := t.asm.InterruptedBlocks(); len(blocks) > 0 && !t.failedFinish {
 			m, err := messages.NewAssistantMessage(blocks, src)
 			if err == nil {
@@ -1407,10 +1419,11 @@ func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
 	case len(calls) == 0:
 		d.finishStep(outCompleted, messages.LlmFailure{})
 	default:
-		// Tools start once the anchor is committed: a cancel that lands
-		// in between gives every call a synthetic pair (§4.9). The tool
-		// bookkeeping is the step's: a previous tool step of the turn
-		// left its cursors at the end of its own calls.
+		// Tools start once the anchor is committed: a cancel that lands in
+		// between gives every call a synthetic pair
+		// (docs/agent-loop.md#cancellation). The tool bookkeeping is the
+		// step's: a previous tool step of the turn left its cursors at the
+		// end of its own calls.
 		t.calls, t.next, t.commitIdx, t.running, t.exclusive, t.concludes = calls, 0, 0, 0, false, false
 		clear(t.pushes)
 		d.settle(func() {
@@ -1431,8 +1444,8 @@ func tooLargeFailure(err error) messages.LlmFailure {
 	return messages.LlmFailure{Code: CodeMessageTooLarge, Message: "agent: " + err.Error()}
 }
 
-// failedAttempt is §4.6 step 4 and §4.10: retry inside the step, or end
-// the turn in error. No assistant message is written.
+// failedAttempt is docs/agent-loop.md#errors-and-retries: retry inside the
+// step, or end the turn in error. No assistant message is written.
 func (d *Driver) failedAttempt(f messages.LlmFailure) {
 	if f.Code == "" {
 		f.Code = llm.CodeUnknown
@@ -1491,7 +1504,7 @@ func (d *Driver) requestError(f messages.LlmFailure) {
 	d.emit(StartTimerEffect{Gen: t.timerGen, Delay: delay})
 }
 
-// ---- tool calls (spec §4.8) --------------------------------------------
+// ---- tool calls (docs/agent-loop.md#tool-calls) ------------------------
 
 // modeOf classifies a call with the Modes callback (a tool's Mode). The
 // callback is the embedder's code, run inside Receive: its panic is

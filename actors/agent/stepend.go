@@ -12,24 +12,24 @@ import (
 // The step-end hook (agent/step-end): what a plugin does at a step
 // boundary, inside the loop.
 //
-// The reference has no such event: its plugins watch the log
-// (session/event) for step/end and act from a microtask, since a
-// session/event listener may not append. The loop has by then gone on
-// synchronously to its next claim (§4.5 step 2.1), or, after the last
-// step, to its emptiness check; the plugins' inserts, cancellations and
-// log-only events land after that, before the pre-step waterfall (or
-// turn-stopping) returns. The recordings show it: tool-jobs' notice,
-// inserted after step/end, is claimed one step later; workspace-context
-// inserts its reminder after step/end and cancels it itself, no claim in
-// between. Outside the loop (the log replay re-sending them), those
-// contributions race the agent's next claim. The hook makes that point
-// deterministic: it runs once the step's step/end is committed and the
-// boundary's claim has been answered, and before anything else is
-// decided (pressure compaction, the pre-step hook, turn-stopping, the end
-// of the turn); its contributions are performed in order before the loop
-// goes on. The rejected alternative, running it before the claim, would
-// let a contribution enter the step that follows at once, which is not
-// what the reference's plugins get (and not what its logs record).
+// The reference has no such event: its plugins watch the log (session/event)
+// for step/end and act from a microtask, since a session/event listener may
+// not append. The loop has by then gone on synchronously to its next claim
+// (docs/agent-loop.md#turns-and-steps), or, after the last step, to its
+// emptiness check; the plugins' inserts, cancellations and log-only events
+// land after that, before the pre-step waterfall (or turn-stopping) returns.
+// The recordings show it: tool-jobs' notice, inserted after step/end, is
+// claimed one step later; workspace-context inserts its reminder after
+// step/end and cancels it itself, no claim in between. Outside the loop (the
+// log replay re-sending them), those contributions race the agent's next
+// claim. The hook makes that point deterministic: it runs once the step's
+// step/end is committed and the boundary's claim has been answered, and
+// before anything else is decided (pressure compaction, the pre-step hook,
+// turn-stopping, the end of the turn); its contributions are performed in
+// order before the loop goes on. The rejected alternative, running it before
+// the claim, would let a contribution enter the step that follows at once,
+// which is not what the reference's plugins get (and not what its logs
+// record).
 
 // StepEndInput is what the step-end hook sees: the step that ended.
 type StepEndInput struct {
@@ -241,8 +241,8 @@ func (d *Driver) nextStepEndOp() {
 
 // stepEndFinished goes on from the boundary's claim. When the turn would
 // end here (the step completed, nothing claimed) and next-step is no
-// longer empty, the loop claims again (§4.5 step 2.9: a turn ends only
-// with next-step empty).
+// longer empty, the loop claims again (a turn ends only with next-step
+// empty, docs/agent-loop.md#turns-and-steps).
 func (d *Driver) stepEndFinished() {
 	t := d.t
 	msgs := t.held

@@ -11,7 +11,7 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Mode is a tool call's execution mode (spec §4.8).
+// Mode is a tool call's execution mode (docs/agent-loop.md#tool-calls).
 type Mode uint8
 
 const (
@@ -152,7 +152,7 @@ func parseInput(args string) messages.JSON {
 	return j
 }
 
-// The synthetic results of spec §4.8.
+// The synthetic results of docs/agent-loop.md#tool-calls.
 func abortedBeforeDispatch() Result {
 	return Result{Content: []messages.ContentBlock{messages.TextBlock("Error: tool call aborted before dispatch")},
 		IsError: true, Error: session.ToolError{Name: "AbortError", Code: "ABORTED_BEFORE_DISPATCH"}}
@@ -201,9 +201,9 @@ func runTool(ctx context.Context, t Tool, call Call) (res Result) {
 	return r
 }
 
-// TodoWrite is the built-in todo_write tool: it records the whole todo
-// list as a todo/write event (spec §2.2), between its tool/call and
-// tool/result. Exclusive: two writes must not race.
+// TodoWrite is the built-in todo_write tool: it records the whole todo list
+// as a todo/write event (docs/session-log.md#event-catalogue), between its
+// tool/call and tool/result. Exclusive: two writes must not race.
 type TodoWrite struct{}
 
 // Name returns "todo_write".
@@ -251,7 +251,8 @@ func (TodoWrite) Execute(ctx context.Context, call Call) (Result, error) {
 	return Result{Content: []messages.ContentBlock{messages.TextBlock("Todos updated.")}}, nil
 }
 
-// Permission is a tools/pre-execute decision (spec §4.11).
+// Permission is a tools/pre-execute decision
+// (docs/agent-loop.md#extension-points).
 type Permission uint8
 
 const (
@@ -323,9 +324,10 @@ func hookErrorResult(point string, err error) Result {
 	return errorResult("ToolHookError", "TOOL_HOOK_ERROR", fmt.Errorf("%s hook failed: %w", point, err))
 }
 
-// executeCall is the pipeline of one dispatched call (spec §4.8
-// "prepare", §4.11): pre-execute (and the approver), the body, then
-// post-execute. It runs in a goroutine owned by the agent shell.
+// executeCall is the pipeline of one dispatched call
+// (docs/agent-loop.md#tool-calls, docs/agent-loop.md#extension-points):
+// pre-execute (and the approver), the body, then post-execute. It runs in a
+// goroutine owned by the agent shell.
 func executeCall(ctx context.Context, t Tool, call Call, h Hooks) Result {
 	if h.PreExecute != nil {
 		dec, err := safeHook(func() (PreExecuteDecision, error) { return h.PreExecute.PreExecute(ctx, call) })

@@ -39,7 +39,7 @@ func toolResults(es []session.Event) []session.ToolResult {
 	return out
 }
 
-// Spec §4.11 tools/pre-execute: allow | deny | ask.
+// tools/pre-execute (docs/agent-loop.md#extension-points): allow | deny | ask.
 func TestToolPreExecuteHookGatesTheBody(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
@@ -91,7 +91,8 @@ func TestToolPreExecuteHookGatesTheBody(t *testing.T) {
 	}
 }
 
-// Spec §4.11 tools/post-execute: accept | block, with additional contexts.
+// tools/post-execute (docs/agent-loop.md#extension-points): accept | block,
+// with additional contexts.
 func TestToolPostExecuteHookBlocksAndAddsContexts(t *testing.T) {
 	note := user(t, "post-execute note")
 	hook := postExecFunc(func(_ context.Context, c Call, r Result) (PostExecuteDecision, error) {
@@ -123,8 +124,9 @@ func postExecHookOnce(f postExecFunc) ToolPostExecuteHook {
 	})
 }
 
-// The pre-step hook is not consulted when a completed turn finds
-// next-step empty (spec §4.5 step 2.8): it cannot block a finished turn.
+// The pre-step hook is not consulted when a completed turn finds next-step
+// empty (docs/agent-loop.md#turns-and-steps): it cannot block a finished
+// turn.
 func TestPreStepIsNotConsultedWhenNothingIsLeftToEnter(t *testing.T) {
 	var mu sync.Mutex // guards steps
 	var steps []int64
