@@ -1,0 +1,459 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/dshgo/dsh/actors/inbox"
+	"github.com/dshgo/dsh/actors/llm"
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
+)
+
+// ---- inputs -------------------------------------------------------------
+
+// Committed feeds the mirror with events the session committed, in order
+// and without gaps.
+func (d *Driver) Committed(events []session.Event) error {
+	for _, e := range events {
+		if err := d.committed(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CommittedEvents is Committed for a view, as the session's
+// EventsCommitted carries it: the shell need not copy the events out of
+// it first (a copy per chunk on the streaming path).
+func (d *Driver) CommittedEvents(events session.Events) error {
+	for i := range events.Len() {
+		if err := d.committed(events.At(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) committed(e session.Event) error {
+	if e.Seq() != d.mirror.Len() {
+		if e.Seq() < d.mirror.Len() {
+			return nil // already mirrored
+		}
+		return fmt.Errorf("agent: mirror at %d got event %d", d.mirror.Len(), e.Seq())
+	}
+	// The event is the session's committed value: mirror it as is
+	// (its typed payload included) rather than re-encoding it as a
+	// draft, which would decode every event a second time.
+	if err := d.mirror.Mirror(e); err != nil {
+		return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
+	}
+	d.observeCompaction(e)
+	d.followSnapshot(e)
+	return nil
+}
+
+// InboxPending sets the inbox counts (the answer to a query made at boot).
+func (d *Driver) InboxPending(nextTurn, nextStep int) {
+	d.pendingTurn, d.pendingStep = nextTurn, nextStep
+}
+
+// InboxChanged adjusts the count of list t by delta (an insert +1, a
+// discard or claim −1).
+func (d *Driver) InboxChanged(t inbox.Target, delta int) {
+	if t == inbox.NextTurn {
+		d.pendingTurn = max(d.pendingTurn+delta, 0)
+	} else {
+		d.pendingStep = max(d.pendingStep+delta, 0)
+	}
+}
+
+// Wake handles a committed waking send to list t (docs/agent-loop.md#delivery).
+// A wake that arrives after the turn's abort fired is latched and replays
+// once the turn has closed, unless the cause is disposal; a disposed
+// driver never starts a turn again.
+func (d *Driver) Wake(t inbox.Target) Effects {
+	switch {
+	case d.disposed:
+	case d.maintenance:
+		d.wakeRequested = true // replays when the task finishes
+	case d.phase == phIdle:
+		d.startTurn()
+	case d.t == nil:
+		// a manual compaction runs: the turn starts after it
+		d.wakeRequested = true
+	case d.t.aborted:
+		if d.t.cause.Kind != session.CauseDisposed {
+			d.wakeRequested = true
+		}
+	case t == inbox.NextStep:
+		d.stepWoke = true
+	}
+	return d.flush()
+}
+
+// Cancel aborts the running turn with cause (the first cause wins) and,
+// unless keepInbox, clears the inbox and drops a latched wake
+// (docs/agent-loop.md#cancellation).
+func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
+	if !keepInbox {
+		d.emit(ClearInboxEffect{})
+		d.wakeRequested = false
+	}
+	if d.maintenance {
+		// The task's context is the signal: abort it. Its end comes back
+		// as MaintenanceDone.
+		d.emit(AbortEffect{Cause: cause})
+		return d.flush()
+	}
+	if d.t == nil && d.cmp != nil {
+		d.cancelCompaction() // a manual compaction
+		return d.flush()
+	}
+	if d.phase == phIdle || d.t == nil || d.t.aborted {
+		return d.flush()
+	}
+	t := d.t
+	t.aborted, t.cause = true, cause
+	d.emit(AbortEffect{Cause: cause})
+	if d.cmp != nil {
+		d.cancelCompaction()
+	}
+	if t.ending {
+		// turn/end is already issued with its own reason; the abort only
+		// stops the continuation (the cleared inbox's counts lag behind)
+		// and makes later wakes latch.
+		return d.flush()
+	}
+	switch d.phase {
+	case phStream:
+		d.emit(CancelStreamEffect{Ref: t.streamRef})
+	case phRetryWait:
+		t.timerGen++
+		d.finishStep(outAborted, messages.LlmFailure{})
+	case phTools:
+		d.commitTools()
+	}
+	return d.flush()
+}
+
+// SetSystem sets the system prompt. It takes effect at the next step (a
+// step keeps the prompt it started with, across its retries): the next
+// request logs a request/header {change} snapshot when the prompt really
+// changed, and nothing when it did not (docs/session-log.md#request-headers).
+func (d *Driver) SetSystem(prompt string) Effects {
+	d.system = prompt
+	return d.flush()
+}
+
+// Dispose aborts the running turn with cause disposed, keeping the inbox
+// (what is pending stays durable for a later agent), drops a latched wake,
+// and makes the driver inert: no turn starts again
+// (docs/agent-loop.md#cancellation). The caller waits for Idle and then stops
+// the agent.
+func (d *Driver) Dispose() Effects {
+	d.disposed = true
+	d.wakeRequested = false
+	return d.Cancel(session.CancelCause{Kind: session.CauseDisposed}, true)
+}
+
+// Appended acknowledges append ref with its committed events.
+func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
+	if d.inflight == 0 {
+		return nil, fmt.Errorf("agent: unexpected append ack %d", ref)
+	}
+	d.inflight--
+	if tag, ok := d.takeTag(ref); ok {
+		if events.Len() != 1 {
+			return nil, fmt.Errorf("agent: append %d committed %d events, want 1", ref, events.Len())
+		}
+		seq := events.At(0).Seq()
+		switch {
+		case tag.compaction > 0:
+			d.compactionSeq(tag.compaction, seq)
+		case tag.chunk && d.t != nil:
+			d.t.chunkSeqs = append(d.t.chunkSeqs, seq)
+		case tag.toolCall > 0 && d.t != nil && tag.toolCall <= len(d.t.calls):
+			d.t.calls[tag.toolCall-1].seq = seq
+			if d.phase == phTools {
+				d.commitTools()
+			}
+		}
+	}
+	if d.inflight == 0 && d.settled != nil {
+		fn := d.settled
+		d.settled = nil
+		fn()
+	}
+	return d.flush(), nil
+}
+
+// takeTag removes and returns the tag of append ref, if it has one.
+func (d *Driver) takeTag(ref uint64) (appendTag, bool) {
+	if q := d.chunkRefs[d.chunkHead:]; len(q) > 0 {
+		if q[0] == ref {
+			d.chunkHead++
+			d.chunkRefsTaken()
+			return appendTag{chunk: true}, true
+		}
+		if i := slices.Index(q, ref); i >= 0 {
+			d.chunkRefs = slices.Delete(d.chunkRefs, d.chunkHead+i, d.chunkHead+i+1)
+			d.chunkRefsTaken()
+			return appendTag{chunk: true}, true
+		}
+	}
+	tag, ok := d.tags[ref]
+	if ok {
+		delete(d.tags, ref)
+	}
+	return tag, ok
+}
+
+// chunkRefsTaken empties the chunk queue once every ref in it is
+// acknowledged: its array is kept for the next chunk while the stream
+// runs, and dropped otherwise (an idle driver keeps no array).
+func (d *Driver) chunkRefsTaken() {
+	switch {
+	case d.chunkHead < len(d.chunkRefs):
+	case d.phase == phStream:
+		d.chunkRefs, d.chunkHead = d.chunkRefs[:0], 0
+	default:
+		d.chunkRefs, d.chunkHead = nil, 0
+	}
+}
+
+// Streaming reports whether a model call's chunks are being received (the
+// shell keeps its chunk buffers meanwhile).
+func (d *Driver) Streaming() bool { return d.phase == phStream }
+
+// AppendFailed reports a refused append: the agent's view of the log is
+// wrong, which the core cannot repair. The shell crashes the actor.
+func (d *Driver) AppendFailed(ref uint64, err error) error {
+	return fmt.Errorf("agent: session refused append %d: %w", ref, err)
+}
+
+// Claimed delivers the inbox's answer to the claim ref.
+func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
+	if d.phase != phClaim || ref != d.claimRef {
+		return d.flush()
+	}
+	d.stepWoke = false
+	t := d.t
+	switch {
+	case t.aborted:
+		d.endTurn(abortedReason(t.cause))
+	case d.cfg.StepEnd && t.step > 0 && !t.stepEndRan:
+		d.runStepEnd(msgs)
+	default:
+		d.claimed(msgs)
+	}
+	return d.flush()
+}
+
+// claimed goes on from a claim's batch: the end of the turn, or the
+// pressure check and the pre-step (docs/agent-loop.md#turns-and-steps).
+func (d *Driver) claimed(msgs []messages.Message) {
+	t := d.t
+	switch {
+	case t.ends != nil && len(msgs) == 0:
+		// The step boundary found next-step empty: the reference checks
+		// the list and goes to turn-stopping without a pre-step; running the hook here would let it block a turn
+		// that already completed.
+		d.enter(nil, nil, 0)
+	default:
+		// The pressure trigger runs before the pre-step hook
+		// (docs/agent-loop.md#extension-points: the reference's compaction
+		// listener precedes the hook bridges).
+		d.pressureCompaction(msgs, func() {
+			if t.aborted {
+				d.endTurn(abortedReason(t.cause))
+				return
+			}
+			// The snapshot candidate is built after the pressure
+			// compaction, which may have shadowed the retained one. It
+			// never opens a step alone: a first claim that brought
+			// nothing still completes the turn empty.
+			var snap messages.Message
+			if len(msgs) > 0 || t.step > 0 {
+				snap, _ = d.snapshotCandidate()
+			}
+			if d.cfg.PreStep {
+				d.phase = phPreStep
+				d.hookRef = d.ref()
+				t.snapshot = snap
+				d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs),
+					Snapshot: snap})
+				return
+			}
+			dec := PreStepDecision{Messages: msgs}
+			if !snap.IsZero() {
+				dec.Entries = []Entry{MessageEntry(snap)}
+			}
+			_, batch, n, _ := enterBatch(dec)
+			d.enter(nil, batch, n)
+		})
+	}
+}
+
+// PreStepDone delivers the pre-step hook's decision.
+func (d *Driver) PreStepDone(ref uint64, dec PreStepDecision, err error) Effects {
+	if d.phase != phPreStep || ref != d.hookRef {
+		return d.flush()
+	}
+	t := d.t
+	snap := t.snapshot
+	t.snapshot = messages.Message{}
+	switch {
+	case t.aborted:
+		d.endTurn(abortedReason(t.cause))
+	case err != nil:
+		d.failTurn(t.step+1, err)
+	default:
+		preface, batch, n, verr := enterBatch(withSnapshot(dec, snap, t.step > 0))
+		switch {
+		case verr != nil:
+			d.failTurn(t.step+1, verr)
+		case dec.Reject:
+			if len(preface) > 0 {
+				d.appendDrafts(appendTag{}, preface...)
+			}
+			t.stopAfter = true
+			d.endTurn(session.TurnEndReason{Kind: session.EndBlocked})
+		default:
+			d.enter(preface, batch, n)
+		}
+	}
+	return d.flush()
+}
+
+// TurnStoppingDone delivers the end of the turn-stopping hook.
+func (d *Driver) TurnStoppingDone(ref uint64, err error) Effects {
+	if d.phase != phTurnStopping || ref != d.hookRef {
+		return d.flush()
+	}
+	t := d.t
+	switch {
+	case t.aborted:
+		d.endTurn(abortedReason(t.cause))
+	case err != nil:
+		d.failTurn(t.step, err)
+	default:
+		t.stoppingRan = true
+		d.claim(inbox.NextStep)
+	}
+	return d.flush()
+}
+
+// StreamChunk delivers chunk c of call ref.
+func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
+	if d.cmp != nil && ref != 0 && ref == d.cmp.streamRef {
+		d.compactionChunk(c)
+		return d.flush()
+	}
+	if d.phase != phStream || ref != d.t.streamRef {
+		return d.flush()
+	}
+	t := d.t
+	if t.aborted {
+		// The abort stopped the stream (docs/agent-loop.md#cancellation: the
+		// chunks so far, no finish chunk); what was already in flight is
+		// dropped.
+		return d.flush()
+	}
+	if c.Type() == messages.ChunkFinish {
+		if k := c.Reason().Kind; k == messages.FinishError || k == messages.FinishAborted {
+			t.failedFinish = true
+		}
+	}
+	if t.tooLarge != nil {
+		return d.flush() // the step ends in error at the stream's end
+	}
+	draft := session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft()
+	if err := session.CheckDraftSize(draft); err != nil {
+		t.tooLarge = fmt.Errorf("a stream chunk is too large to record: %w", err)
+		return d.flush()
+	}
+	d.appendDrafts(appendTag{chunk: true}, draft)
+	t.asm.Push(c)
+	return d.flush()
+}
+
+// StreamEnded delivers the end of call ref.
+func (d *Driver) StreamEnded(ref uint64, finish messages.FinishReason, cancelled bool) Effects {
+	if d.cmp != nil && ref != 0 && ref == d.cmp.streamRef {
+		d.compactionStreamDone(finish, cancelled)
+		return d.flush()
+	}
+	if d.phase != phStream || ref != d.t.streamRef {
+		return d.flush()
+	}
+	d.t.streamRef = 0
+	d.settle(func() { d.streamDone(finish, cancelled) })
+	d.chunkRefsTaken() // no longer streaming: an empty queue drops its array
+	return d.flush()
+}
+
+// RetryTimerFired delivers the backoff timer of generation gen.
+func (d *Driver) RetryTimerFired(gen uint64) Effects {
+	if d.phase != phRetryWait || gen != d.t.timerGen {
+		return d.flush()
+	}
+	t := d.t
+	d.appendDrafts(appendTag{}, session.NewDraft(session.TypeLlmRetryStarted,
+		llm.RetryStartedData(retryID(t), t.turn, t.step, t.attempt-1)))
+	d.beginAttempt()
+	return d.flush()
+}
+
+// ToolEmitted appends a draft a running tool asked for. Call.Emit has
+// refused a draft too large to record; one that got here anyway is
+// dropped rather than refused by the session, which would crash the agent.
+func (d *Driver) ToolEmitted(ref uint64, dr session.Draft) Effects {
+	if d.t == nil || session.CheckDraftSize(dr) != nil {
+		return d.flush()
+	}
+	for _, c := range d.t.calls {
+		if c.ref == ref && c.started && !c.done {
+			d.appendDrafts(appendTag{}, dr)
+			break
+		}
+	}
+	return d.flush()
+}
+
+// ToolDone delivers the result of tool call ref.
+func (d *Driver) ToolDone(ref uint64, r Result) Effects {
+	if d.phase != phTools {
+		return d.flush()
+	}
+	t := d.t
+	for i := range t.calls {
+		c := &t.calls[i]
+		if c.ref == ref && c.started && !c.done {
+			c.done, c.result = true, r
+			t.running--
+			if t.running == 0 {
+				t.exclusive = false
+			}
+			d.scheduleTools()
+			d.commitTools()
+			break
+		}
+	}
+	return d.flush()
+}
+
+// ContextPushed delivers the inbox's answer to context push ref: its
+// splice is committed, or the send was refused (the context is then lost,
+// as a refused loop insert leaves the inbox unchanged). The step's commit
+// goes on.
+func (d *Driver) ContextPushed(ref uint64) Effects {
+	if d.t == nil || !d.t.pushes[ref] {
+		return d.flush()
+	}
+	delete(d.t.pushes, ref)
+	if d.phase == phTools && len(d.t.pushes) == 0 {
+		d.commitTools()
+	}
+	return d.flush()
+}
