@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -133,3 +134,83 @@ const (
 // HeldRetryDelay is the backoff of DecideRetryHeld: longer than any run
 // that means to cancel it.
 const HeldRetryDelay = 24 * time.Hour
+
+// PreStepInput is what the pre-step hook sees (agent/pre-step).
+type PreStepInput struct {
+	Turn, Step int64
+	// Messages is the claimed batch; the hook owns the slice.
+	Messages []messages.Message
+	// Snapshot, when not zero, is the runtime-context snapshot
+	// (docs/agent-loop.md#runtime-context; Config.RuntimeContext) the default
+	// decision enters after Messages. The agent appends it to an entering
+	// decision's batch unless the decision already carries it (same id): a
+	// hook that wants it elsewhere in the batch puts it there. A rejecting
+	// decision drops it, and a decision that enters nothing at the first step
+	// does not open a step for it alone; the next pre-step offers it again.
+	Snapshot messages.Message
+}
+
+// PreStepHook decides what enters a step
+// (docs/agent-loop.md#turns-and-steps). It runs in a goroutine owned by the
+// agent and may block; ctx is cancelled when the turn is aborted or the agent
+// stops. An error ends the turn in error.
+type PreStepHook interface {
+	PreStep(ctx context.Context, in PreStepInput) (PreStepDecision, error)
+}
+
+// TurnStoppingInput is what the turn-stopping hook sees. Steer queues
+// steering that forces another step (it reaches the inbox before the
+// hook's end is handled).
+type TurnStoppingInput struct {
+	Turn  int64
+	Steer func(messages.Message)
+}
+
+// TurnStoppingHook runs when a turn is about to end with nothing owed
+// (docs/agent-loop.md#turns-and-steps). It runs in a goroutine owned by the
+// agent and may block; ctx is cancelled on abort or stop. An error ends the
+// turn in error.
+type TurnStoppingHook interface {
+	TurnStopping(ctx context.Context, in TurnStoppingInput) error
+}
+
+// RequestHook is agent/request: it may replace the call config seed (to
+// switch models). It is called synchronously inside the agent's Receive
+// and must not block.
+type RequestHook interface {
+	Request(in RequestInput) (messages.CallConfig, error)
+}
+
+// RequestErrorHook is agent/request-error: it decides whether a failed
+// call is retried. Called synchronously inside Receive; must not block.
+type RequestErrorHook interface {
+	RequestError(in RequestErrorInput) (RequestErrorDecision, error)
+}
+
+// Hooks are the extension points an embedder registers
+// (docs/agent-loop.md#extension-points). Any may be nil. Implementations must
+// be safe for concurrent use.
+type Hooks struct {
+	PreStep      PreStepHook
+	TurnStopping TurnStoppingHook
+	// StepEnd runs at each step boundary of a turn that goes on; see
+	// StepEndHook.
+	StepEnd      StepEndHook
+	Request      RequestHook
+	RequestError RequestErrorHook
+	// PreExecute, Approver and PostExecute are the tool pipeline
+	// (tools/pre-execute, tools/post-execute); see ToolPreExecuteHook.
+	PreExecute  ToolPreExecuteHook
+	Approver    ToolApprover
+	PostExecute ToolPostExecuteHook
+}
+
+// recoverHook turns a hook's panic into its error (deferred by the
+// callers of every hook): the turn ends in error, as for a returned
+// error, and the agent lives on. A contained panic is better than a
+// restart, which interrupts the turn and loses in-flight replies.
+func recoverHook(name string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("agent: %s hook panicked: %v", name, r)
+	}
+}

@@ -1,6 +1,13 @@
 package agent
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
 
 // Maintenance tasks (docs/agent-loop.md#the-agent): work an embedder runs on
 // an idle agent, under the agent's cancellation, without a turn. The
@@ -43,4 +50,50 @@ func (d *Driver) MaintenanceDone() Effects {
 		d.startTurn()
 	}
 	return d.flush()
+}
+
+// maintReq is a RunMaintenance with its sender (kept when buffered).
+type maintReq struct {
+	RunMaintenance
+	from *actor.PID
+}
+
+// startMaintenance runs a maintenance task under a fresh abort signal, or
+// refuses it.
+func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
+	reply := func(err error) {
+		if m.from != nil {
+			ctx.Send(m.from, MaintenanceDone{Ref: m.Ref, Err: err})
+		}
+	}
+	if m.Task == nil {
+		reply(errors.New("agent: maintenance without a task"))
+		return
+	}
+	eff, err := a.d.StartMaintenance()
+	a.perform(ctx, eff)
+	if err != nil {
+		reply(err)
+		return
+	}
+	a.maint = &caller{pid: m.from, ref: m.Ref}
+	root, self, sig, task, epoch := a.root, a.self, a.abortSignal(), m.Task, a.epoch
+	a.wg.Go(func() {
+		stack, err := runMaintenanceTask(sig, task)
+		root.Send(self, maintDone{epoch: epoch, err: err, stack: stack})
+	})
+}
+
+// runMaintenanceTask runs task, turning a panic into its error (as a
+// hook's panic is, see recoverHook): the goroutine is the agent's, so an
+// escaped panic would take the whole process down, not just the task.
+// The stack stays out of the error, which reaches the requester; the
+// shell logs it.
+func runMaintenanceTask(ctx context.Context, task func(context.Context) error) (stack []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			stack, err = debug.Stack(), fmt.Errorf("agent: maintenance task panicked: %v", r)
+		}
+	}()
+	return nil, task(ctx)
 }
