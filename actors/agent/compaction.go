@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -113,41 +112,6 @@ func (c CompactionConfig) withDefaults() CompactionConfig {
 		c.NewID = uuid.NewString
 	}
 	return c
-}
-
-// messageOverhead is the estimator's fixed cost of a message (role and
-// framing).
-const messageOverhead = 8
-
-// EstimateMessageTokens is the default token estimator: 8 per message
-// plus ceil(n/4), where n counts the bytes of the model-visible text of
-// its blocks (text and reasoning text, a tool call's name and arguments,
-// a tool result's nested blocks; 256 for an image). It reproduces the
-// shadowedTokenCount the reference recorded in the compaction fixture.
-func EstimateMessageTokens(m messages.Message) int {
-	n := 0
-	for b := range m.Blocks() {
-		n += blockBytes(b)
-	}
-	return messageOverhead + (n+3)/4
-}
-
-func blockBytes(b messages.ContentBlock) int {
-	switch b.Type() {
-	case messages.BlockText, messages.BlockReasoning:
-		return len(b.Text())
-	case messages.BlockToolCall:
-		return len(b.Name()) + len(b.Arguments())
-	case messages.BlockToolResult:
-		n := 0
-		for c := range b.NestedBlocks() {
-			n += blockBytes(c)
-		}
-		return n
-	case messages.BlockImage:
-		return 1024
-	}
-	return b.JSON().Len()
 }
 
 // CompactOutcome is how a compaction request ended.
@@ -262,100 +226,10 @@ func recoverCallback(name string, err *error) {
 	}
 }
 
-// estimate returns the estimated tokens of the messages; the error is
-// EstimateTokens's panic.
-func (d *Driver) estimate(msgs []messages.Message) (n int, err error) {
-	defer recoverCallback("estimate-tokens", &err)
-	for _, m := range msgs {
-		if !m.IsZero() {
-			n += d.comp.EstimateTokens(m)
-		}
-	}
-	return n, nil
-}
-
-// tokensOf estimates one message; the error is EstimateTokens's panic.
-func (d *Driver) tokensOf(m messages.Message) (n int, err error) {
-	defer recoverCallback("estimate-tokens", &err)
-	return d.comp.EstimateTokens(m), nil
-}
-
 // newID mints a compaction id; the error is NewID's panic.
 func (d *Driver) newID() (id string, err error) {
 	defer recoverCallback("new-id", &err)
 	return d.comp.NewID(), nil
-}
-
-// compactionRange picks the shadowed prefix of the surface: everything
-// before the most recent tail holding RetainRatio of the estimated tokens,
-// with the edge moved back (retaining more) until no tool call is cut
-// from its results. It returns the nodes, their messages and tokens; the
-// error is EstimateTokens's panic.
-func (d *Driver) compactionRange() (nodes []int64, msgs []messages.Message, tokens int, err error) {
-	defer recoverCallback("estimate-tokens", &err)
-	all := d.mirror.SurfaceNodes()
-	ms := make([]messages.Message, len(all))
-	toks := make([]int, len(all))
-	total := 0
-	for i, s := range all {
-		ms[i] = d.surfaceMessage(s)
-		if !ms[i].IsZero() {
-			toks[i] = d.comp.EstimateTokens(ms[i])
-		}
-		total += toks[i]
-	}
-	budget := int(float64(total) * d.comp.RetainRatio)
-	cut, kept := len(all), 0
-	for cut > 0 && kept+toks[cut-1] <= budget {
-		cut--
-		kept += toks[cut]
-	}
-	for cut > 0 && !balancedCut(ms, cut) {
-		cut--
-	}
-	for i := range cut {
-		tokens += toks[i]
-		if !ms[i].IsZero() {
-			msgs = append(msgs, ms[i])
-		}
-	}
-	return all[:cut], msgs, tokens, nil
-}
-
-// balancedCut reports whether the prefix ms[:cut] answers every tool call
-// it makes and the suffix answers none of the prefix's calls.
-func balancedCut(ms []messages.Message, cut int) bool {
-	open := map[string]bool{}
-	for _, m := range ms[:cut] {
-		for b := range m.Blocks() {
-			switch b.Type() {
-			case messages.BlockToolCall:
-				open[b.ID()] = true
-			case messages.BlockToolResult:
-				delete(open, b.ToolCallID())
-			}
-		}
-	}
-	if len(open) > 0 {
-		return false
-	}
-	// A result in the suffix whose call is in the prefix would cross too;
-	// the prefix answered all of its calls, so only a result without a
-	// call in the suffix could: check the suffix's results have calls there.
-	calls := map[string]bool{}
-	for _, m := range ms[cut:] {
-		for b := range m.Blocks() {
-			switch b.Type() {
-			case messages.BlockToolCall:
-				calls[b.ID()] = true
-			case messages.BlockToolResult:
-				if !calls[b.ToolCallID()] {
-					return false
-				}
-			}
-		}
-	}
-	return true
 }
 
 // compactionLive reports whether the log has an unmatched
@@ -512,103 +386,6 @@ func (d *Driver) summarise(c *compaction, system string) {
 	c.streamRef = d.ref()
 	d.phase = phCompact
 	d.emit(StartStreamEffect{Ref: c.streamRef, Request: req})
-}
-
-// pruneToolResults is the tool-result pruner (docs/agent-loop.md#compaction):
-// each oversized tool result of c's shadowed span is replaced, content only,
-// by a placeholder; each replace is preceded by its compaction/prune, in one
-// atomic append. Only inside a turn. Once they are committed, c's span,
-// messages and tokens are those of the pruned surface, and next runs.
-func (d *Driver) pruneToolResults(c *compaction, next func()) {
-	bound := d.comp.PruneToolResultBytes
-	if bound <= 0 || !c.hasTurn {
-		// A tool/result replace belongs inside a turn (the trace
-		// invariant): a manual compaction between turns does not prune.
-		next()
-		return
-	}
-	idx := slices.Index(d.mirror.SurfaceNodes(), c.nodes[0])
-	pruned := false
-	for _, seq := range c.nodes {
-		drafts, ok, err := d.pruneDrafts(seq, bound)
-		if err != nil {
-			// The prunes already issued stay (they are durable anyway).
-			c.fault = err
-			d.endCompaction(CompactFailed, err.Error())
-			return
-		}
-		if ok {
-			d.appendDrafts(appendTag{}, drafts...)
-			pruned = true
-		}
-	}
-	if !pruned || idx < 0 {
-		next()
-		return
-	}
-	d.settle(func() {
-		all := d.mirror.SurfaceNodes()
-		if idx+len(c.nodes) > len(all) {
-			d.endCompaction(CompactFailed, "the surface changed during the compaction")
-			return
-		}
-		c.nodes = slices.Clone(all[idx : idx+len(c.nodes)])
-		c.msgs, c.tokens = nil, 0
-		for _, s := range c.nodes {
-			if m := d.surfaceMessage(s); !m.IsZero() {
-				c.msgs = append(c.msgs, m)
-			}
-		}
-		n, err := d.estimate(c.msgs)
-		if err != nil {
-			c.fault = err
-			d.endCompaction(CompactFailed, err.Error())
-			return
-		}
-		c.tokens = n
-		next()
-	})
-}
-
-// pruneDrafts returns compaction/prune and the content-only tool/result
-// replace of surface node seq, when it is a tool result over bound bytes
-// whose event dsh can rewrite without changing anything but the content.
-// The error is EstimateTokens's panic.
-func (d *Driver) pruneDrafts(seq int64, bound int) ([]session.Draft, bool, error) {
-	e, ok := d.mirror.Event(seq)
-	if !ok {
-		return nil, false, nil
-	}
-	p, ok := e.Payload().(session.ToolResult)
-	if !ok || p.Message.NumBlocks() != 1 {
-		return nil, false, nil
-	}
-	b := p.Message.Block(0)
-	n := blockBytes(b)
-	if b.Type() != messages.BlockToolResult || n <= bound || !p.Draft().Data().Equal(e.Data()) {
-		return nil, false, nil
-	}
-	nb, err := b.WithNestedContent([]messages.ContentBlock{messages.TextBlock(fmt.Sprintf(PrunedToolResultText, n))})
-	if err != nil {
-		return nil, false, nil
-	}
-	np := p
-	np.Message = p.Message.WithContent([]messages.ContentBlock{nb})
-	seqs, err := messages.MarshalValue([]int64{seq})
-	if err != nil {
-		return nil, false, nil
-	}
-	tokens, err := d.tokensOf(p.Message)
-	if err != nil {
-		return nil, false, err
-	}
-	var rng, o messages.ObjectBuilder
-	rng.Int("start", seq).Int("end", seq)
-	o.Raw("shadowedRange", rng.Build()).Raw("shadowedSeqs", seqs).Int("shadowedTokenCount", int64(tokens))
-	return []session.Draft{
-		session.NewDraft(session.TypeCompactionPrune, o.Build()),
-		np.Draft().WithSurface(session.ReplaceOp(seq, seq)).WithSources([]int64{seq}),
-	}, true, nil
 }
 
 func compactionInstruction() messages.Message {
