@@ -76,7 +76,7 @@ type Client struct {
 // set by the caller.
 func newClient(attempt, call time.Duration) *Client {
 	cl := &Client{attemptTimeout: attempt, callTimeout: max(call, supervisor.DefaultRequestTimeout)}
-	cl.sys = actor.NewActorSystem(actor.WithLoggerFactory(quietLogger), actor.WithDeadLetterThrottleInterval(time.Millisecond))
+	cl.sys = supervisor.NewQuietSystem()
 	cl.sys.EventStream.Subscribe(cl.onTopology)
 	return cl
 }

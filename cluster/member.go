@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -165,8 +164,6 @@ type Member struct {
 // startMu serialises protoactor's StartMember across the members of one
 // process: the remote's start sets grpc's global logger, unguarded.
 var startMu sync.Mutex
-
-func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // Start starts a member and joins the cluster. It returns once the member
 // is up (protoactor's StartMember takes about a second); the other
