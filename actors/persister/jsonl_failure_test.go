@@ -1,0 +1,151 @@
+package persister
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/vfs"
+)
+
+// A failed append (write cut short, write or fsync error) leaves the file
+// exactly as it was, so the retry of the same batch has no seq gap and
+// stores no seq twice.
+func TestJSONLFailedAppendTruncates(t *testing.T) {
+	failures := map[string]func(op vfs.Op) error{
+		"short write": func(op vfs.Op) error {
+			if op == vfs.OpWrite {
+				return &vfs.ShortWrite{N: 7}
+			}
+			return nil
+		},
+		"write error": func(op vfs.Op) error {
+			if op == vfs.OpWrite {
+				return vfs.ErrInjected
+			}
+			return nil
+		},
+		"fsync error": func(op vfs.Op) error {
+			if op == vfs.OpSync {
+				return vfs.ErrInjected
+			}
+			return nil
+		},
+	}
+	for _, enc := range encodings {
+		for name, fail := range failures {
+			t.Run(enc.name+"/"+name, func(t *testing.T) {
+				ctx := t.Context()
+				s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain})
+				b, k, path := twoTurnsFirstStored(t, s, "retry")
+				before := readRaw(t, m, path)
+
+				armed := true
+				m.InjectError(func(op vfs.Op, p string) error {
+					if armed && p == path {
+						if err := fail(op); err != nil {
+							armed = false // one failure: truncating back works
+							return err
+						}
+					}
+					return nil
+				})
+				err := s.Append(ctx, b.id(), b.from(k), true)
+				require.ErrorIs(t, err, vfs.ErrInjected)
+				m.InjectError(nil)
+				require.Equal(t, before, readRaw(t, m, path), "nothing of the failed batch stays")
+				require.Equal(t, before, readRaw(t, m.CrashClone(), path))
+
+				require.NoError(t, s.Append(ctx, b.id(), b.from(k), true), "the retry of the same batch")
+				got, err := s.Load(ctx, b.id())
+				require.NoError(t, err)
+				jlRequireEvents(t, b.events(), got.Events)
+				require.Empty(t, got.Closers)
+			})
+		}
+	}
+}
+
+// jsonlRevision returns id's revision as List reports it.
+func jsonlRevision(t testing.TB, s Store, id session.SessionID) Revision {
+	t.Helper()
+	listed, err := s.List(t.Context())
+	require.NoError(t, err)
+	for _, l := range listed {
+		if l.Header.ID == id {
+			return l.Revision
+		}
+	}
+	require.FailNow(t, "not listed", "%s", id)
+	return ""
+}
+
+// When truncating back fails too, the leftover bytes are removed before
+// anything else reads or writes the file.
+func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
+	for _, next := range []string{"append", "load"} {
+		t.Run(next, func(t *testing.T) {
+			ctx := t.Context()
+			s, m := newMemJSONL(t, JSONLConfig{})
+			b, k, path := twoTurnsFirstStored(t, s, "dirty")
+			before := readRaw(t, m, path)
+
+			m.InjectError(func(op vfs.Op, p string) error {
+				if p == path && (op == vfs.OpSync || op == vfs.OpTruncate) {
+					return vfs.ErrInjected
+				}
+				return nil
+			})
+			require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), true), vfs.ErrInjected)
+			m.InjectError(nil)
+			require.Greater(t, len(readRaw(t, m, path)), len(before), "the batch is still there")
+
+			switch next {
+			case "append":
+				require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+				got, err := s.Load(ctx, b.id())
+				require.NoError(t, err)
+				jlRequireEvents(t, b.events(), got.Events)
+			case "load":
+				got, err := s.Load(ctx, b.id())
+				require.NoError(t, err)
+				jlRequireEvents(t, b.events()[:k], got.Events)
+				require.Equal(t, before, readRaw(t, m, path))
+			}
+		})
+	}
+}
+
+// Release and Close are barriers: what appends without durable wrote,
+// through a cached handle evicted and closed since, survives a crash after
+// them. Before them a crash may cut it (here: all of it).
+func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{MaxOpenFiles: 1})
+	var bs []*jlBuilder
+	for _, id := range []session.SessionID{"rel", "clo"} {
+		b := newJL(t, id)
+		b.textTurn("one", 2)
+		k := b.len()
+		b.textTurn("two", 2)
+		require.NoError(t, s.Create(b.header()))
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
+		require.NoError(t, s.Append(ctx, b.id(), b.from(k), false))
+		bs = append(bs, b)
+	}
+	dropAll := vfs.DropUnsynced(func(int) int { return 0 })
+	crashed := func() *JSONLStore { return newJSONLOn(t, m.CrashCloneWith(dropAll), memRoot, JSONLConfig{}) }
+	for _, b := range bs {
+		_, err := crashed().Load(ctx, b.id())
+		require.ErrorIs(t, err, ErrNotFound, "%s: nothing was durable, not even the file's name", b.id())
+	}
+	require.NoError(t, s.Release(bs[0].id()))
+	got, err := crashed().Load(ctx, bs[0].id())
+	require.NoError(t, err)
+	jlRequireEvents(t, bs[0].events(), got.Events)
+	require.NoError(t, s.Close())
+	got, err = crashed().Load(ctx, bs[1].id())
+	require.NoError(t, err)
+	jlRequireEvents(t, bs[1].events(), got.Events)
+}
