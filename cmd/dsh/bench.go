@@ -209,16 +209,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	return err
 }
 
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // runCapacity is `dsh bench --capacity`.
 func runCapacity(ctx context.Context, o bench.Options, budget string, timeout time.Duration, asJSON, quiet bool, stdout, stderr io.Writer) error {
 	if timeout <= 0 {

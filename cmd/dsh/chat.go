@@ -97,7 +97,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	var mu sync.Mutex
 	c := &chat{f: f, intr: intr, out: lockedWriter{&mu, stdout}, diag: lockedWriter{&mu, stderr},
-		tty: isTerminalFile(stdin), rawOut: stdout, rawD: stderr}
+		tty: isTerminal(stdin), rawOut: stdout, rawD: stderr}
 	env.stderr = c.diag
 	o, err := f.obs.open(ctx, stderr, &mu, false /* prometheus */, true /* hold */)
 	if err != nil {
@@ -192,14 +192,14 @@ func (c *chat) follow(ctx context.Context) error {
 		return err
 	}
 	s.noticeEnds = true
-	s.dim = isTerminal(c.rawD)
+	s.dim = dimmed(c.rawD)
 	c.s = s
 	return nil
 }
 
 func (c *chat) note(format string, args ...any) {
 	msg := visibleLine(fmt.Sprintf(format, args...))
-	if isTerminal(c.rawD) {
+	if dimmed(c.rawD) {
 		msg = dimOn + msg + dimOff
 	}
 	fmt.Fprintln(c.diag, msg)
@@ -330,14 +330,4 @@ func (c *chat) report(err error) error {
 	}
 	c.note("dsh: %v", err)
 	return nil
-}
-
-// isTerminalFile reports whether r is a terminal.
-func isTerminalFile(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -697,7 +697,7 @@ func (t *talk) subscribe(ctx context.Context, out, diag io.Writer, f talkFlags) 
 		return nil, err
 	}
 	s := newStreamer(c, sub, n, out, diag)
-	s.showReasoning, s.verbose, s.dim, s.quietText = f.showReasoning, f.verbose, isTerminal(diag), f.asJSON
+	s.showReasoning, s.verbose, s.dim, s.quietText = f.showReasoning, f.verbose, dimmed(diag), f.asJSON
 	s.start()
 	return s, nil
 }
