@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/inbox"
@@ -27,9 +28,13 @@ const (
 
 // grain is the activation of one session on this member: the only way a
 // session becomes resident on a member's host (the host runs with
-// ManualResume). Quick requests are handled in Receive, in order; the
-// ones that wait (WaitIdle, GetEvents, Flush) run in goroutines the grain
-// joins before it lets the session go.
+// ManualResume). Requests are served in the order they arrive. Loading
+// the session from the store never runs in Receive: a goroutine resumes
+// it and reports back (loaded), and the requests that arrive meanwhile
+// wait, in order, until it has (see [grain.serveWaiting]); so a slow
+// load delays only its own session. Quick requests are then handled in
+// Receive; the ones that wait (WaitIdle, GetEvents, Flush) run in
+// goroutines the grain joins before it lets the session go.
 type grain struct {
 	m      *Member
 	id     session.SessionID
@@ -39,6 +44,14 @@ type grain struct {
 	// used says the session was made resident here (and must be handed
 	// over when the grain stops).
 	used bool
+	// loading is the load in flight (nil when none), and waiting the
+	// requests not served yet, in arrival order: the first needs the
+	// session, which is not resident.
+	loading *load
+	waiting []request
+	// stopped says the grain asked itself to stop: the requests still
+	// waiting are answered CLOSED when it does.
+	stopped bool
 	// accepted holds the ids of the messages this activation delivered or
 	// found in the log, so that a Send retried across a timeout or a
 	// failover is not delivered twice.
@@ -53,11 +66,63 @@ type grain struct {
 	inflight int // async requests running (guarded by the actor)
 }
 
+// request is a request to the grain and whom to answer.
+type request struct {
+	msg    proto.Message
+	sender *actor.PID
+	// reloaded says the request found the session gone once (the host
+	// passivated it between the grain's check and the request) and waited
+	// for a load since: a second "no session" is the answer.
+	reloaded bool
+}
+
+// load is one Host.Resume of the grain's session, run off the mailbox.
+// The goroutine that runs it and the grain share it under mu.
+type load struct {
+	mu        sync.Mutex
+	done      bool  // the resume returned
+	err       error // what it returned
+	abandoned bool  // the grain stopped before it heard the result
+}
+
+// finish records the result of the load and says whether the grain
+// still wants it.
+func (l *load) finish(err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.done, l.err = true, err
+	return !l.abandoned
+}
+
+// abandon tells the load its grain stopped, and returns the result if
+// there is one already (the grain then owns what it loaded; otherwise the
+// load lets the session go itself when it ends).
+func (l *load) abandon() (done bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.abandoned = true
+	return l.done, l.err
+}
+
+// result returns the load's result once it is done.
+func (l *load) result() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
 // idleCheck is the grain's own tick (see grain.idle).
 type idleCheck struct{}
 
 // asyncDone tells the grain an async request finished.
 type asyncDone struct{}
+
+// loaded tells the grain its load ended.
+type loaded struct{ l *load }
+
+// reload hands back an async request that found the session gone (see
+// request.reloaded).
+type reload struct{ r request }
 
 func (g *grain) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
@@ -74,44 +139,168 @@ func (g *grain) Receive(ctx actor.Context) {
 	case asyncDone:
 		g.inflight--
 		g.lastUsed = time.Now()
+	case loaded:
+		g.onLoaded(ctx, msg.l)
+	case reload:
+		g.arrive(ctx, msg.r)
 	case *actor.Stopping:
-		g.stopping()
+		g.stopping(ctx)
+	case *clusterpb.Create, *clusterpb.Send, *clusterpb.Cancel, *clusterpb.SetSystem, *clusterpb.GetMessages,
+		*clusterpb.GetStats, *clusterpb.Fork, *clusterpb.Release, *clusterpb.WaitIdle, *clusterpb.Flush, *clusterpb.GetEvents:
+		g.arrive(ctx, request{msg: msg.(proto.Message), sender: ctx.Sender()})
+	}
+}
+
+// arrive queues a request behind those waiting and serves what can be.
+func (g *grain) arrive(ctx actor.Context, r request) {
+	g.lastUsed = time.Now()
+	g.waiting = append(g.waiting, r)
+	g.serveWaiting(ctx)
+	if g.loading != nil && g.m.cfg.waited != nil {
+		g.m.cfg.waited(g.id, len(g.waiting))
+	}
+}
+
+// serveWaiting serves the waiting requests in order until one needs the
+// session while it is not resident: that one starts a load (unless one
+// is in flight) and it and those behind it wait for the load.
+func (g *grain) serveWaiting(ctx actor.Context) {
+	for len(g.waiting) > 0 && g.loading == nil && !g.stopped {
+		r := g.waiting[0]
+		if needsSession(r.msg) && !g.resident() {
+			g.load(ctx)
+			return
+		}
+		g.waiting = g.waiting[1:]
+		g.serve(ctx, r)
+	}
+}
+
+// needsSession says whether a request works on the resident session
+// (Create makes one, Release lets it go).
+func needsSession(msg proto.Message) bool {
+	switch msg.(type) {
+	case *clusterpb.Create, *clusterpb.Release:
+		return false
+	}
+	return true
+}
+
+// resident says whether the host holds the session now (a lookup that
+// never waits).
+func (g *grain) resident() bool {
+	_, err := g.m.host.SessionPID(g.id)
+	return err == nil
+}
+
+// load resumes the session in a goroutine that reports back with loaded.
+// If the grain has stopped by the time the resume returns, the goroutine
+// lets the session go itself (Evict), so that nothing it loaded stays
+// resident with no grain to hand it over; Member.Close waits for it.
+func (g *grain) load(ctx actor.Context) {
+	l := &load{}
+	g.loading = l
+	c, cancel := context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
+	host, id, timeout, self, root := g.m.host, g.id, g.m.cfg.RequestTimeout, ctx.Self(), g.m.sys.Root
+	g.m.loads.Add(1)
+	go func() {
+		defer g.m.loads.Done()
+		err := host.Resume(c, id)
+		cancel()
+		if l.finish(err) {
+			root.Send(self, loaded{l})
+			return
+		}
+		if err == nil {
+			ec, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_ = host.Evict(ec, id)
+		}
+	}()
+}
+
+// onLoaded serves the requests that waited for a load that succeeded. A
+// load that failed fails the requests that waited for it with its error
+// (the next request tries again); a session that is not stored, or whose
+// writer lock another member holds, stops the grain: the first is no
+// session at all, the second is the loser of two activations and must
+// not linger.
+func (g *grain) onLoaded(ctx actor.Context, l *load) {
+	if l != g.loading {
+		return
+	}
+	g.loading = nil
+	err := l.result()
+	if err == nil {
+		g.used = true
+		g.serveWaiting(ctx)
+		return
+	}
+	for len(g.waiting) > 0 && needsSession(g.waiting[0].msg) {
+		g.respond(ctx, g.waiting[0], g.reply(err))
+		g.waiting = g.waiting[1:]
+	}
+	if errors.Is(err, supervisor.ErrNoSession) || errors.Is(err, persister.ErrFenced) {
+		g.stop(ctx)
+		return
+	}
+	g.serveWaiting(ctx)
+}
+
+// serve handles a request once the session is resident (or when the
+// request does not need it).
+func (g *grain) serve(ctx actor.Context, r request) {
+	switch msg := r.msg.(type) {
 	case *clusterpb.Create:
-		ctx.Respond(g.create(msg))
+		g.respond(ctx, r, g.create(msg))
 	case *clusterpb.Send:
-		g.sync(ctx, func(c context.Context) *clusterpb.Reply { return g.send(c, msg) })
+		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply { return g.send(c, msg) })
 	case *clusterpb.Cancel:
-		g.sync(ctx, func(c context.Context) *clusterpb.Reply {
+		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply {
 			return g.reply(g.m.host.Cancel(c, g.id, session.CancelCause{Kind: session.CauseKind(msg.Cause)}))
 		})
 	case *clusterpb.SetSystem:
-		g.sync(ctx, func(c context.Context) *clusterpb.Reply { return g.reply(g.m.host.SetSystem(c, g.id, msg.Prompt)) })
+		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply { return g.reply(g.m.host.SetSystem(c, g.id, msg.Prompt)) })
 	case *clusterpb.GetMessages:
-		g.sync(ctx, g.messages)
+		g.sync(ctx, r, g.messages)
 	case *clusterpb.GetStats:
-		g.sync(ctx, g.stats)
+		g.sync(ctx, r, g.stats)
 	case *clusterpb.Fork:
-		g.sync(ctx, func(c context.Context) *clusterpb.Reply { return g.fork(c, msg) })
+		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply { return g.fork(c, msg) })
 	case *clusterpb.Release:
-		r := g.reply(nil)
+		rep := g.reply(nil)
 		if g.used {
-			r = g.reply(g.m.host.Evict(g.ctx, g.id))
+			rep = g.reply(g.m.host.Evict(g.ctx, g.id))
 			g.used = false
 		}
-		ctx.Respond(r)
-		ctx.Stop(ctx.Self())
+		g.respond(ctx, r, rep)
+		g.stop(ctx)
 	case *clusterpb.WaitIdle:
-		g.async(ctx, func(c context.Context) *clusterpb.Reply { return g.waitIdle(c, msg) })
+		g.async(ctx, r, func(c context.Context) *clusterpb.Reply { return g.waitIdle(c, msg) })
 	case *clusterpb.Flush:
-		g.async(ctx, func(c context.Context) *clusterpb.Reply {
+		g.async(ctx, r, func(c context.Context) *clusterpb.Reply {
 			d, err := g.m.host.Flush(c, g.id)
-			r := g.reply(err)
-			r.Seq = d
-			return r
+			rep := g.reply(err)
+			rep.Seq = d
+			return rep
 		})
 	case *clusterpb.GetEvents:
-		g.async(ctx, func(c context.Context) *clusterpb.Reply { return g.events(c, msg) })
+		g.async(ctx, r, func(c context.Context) *clusterpb.Reply { return g.events(c, msg) })
 	}
+}
+
+// respond sends a request its reply.
+func (g *grain) respond(ctx actor.Context, r request, rep *clusterpb.Reply) {
+	if r.sender != nil {
+		ctx.Send(r.sender, rep)
+	}
+}
+
+// stop stops the grain; the requests still waiting are answered CLOSED as
+// it stops.
+func (g *grain) stop(ctx actor.Context) {
+	g.stopped = true
+	ctx.Stop(ctx.Self())
 }
 
 // onIdleCheck stops the grain when its session is no longer resident
@@ -120,15 +309,15 @@ func (g *grain) Receive(ctx actor.Context) {
 // which resumes the session.
 func (g *grain) onIdleCheck(ctx actor.Context) {
 	d := g.m.cfg.Session.IdleTimeout
-	if wait := d - time.Since(g.lastUsed); wait > 0 || g.inflight > 0 {
+	if wait := d - time.Since(g.lastUsed); wait > 0 || g.inflight > 0 || g.loading != nil || len(g.waiting) > 0 {
 		g.idle.Reset(max(wait, d/4))
 		return
 	}
-	if _, err := g.m.host.SessionPID(g.id); err == nil {
+	if g.resident() {
 		g.idle.Reset(d) // still resident: the host has not passivated it yet
 		return
 	}
-	ctx.Stop(ctx.Self())
+	g.stop(ctx)
 }
 
 // reply is the Reply of err.
@@ -143,70 +332,63 @@ func (g *grain) reply(err error) *clusterpb.Reply {
 	return r
 }
 
-// ensure makes the session resident here. A session that is not stored,
-// or whose writer lock another member holds, stops the grain: the first
-// is no session at all, the second is the loser of two activations and
-// must not linger.
-func (g *grain) ensure(ctx actor.Context, c context.Context) error {
-	err := g.m.host.Resume(c, g.id)
-	if err == nil {
-		g.used = true
-		return nil
-	}
-	if errors.Is(err, supervisor.ErrNoSession) || errors.Is(err, persister.ErrFenced) {
-		ctx.Stop(ctx.Self())
-	}
-	return err
-}
-
-// request begins a request: the grain was used now, and the request's
-// context ends with the grain or after RequestTimeout.
-func (g *grain) request() (context.Context, context.CancelFunc) {
+// begin begins serving a request: the grain was used now, and the
+// request's context ends with the grain or after RequestTimeout.
+func (g *grain) begin() (context.Context, context.CancelFunc) {
 	g.lastUsed = time.Now()
 	return context.WithTimeout(g.ctx, g.m.cfg.RequestTimeout)
 }
 
-// sync runs fn in Receive once the session is resident.
-func (g *grain) sync(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
-	c, cancel := g.request()
-	defer cancel()
-	if err := g.ensure(ctx, c); err != nil {
-		ctx.Respond(g.reply(err))
-		return
-	}
-	r := fn(c)
-	if r.Code == clusterpb.Code_CODE_LOCKED {
-		ctx.Stop(ctx.Self()) // another writer has the session: this activation lost
-	}
-	ctx.Respond(r)
+// gone says a request found the session gone (the host passivated it
+// after the grain saw it resident) and may wait for a load, once.
+func gone(r request, rep *clusterpb.Reply) bool {
+	return rep.Code == clusterpb.Code_CODE_NO_SESSION && !r.reloaded
 }
 
-// async runs fn in a goroutine once the session is resident, and sends
-// its reply to the requester.
-func (g *grain) async(ctx actor.Context, fn func(context.Context) *clusterpb.Reply) {
-	c, cancel := g.request()
-	if err := g.ensure(ctx, c); err != nil {
-		cancel()
-		ctx.Respond(g.reply(err))
+// sync runs fn in Receive.
+func (g *grain) sync(ctx actor.Context, r request, fn func(context.Context) *clusterpb.Reply) {
+	c, cancel := g.begin()
+	defer cancel()
+	rep := fn(c)
+	if gone(r, rep) {
+		r.reloaded = true
+		g.waiting = append([]request{r}, g.waiting...)
 		return
 	}
-	sender, self, root := ctx.Sender(), ctx.Self(), g.m.sys.Root
+	if rep.Code == clusterpb.Code_CODE_LOCKED {
+		g.stop(ctx) // another writer has the session: this activation lost
+	}
+	g.respond(ctx, r, rep)
+}
+
+// async runs fn in a goroutine, and sends its reply to the requester.
+func (g *grain) async(ctx actor.Context, r request, fn func(context.Context) *clusterpb.Reply) {
+	c, cancel := g.begin()
+	self, root := ctx.Self(), g.m.sys.Root
 	g.wg.Add(1)
 	g.inflight++
 	go func() {
 		defer g.wg.Done()
 		defer cancel()
-		r := fn(c)
-		if r.Code == clusterpb.Code_CODE_LOCKED {
+		rep := fn(c)
+		switch {
+		case gone(r, rep):
+			r.reloaded = true
+			root.Send(self, reload{r})
+		case rep.Code == clusterpb.Code_CODE_LOCKED:
 			root.Stop(self) // another writer has the session: this activation lost
+			fallthrough
+		default:
+			if r.sender != nil {
+				root.Send(r.sender, rep)
+			}
 		}
-		root.Send(sender, r)
 		root.Send(self, asyncDone{})
 	}()
 }
 
 func (g *grain) create(msg *clusterpb.Create) *clusterpb.Reply {
-	c, cancel := g.request()
+	c, cancel := g.begin()
 	defer cancel()
 	_, err := g.m.host.Create(c, supervisor.CreateOptions{ID: g.id, Cwd: msg.Cwd})
 	if err == nil {
@@ -445,8 +627,9 @@ func (g *grain) waitEvents(c context.Context, from int64, limit int, wait time.D
 // another member, or this member is closing): the waiting requests are
 // answered CLOSED (the caller retries where the session goes next), the
 // running turn may finish within HandoffTimeout, then the session is
-// evicted: disposed, flushed, its writer lock released.
-func (g *grain) stopping() {
+// evicted: disposed, flushed, its writer lock released. A load still in
+// flight is abandoned: it lets the session go itself when it ends.
+func (g *grain) stopping(ctx actor.Context) {
 	if g.cancel == nil {
 		return
 	}
@@ -454,6 +637,17 @@ func (g *grain) stopping() {
 		g.idle.Stop()
 	}
 	g.cancel()
+	if g.loading != nil {
+		// The session is resident here only if the load has succeeded;
+		// a load still running lets go of what it loads itself.
+		done, err := g.loading.abandon()
+		g.used = done && err == nil
+		g.loading = nil
+	}
+	for _, r := range g.waiting {
+		g.respond(ctx, r, g.reply(errStopped))
+	}
+	g.waiting = nil
 	g.wg.Wait()
 	if !g.used {
 		return
@@ -465,6 +659,10 @@ func (g *grain) stopping() {
 	defer cancel()
 	_ = g.m.host.Evict(c, g.id)
 }
+
+// errStopped answers the requests a grain had not served when it stopped
+// (with CLOSED: see grain.reply).
+var errStopped = errors.New("cluster: the session's grain stopped before serving the request")
 
 // errInvalid marks a request that could not be understood.
 var errInvalid = errors.New("cluster: invalid request")

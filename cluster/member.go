@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/dshgo/dsh/actors/persister"
+	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/dshgo/dsh/supervisor"
 )
@@ -116,6 +117,9 @@ type Config struct {
 	// Seams for tests (same package).
 	fs       vfs.FS       // the store's file system (default vfs.OS())
 	listener net.Listener // the health endpoint's listener, made by the caller
+	// waited hears each request that waits for its session's load, with
+	// the number of requests waiting then.
+	waited func(id session.SessionID, n int)
 }
 
 // Validate reports a config that cannot work.
@@ -159,6 +163,9 @@ type Member struct {
 	health  net.Listener // the health endpoint, when the member made it
 	refused *refusals    // reports refused certificates (nil: not reported)
 	holder  string       // the text of its writer locks
+	// loads counts the grains' loads running (grain.load): Close waits
+	// for them, so none outlives the member.
+	loads sync.WaitGroup
 }
 
 // startMu serialises protoactor's StartMember across the members of one
@@ -349,6 +356,7 @@ func (m *Member) Close(ctx context.Context) error {
 	// placement actor stops every grain here, each of which hands its
 	// session over (grain.stopping), before the cluster is down.
 	m.c.Shutdown(true)
+	m.loads.Wait() // abandoned by their stopped grains; each evicts what it loaded
 	m.closeHealth()
 	return m.host.Close(ctx)
 }
