@@ -7,7 +7,8 @@ import (
 )
 
 // Policy says when the persister makes a session's events durable beyond
-// the write-behind window (DESIGN §5, spec §3.5).
+// the write-behind window (docs/durability.md#durability-policies and
+// docs/durability.md#the-durability-contract).
 type Policy int
 
 const (
@@ -18,16 +19,16 @@ const (
 	// for the window and the owner hears Durable for its seq.
 	PolicyTurnEnd Policy = iota
 	// PolicyStrict is PolicyTurnEnd plus the harness's semantic checkpoints
-	// (spec §3.5): a flush barrier also starts as soon as a request/header
-	// or a tool/call event is committed. The mapping: the agent appends
-	// request/header right before it dispatches a model request (checkpoint
-	// 1, "llm/stream"), and tool/call right before a tool body runs
-	// (checkpoint 2, "tools/execute"); the previous step's responses and
-	// results (checkpoint 3, "agent/pre-step") are covered because they
-	// precede the next step's request/header in the same queue. The
-	// persister only makes these writes eager; an agent that must fail
-	// closed (not dispatch until durable) waits for Durable or sends
-	// Flush{UpTo: seq} and waits for Flushed.
+	// (docs/durability.md#durability-policies): a flush barrier also starts as
+	// soon as a request/header or a tool/call event is committed. The mapping:
+	// the agent appends request/header right before it dispatches a model
+	// request (checkpoint 1, "llm/stream"), and tool/call right before a tool
+	// body runs (checkpoint 2, "tools/execute"); the previous step's responses
+	// and results (checkpoint 3, "agent/pre-step") are covered because they
+	// precede the next step's request/header in the same queue. The persister
+	// only makes these writes eager; an agent that must fail closed (not
+	// dispatch until durable) waits for Durable or sends Flush{UpTo: seq} and
+	// waits for Flushed.
 	PolicyStrict
 	// PolicyNone keeps everything in memory: nothing is written (the store
 	// is still asked to Create the session, nothing else), no timer runs,
@@ -64,7 +65,7 @@ const (
 )
 
 // maxWindow is the reference's upper bound on the batching delay (2^31−1
-// ms, spec §3.4).
+// ms, docs/durability.md#write-behind-and-barriers).
 const maxWindow = (1<<31 - 1) * time.Millisecond
 
 // Config configures a persister (Props). Every field may be left at zero;

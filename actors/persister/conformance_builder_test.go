@@ -19,8 +19,9 @@ const storeTestNow int64 = 1_700_000_000_000
 
 var storeTestModel = messages.ModelSource{Provider: "deepseek-official", Model: "deepseek-v4-flash"}
 
-// logBuilder builds a session log that obeys the session trace (spec
-// §2.14): builds with -race run the trace checker inside Log.Append.
+// logBuilder builds a session log that obeys the session trace
+// (docs/session-log.md#invariants): builds with -race run the trace checker
+// inside Log.Append.
 type logBuilder struct {
 	t   testing.TB
 	l   *session.Log

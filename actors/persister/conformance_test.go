@@ -16,7 +16,7 @@ import (
 )
 
 // The Store conformance suite: one set of cases, named after the
-// reference's persistence scenarios (spec §5.5), run against every Store
+// reference's persistence test scenarios, run against every Store
 // implementation (NATS testAllStoreAllPermutations). A behaviour pinned
 // here is part of the Store contract; an implementation-specific behaviour
 // (planting a newer format version, an unknown non-ignorable type or a torn

@@ -11,7 +11,8 @@
 //
 // A [Store] keeps one append-only log per session id: a [session.Header]
 // and the events, seqs contiguous from 0. It has the semantics of the
-// reference's persistence service (spec §3.1–§3.3, §3.6):
+// reference's persistence service (docs/durability.md#the-store and
+// docs/durability.md#loading):
 //
 //   - Create registers a header lazily. Nothing is stored before the first
 //     Append, and a session that was never appended to is not in List.
@@ -223,7 +224,8 @@
 //	            "delegationDepth":...,"agentPreset"?}
 //	line 2..   one storage record each: a session event as JSON
 //	           {"seq","time","type","data",...}, or a packed chunk row
-//	           (spec §2.13) standing for a run of ≥3 chunk events of one batch
+//	           standing for a run of ≥3 chunk events of one batch
+//	           (docs/log-format.md#packed-chunk-rows)
 //
 // session.jsonl holds the lines as they are. session.jsonl.zstd (the
 // default) holds them in independent zstd frames, each with a content

@@ -16,9 +16,10 @@ import (
 	"github.com/dshgo/dsh/internal/vfs"
 )
 
-// This file is the JSONL store (spec §3.8): one log file per session, in
-// the harness's interop format, written append-only through a vfs.FS. The
-// format, the write path and the recovery rules are documented in doc.go.
+// This file is the JSONL store (docs/log-format.md#jsonl-files): one log
+// file per session, in the harness's interop format, written append-only
+// through a vfs.FS. The format, the write path and the recovery rules are
+// documented in doc.go.
 
 // DefaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default.
 const DefaultMaxOpenFiles = 256
@@ -35,10 +36,10 @@ type JSONLConfig struct {
 	// default session.jsonl.zstd, one checksummed zstd frame for the header
 	// line and one per durable batch. A root holds one encoding only.
 	Plain bool
-	// NoPack writes every chunk event on its own line. Default false: runs
-	// of three or more chunk deltas within a batch are packed into one row
-	// (spec §2.13), as the harness's packChunks=true does. Reading accepts
-	// both either way.
+	// NoPack writes every chunk event on its own line. Default false: runs of
+	// three or more chunk deltas within a batch are packed into one row
+	// (docs/log-format.md#packed-chunk-rows), as the harness's packChunks=true
+	// does. Reading accepts both either way.
 	NoPack bool
 	// MaxOpenFiles bounds the append handles kept open between appends,
 	// least recently used closed first. Default DefaultMaxOpenFiles. An
@@ -85,11 +86,11 @@ func (c JSONLConfig) Validate() error {
 // operations on one id are serialised by a per-id mutex (the store is a
 // library under the persister actor, not an actor itself), operations on
 // different ids run in parallel. It assumes it is the only writer of its
-// root's sessions in the process (spec §3.8 "one live writer per session
-// per process"); a change made behind its back is noticed (the file's size
-// differs from what the store last wrote) and the file is read again
-// before an append is fenced. With JSONLConfig.Lock it also excludes
-// writers in other processes (doc.go, "Writer fencing").
+// root's sessions in the process (one live writer per session per process,
+// docs/log-format.md#jsonl-files); a change made behind its back is noticed
+// (the file's size differs from what the store last wrote) and the file is
+// read again before an append is fenced. With JSONLConfig.Lock it also
+// excludes writers in other processes (doc.go, "Writer fencing").
 type JSONLStore struct {
 	fs       vfs.FS
 	root     string

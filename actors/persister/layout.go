@@ -13,7 +13,8 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 )
 
-// This file is the directory layout of the JSONL store (spec §3.8):
+// This file is the directory layout of the JSONL store
+// (docs/log-format.md#jsonl-files):
 //
 //	<root>/<ProjectKey(cwd)>/<EncodeSegment(id)>/session.jsonl.zstd   (default)
 //	<root>/<ProjectKey(cwd)>/<EncodeSegment(id)>/session.jsonl        (Plain)

@@ -19,7 +19,8 @@ import (
 )
 
 // Benchmarks of the persister actor against baselines measured in the same
-// run (DESIGN §10): results are ratios, not wall-clock claims.
+// run (docs/performance.md#targets): results are ratios, not wall-clock
+// claims.
 //
 //	BenchmarkPersist/sessions=1000/impl=persister    1,000 session actors append
 //	    one realistic turn each (209 events: 200 text deltas) through the

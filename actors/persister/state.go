@@ -10,11 +10,12 @@ import (
 )
 
 // writeBehind is the write-behind state machine of one session: the
-// reference's SessionWriteBehind (spec §3.4) as a pure core. It has no
-// goroutines, no clock and no I/O: time comes in as an argument, the
-// outcome of a write comes back through WriteDone, a timer expiry through
-// Tick, and every method returns the effects the shell must perform. Not
-// safe for concurrent use; the shard actor is its lock.
+// reference's SessionWriteBehind
+// (docs/durability.md#write-behind-and-barriers) as a pure core. It has no
+// goroutines, no clock and no I/O: time comes in as an argument, the outcome
+// of a write comes back through WriteDone, a timer expiry through Tick, and
+// every method returns the effects the shell must perform. Not safe for
+// concurrent use; the shard actor is its lock.
 //
 // W is the shell's token for a flush waiter (who to answer, with which
 // ref). The core only stores and returns it.

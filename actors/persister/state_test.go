@@ -13,11 +13,11 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// turnScript builds the drafts of realistic turns (DESIGN §10's mix): turn
-// and step boundaries, a user message, a request header, text-delta
-// chunks, an assistant message asking for a tool, the tool call and its
-// result, the end of the turn. Shared by the core, actor and benchmark
-// tests.
+// turnScript builds the drafts of realistic turns (the mix of
+// docs/performance.md#targets): turn and step boundaries, a user message, a
+// request header, text-delta chunks, an assistant message asking for a tool,
+// the tool call and its result, the end of the turn. Shared by the core,
+// actor and benchmark tests.
 type turnScript struct {
 	turn   int64
 	header session.EpochHeader

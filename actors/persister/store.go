@@ -9,10 +9,10 @@ import (
 )
 
 // Store is where session logs live: the semantics of the reference's
-// persistence service (spec §3.1–§3.2). Three implementations share one
-// conformance suite: MemStore, JSONLStore and SQLiteStore.
-// Implementations are safe for concurrent use; operations on one session
-// id are serialised.
+// persistence service (docs/durability.md#the-store). Three implementations
+// share one conformance suite: MemStore, JSONLStore and SQLiteStore.
+// Implementations are safe for concurrent use; operations on one session id
+// are serialised.
 type Store interface {
 	Writer
 	Reader
