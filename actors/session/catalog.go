@@ -1,7 +1,5 @@
 package session
 
-import "slices"
-
 // EventType names an event. The log's vocabulary is the reference's
 // KNOWN_SESSION_EVENT_TYPES (48 names) plus the three log-only types its
 // later format-0 releases added (51 names, docs/log-format.md); dsh
@@ -65,10 +63,6 @@ var coreTypes = []EventType{
 // user/message and refuses the other two (docs/log-format.md, "Older
 // shapes").
 var legacyTypes = []EventType{"request/header-delta", "mode/set", "steering/message"}
-
-// KnownTypes returns the reference's known vocabulary (51 names), sorted.
-// The slice is owned by the caller.
-func KnownTypes() []EventType { return slices.Clone(knownTypes) }
 
 // typeClass is what the lists above say about one type name, as bits.
 type typeClass uint8

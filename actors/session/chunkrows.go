@@ -59,13 +59,13 @@ func CheckJSONL(events []Event) error {
 // the row's own envelope would cost more than it saves.
 const minRun = 3
 
-// MaxRowBytes bounds one packed row (without its newline): a run whose row
+// maxRowBytes bounds one packed row (without its newline): a run whose row
 // would be longer is cut into consecutive rows, each at most this long, so
 // a long model stream in one batch never makes a line the reader refuses
 // (DefaultMaxRecordBytes, sixteen times this). A member longer than the
 // bound on its own is written verbatim (its record is bounded by the log's
 // append check, not by this).
-const MaxRowBytes = 1 << 20
+const maxRowBytes = 1 << 20
 
 // rowFixedBytes bounds a row's bytes other than the members' shared values
 // and each member's text and gap: the keys, the tag, seq0 and time0.
@@ -81,7 +81,7 @@ func rowMemberBytes(m PackMember) int { return len(m.text) + 19 }
 // "name"?,"args"}), in the same key order; they differ only in what
 // surrounds it (a JSONL row wraps it as {"type","seq0","time0","data"},
 // SQLite keeps seq0, time0 and the tag in their own columns) and in where
-// a long run is cut (MaxRowBytes here; 1024 members or 1 MiB of data in
+// a long run is cut (maxRowBytes here; 1024 members or 1 MiB of data in
 // SQLite). So each store forms its runs with Packable and Continues, cuts
 // them by its own rule, and writes each row's data with AppendPackedData.
 
@@ -301,7 +301,7 @@ func intLen(n int64) int {
 // at least three consecutive packable chunk events becomes one row
 // (docs/log-format.md#packed-chunk-rows); without, every event is written verbatim by AppendEvent. Runs do
 // not cross batches: a batch is the unit the persister writes. A row stops
-// before it would exceed MaxRowBytes and the run goes on in the next row
+// before it would exceed maxRowBytes and the run goes on in the next row
 // (a first member over the bound on its own, or a remainder shorter than
 // three, is written verbatim). dst is owned
 // by the caller before and after; events are only read.
@@ -331,7 +331,7 @@ func AppendRecords(dst []byte, events []Event, pack bool) []byte {
 					if !ok || !run[len(run)-1].Continues(n) {
 						break
 					}
-					if size += rowMemberBytes(n); size > MaxRowBytes {
+					if size += rowMemberBytes(n); size > maxRowBytes {
 						break // the rest of the run starts the next row
 					}
 					run = append(run, n)

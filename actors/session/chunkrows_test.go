@@ -329,12 +329,12 @@ func TestChunkRowsRoundTripProperty(t *testing.T) {
 
 // TestChunkRowsAreBoundedInSize: a model stream of more than 20 MiB in one
 // batch is one run; it packs into consecutive rows each at most
-// MaxRowBytes (well under the reader's DefaultMaxRecordBytes), which
+// maxRowBytes (well under the reader's DefaultMaxRecordBytes), which
 // decode back to the same events, and packing them again gives the same
 // rows. Members so large that a row holds fewer than three are written
 // verbatim, also under the limit.
 func TestChunkRowsAreBoundedInSize(t *testing.T) {
-	for _, piece := range []int{64 << 10, 600 << 10, MaxRowBytes + 10} {
+	for _, piece := range []int{64 << 10, 600 << 10, maxRowBytes + 10} {
 		t.Run(strconv.Itoa(piece), func(t *testing.T) {
 			text := strings.Repeat("x", piece-1) + "\n" // one escaped byte
 			var events []Event
@@ -350,11 +350,11 @@ func TestChunkRowsAreBoundedInSize(t *testing.T) {
 			for _, ln := range lines {
 				if strings.HasPrefix(ln, `{"type":"`+rowText+`"`) {
 					rows++
-					require.LessOrEqual(t, len(ln), MaxRowBytes)
+					require.LessOrEqual(t, len(ln), maxRowBytes)
 				}
 				require.LessOrEqual(t, len(ln), DefaultMaxRecordBytes)
 			}
-			if piece < MaxRowBytes/3 {
+			if piece < maxRowBytes/3 {
 				require.Greater(t, rows, 20, "the run must be cut into many rows")
 			}
 			require.Equal(t, string(packed), string(AppendRecords(nil, got, true)))

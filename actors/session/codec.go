@@ -193,7 +193,7 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 		return fail("event type %q was removed from the format", typ)
 	}
 	if hasOp {
-		op, err := ParseSurfaceOp(opJ)
+		op, err := parseSurfaceOp(opJ)
 		if err != nil {
 			return fail("%w", err)
 		}
@@ -242,17 +242,17 @@ func decodeEventJSON(j messages.JSON) (Event, error) {
 	return e, nil
 }
 
-// MaxExpandedSources bounds what the range-encoded sourceEventSeqs of one
+// maxExpandedSources bounds what the range-encoded sourceEventSeqs of one
 // event may expand to: more cited seqs than this is refused, so that a
 // short line cannot make the reader allocate without bound (a plain list
 // of that many seqs would take over 2 MiB to write).
-const MaxExpandedSources = 1 << 20
+const maxExpandedSources = 1 << 20
 
 // expandSources reads a sourceEventSeqs list whose entries are seqs or
 // inclusive [start, end] ranges (docs/log-format.md): each range has
 // start < end and stands for every seq in it; neither neighbour of a
 // range may fall inside it; every cited seq is earlier than seq, the
-// event's own. The expansion is at most MaxExpandedSources seqs.
+// event's own. The expansion is at most maxExpandedSources seqs.
 func expandSources(list messages.JSON, seq int64) ([]int64, error) {
 	type entry struct{ lo, hi int64 }
 	var entries []entry
@@ -284,8 +284,8 @@ func expandSources(list messages.JSON, seq int64) ([]int64, error) {
 			return nil, fmt.Errorf("sourceEventSeqs range %s cites seq %d, not an earlier one", v, ends[1])
 		}
 		entries = append(entries, entry{ends[0], ends[1]})
-		if total += ends[1] - ends[0] + 1; total > MaxExpandedSources {
-			return nil, fmt.Errorf("sourceEventSeqs ranges expand to more than %d seqs", MaxExpandedSources)
+		if total += ends[1] - ends[0] + 1; total > maxExpandedSources {
+			return nil, fmt.Errorf("sourceEventSeqs ranges expand to more than %d seqs", maxExpandedSources)
 		}
 	}
 	for i := 1; i < len(entries); i++ {

@@ -10,7 +10,7 @@
 // request header and context. [Log.Append] and [Log.AppendBatch] validate
 // before they commit (the envelope, the catalog, the surface and provenance
 // rules, the typed shape of core events; with -tags invariants or -race also
-// the trace invariants of [TraceChecker]) and change nothing on error.
+// the trace invariants of [CheckTrace]) and change nothing on error.
 // [NewSeeded] and [Restore] build a log from stored events; [Log.Fork] and
 // [Log.ForkPrefix] fork it at an inclusive boundary outside an open turn;
 // [InterruptedTurnClosers] is crash repair as a pure function. The core has
@@ -41,7 +41,7 @@
 // few MiB to read, and a 50 MB line costs what a 17 MiB one does.
 //
 // The writer keeps to the same limit, so what dsh writes it can read
-// back: a packed chunk row is at most [MaxRowBytes] (1 MiB; a longer run
+// back: a packed chunk row is at most 1 MiB (a longer run
 // goes on in the next row), and [Log.Append] refuses an event whose
 // record would be longer than [DefaultMaxRecordBytes] (a user message, a
 // tool result, an assistant message of that size) with an [*EventError]

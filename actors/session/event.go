@@ -54,10 +54,10 @@ func (o SurfaceOp) JSON() messages.JSON {
 
 var opAppendJSON = messages.JSONString("append")
 
-// ParseSurfaceOp reads the envelope's surfaceOp value: the string "append"
+// parseSurfaceOp reads the envelope's surfaceOp value: the string "append"
 // or an object with exactly the keys op ("replace"), start and end
 // (non-negative integers).
-func ParseSurfaceOp(j messages.JSON) (SurfaceOp, error) {
+func parseSurfaceOp(j messages.JSON) (SurfaceOp, error) {
 	if s, ok := j.AsString(); ok {
 		if s == "append" {
 			return AppendOp(), nil
@@ -350,8 +350,9 @@ func (e Event) Message() (messages.Message, bool) {
 // Payload returns the typed view of a core event's data: one of TurnStart,
 // TurnEnd, StepStart, StepEnd, UserMessage, AssistantChunk,
 // AssistantMessage, ToolCall, ToolResult, RequestHeader, RequestContext,
-// InboxSpliced, EndSeed, TodoWrite, or Opaque for core types whose data the
-// log core does not interpret. It returns nil for foreign events.
+// InboxSpliced, EndSeed, TodoWrite, or an unexported marker value for the
+// core types whose data the log core does not interpret (llm/retry*,
+// compaction/*: read Data). It returns nil for foreign events.
 //
 // The payload of an assistant/chunk is decoded from data on each call (the
 // log does not keep it; see chunkStep).

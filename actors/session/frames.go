@@ -44,7 +44,8 @@ func AppendZstdFrame(dst, plain []byte) []byte {
 // whole first line or frame the error wraps ErrNoHeader: the file is
 // empty or half-written, or the caller should read more. Other errors are
 // those of ParseFile (a *CorruptError for a damaged first frame, a wrapped
-// *FormatVersionError or ErrNotHeader from ParseHeader). data is only read.
+// *FormatVersionError, or ErrNotHeader for a first line that is not a
+// header). data is only read.
 func ParseFileHeader(data []byte, name string) (Header, error) {
 	f := &File{Path: name}
 	if !bytes.HasPrefix(data, zstdMagic) && !strings.HasSuffix(name, ".zstd") {

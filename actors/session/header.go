@@ -99,12 +99,12 @@ func (h Header) JSON() messages.JSON {
 var headerKeys = []string{"agentPreset", "createdAt", "cwd", "delegationDepth", "id", "origin",
 	"parentSession", "seedLength", "type", "version"}
 
-// ParseHeader reads a header line. The version is checked before anything
+// parseHeaderLine reads a header line. The version is checked before anything
 // else, so a future format reports "upgrade" rather than "corrupt"; then
 // the shape: type "session", the known keys only (sandboxMode and
 // approvalPolicy were removed from the format and are refused),
 // delegationDepth required.
-func ParseHeader(line []byte) (Header, error) {
+func parseHeaderLine(line []byte) (Header, error) {
 	j, err := messages.ParseJSON(line)
 	if err != nil {
 		return Header{}, fmt.Errorf("%w: %w", ErrNotHeader, err)
@@ -220,12 +220,12 @@ func (h EpochHeader) JSON() messages.JSON {
 	return o.Build()
 }
 
-// ParseEpochHeader reads a logged header and checks the seed-boundary shape
+// parseEpochHeader reads a logged header and checks the seed-boundary shape
 // rules of the reference (assertCurrentLlmShape): a config with provider
 // and model, a reasoningEffort absent or non-empty, adapter-default markers
 // that are only true, only for reasoningEffort and maxTokens, and only when
 // that config field is present.
-func ParseEpochHeader(j messages.JSON) (EpochHeader, error) {
+func parseEpochHeader(j messages.JSON) (EpochHeader, error) {
 	if j.Kind() != messages.KindObject {
 		return EpochHeader{}, fmt.Errorf("request/header header is not an object")
 	}

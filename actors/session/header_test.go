@@ -11,7 +11,7 @@ import (
 
 func parseEpoch(t testing.TB, text string) EpochHeader {
 	t.Helper()
-	h, err := ParseEpochHeader(messages.MustParseJSON(text))
+	h, err := parseEpochHeader(messages.MustParseJSON(text))
 	require.NoError(t, err, text)
 	return h
 }
@@ -75,7 +75,7 @@ func TestHeaderCanonicalTreatsAbsentAndEmptyToolsAlike(t *testing.T) {
 		`{` + cfg + `,"tools":{}}`,
 		`{` + cfg + `,"system":1}`,
 	} {
-		_, err := ParseEpochHeader(messages.MustParseJSON(bad))
+		_, err := parseEpochHeader(messages.MustParseJSON(bad))
 		require.Error(t, err, bad)
 	}
 	marked := parseEpoch(t, `{"config":{"provider":"p","model":"m","reasoningEffort":"high","maxTokens":100},"adapterDefaults":{"reasoningEffort":true,"maxTokens":true}}`)
@@ -176,15 +176,15 @@ func TestParseHeaderRefusesOtherFormatVersions(t *testing.T) {
 		{`{"type":"session","version":-1,"id":"s","createdAt":0,"delegationDepth":0}`, "no upgrade path"},
 	}
 	for _, tc := range cases {
-		_, err := ParseHeader([]byte(tc.line))
+		_, err := parseHeaderLine([]byte(tc.line))
 		var fe *FormatVersionError
 		require.ErrorAs(t, err, &fe, tc.line)
 		require.ErrorContains(t, err, tc.want)
 	}
-	_, err := ParseHeader([]byte(`{"type":"session","version":1,"id":"s"}`))
+	_, err := parseHeaderLine([]byte(`{"type":"session","version":1,"id":"s"}`))
 	require.NotContains(t, err.Error(), "no upgrade path")
 
-	h, err := ParseHeader([]byte(`{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/w","parentSession":"p","seedLength":3,"origin":"subagent","delegationDepth":1,"agentPreset":"x"}`))
+	h, err := parseHeaderLine([]byte(`{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/w","parentSession":"p","seedLength":3,"origin":"subagent","delegationDepth":1,"agentPreset":"x"}`))
 	require.NoError(t, err)
 	require.Equal(t, Header{ID: "s", Cwd: "/w", ParentSession: "p", SeedLength: messages.Some(3), Origin: "subagent", DelegationDepth: 1, AgentPreset: "x"}, h)
 	require.JSONEq(t, `{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/w","parentSession":"p","seedLength":3,"origin":"subagent","delegationDepth":1,"agentPreset":"x"}`, h.JSON().String())
@@ -199,7 +199,7 @@ func TestParseHeaderRefusesOtherFormatVersions(t *testing.T) {
 		`{"type":"session","version":0,"id":"s","createdAt":0,"delegationDepth":0,"origin":"cli"}`,
 		`[1]`,
 	} {
-		_, err := ParseHeader([]byte(bad))
+		_, err := parseHeaderLine([]byte(bad))
 		require.Error(t, err, bad)
 		var fe *FormatVersionError
 		require.False(t, errors.As(err, &fe), bad)

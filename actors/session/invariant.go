@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// TraceChecker checks the session trace invariants of the reference
+// traceChecker checks the session trace invariants of the reference
 // (docs/session-log.md#invariants) one event at a time. Check validates without changing state;
 // Commit advances. Tests run it over every log they build, and builds with
 // -tags invariants (or -race) run it inside Log.Append, where a violation
@@ -24,7 +24,7 @@ import (
 //   - todo/write, request/header and request/context sit inside an open
 //     turn;
 //   - user/message, session/end-seed and foreign events are unconstrained.
-type TraceChecker struct {
+type traceChecker struct {
 	lastSeq  int64
 	nextTurn int64
 	turn     int64 // open turn, 0 if none
@@ -33,13 +33,13 @@ type TraceChecker struct {
 	calls    map[string]bool // tool/call ids of the open step
 }
 
-// NewTraceChecker returns a checker for a log that starts at seq 0.
-func NewTraceChecker() *TraceChecker {
-	return &TraceChecker{lastSeq: -1, nextTurn: 1}
+// newTraceChecker returns a checker for a log that starts at seq 0.
+func newTraceChecker() *traceChecker {
+	return &traceChecker{lastSeq: -1, nextTurn: 1}
 }
 
 // Check reports whether e may come next.
-func (c *TraceChecker) Check(e *Event) error {
+func (c *traceChecker) Check(e *Event) error {
 	if e.seq <= c.lastSeq {
 		return fmt.Errorf("invariant: seq %d does not increase past %d", e.seq, c.lastSeq)
 	}
@@ -109,7 +109,7 @@ func (c *TraceChecker) Check(e *Event) error {
 }
 
 // Commit advances the checker past e, which Check accepted.
-func (c *TraceChecker) Commit(e *Event) {
+func (c *traceChecker) Commit(e *Event) {
 	c.lastSeq = e.seq
 	switch p := e.payload.(type) {
 	case TurnStart:
@@ -132,7 +132,7 @@ func (c *TraceChecker) Commit(e *Event) {
 // CheckTrace runs a fresh checker over events and returns the first
 // violation, if any.
 func CheckTrace(events []Event) error {
-	c := NewTraceChecker()
+	c := newTraceChecker()
 	for i := range events {
 		if err := c.Check(&events[i]); err != nil {
 			return fmt.Errorf("seq %d: %w", events[i].seq, err)

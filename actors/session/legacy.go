@@ -23,9 +23,9 @@ import (
 // errNotLegacy says a record is not an older shape.
 var errNotLegacy = errors.New("not a legacy shape")
 
-// LegacyMessageID is the id the reference mints for a migrated message
+// legacyMessageID is the id the reference mints for a migrated message
 // that had none: "legacy-message:<sessionId>:<seq>".
-func LegacyMessageID(id SessionID, seq int64) messages.MessageID {
+func legacyMessageID(id SessionID, seq int64) messages.MessageID {
 	return messages.MessageID("legacy-message:" + string(id) + ":" + strconv.FormatInt(seq, 10))
 }
 
@@ -77,9 +77,9 @@ func migrateLegacy(j messages.JSON, sid SessionID, at func(int64) (Event, bool))
 		}
 	case TypeToolResult:
 		if !has(data, "message") && has(data, "callId") {
-			id := LegacyMessageID(sid, seq)
+			id := legacyMessageID(sid, seq)
 			if hasOp {
-				if sop, perr := ParseSurfaceOp(op); perr == nil && sop.Kind() == OpReplace {
+				if sop, perr := parseSurfaceOp(op); perr == nil && sop.Kind() == OpReplace {
 					start, _ := sop.Range()
 					old, found := at(start)
 					m, isMsg := old.Message()
@@ -250,7 +250,7 @@ func legacySteering(data messages.JSON, sid SessionID, seq int64) (messages.JSON
 		c, _ := data.Field("content")
 		s, _ := data.Field("source")
 		var o messages.ObjectBuilder
-		o.String("id", string(LegacyMessageID(sid, seq))).String("role", string(messages.RoleUser)).Raw("content", c).Raw("source", s)
+		o.String("id", string(legacyMessageID(sid, seq))).String("role", string(messages.RoleUser)).Raw("content", c).Raw("source", s)
 		return o.Build(), nil
 	}
 	return messages.JSON{}, fmt.Errorf("legacy steering/message holds neither a message nor content")
@@ -266,7 +266,7 @@ func legacyUser(data messages.JSON, sid SessionID, seq int64) (messages.JSON, er
 	if id, ok := data.Field("id"); ok {
 		o.Raw("id", id)
 	} else {
-		o.String("id", string(LegacyMessageID(sid, seq)))
+		o.String("id", string(legacyMessageID(sid, seq)))
 	}
 	o.String("role", string(messages.RoleUser))
 	copyExcept(&o, data, "id", "role")
@@ -285,7 +285,7 @@ func legacyAssistant(data messages.JSON, sid SessionID, seq int64) (messages.JSO
 	copyExcept(&src, prov, "kind")
 	src.String("kind", string(messages.SourceModel))
 	var m messages.ObjectBuilder
-	m.String("id", string(LegacyMessageID(sid, seq))).String("role", string(messages.RoleAssistant)).
+	m.String("id", string(legacyMessageID(sid, seq))).String("role", string(messages.RoleAssistant)).
 		Raw("content", c).Object("source", &src)
 	var o messages.ObjectBuilder
 	copyExcept(&o, data, "content", "provenance")

@@ -137,7 +137,7 @@ type Log struct {
 	lastHeader   int // index of the last request/header, -1 if none
 	lastContext  int // index of the last request/context, -1 if none
 	firstLiveSeq int64
-	trace        *TraceChecker // nil unless invariants are enabled
+	trace        *traceChecker // nil unless invariants are enabled
 	obs          observerSet
 }
 
@@ -149,7 +149,7 @@ func New(h Header) (*Log, error) {
 	}
 	l := &Log{header: h, lastHeader: -1, lastContext: -1}
 	if invariants.Enabled {
-		l.trace = NewTraceChecker()
+		l.trace = newTraceChecker()
 	}
 	return l, nil
 }

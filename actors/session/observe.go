@@ -122,7 +122,7 @@ type logMark struct {
 	nodes                   []int64
 	generation              int
 	lastHeader, lastContext int
-	trace                   TraceChecker
+	trace                   traceChecker
 }
 
 func (l *Log) mark() logMark {

@@ -192,10 +192,10 @@ func NewTodoWrite(todos []Todo) TodoWrite { return TodoWrite{todos: slices.Clone
 // Todos returns a copy of the list, owned by the caller.
 func (p TodoWrite) Todos() []Todo { return slices.Clone(p.todos) }
 
-// Opaque is the payload of a core event whose data the log core checks only
+// opaque is the payload of a core event whose data the log core checks only
 // for being an object (llm/retry*, compaction/*): its meaning belongs to
 // the agent.
-type Opaque struct{ typ EventType }
+type opaque struct{ typ EventType }
 
 func (TurnStart) eventType() EventType        { return TypeTurnStart }
 func (TurnEnd) eventType() EventType          { return TypeTurnEnd }
@@ -211,7 +211,7 @@ func (RequestContext) eventType() EventType   { return TypeRequestContext }
 func (InboxSpliced) eventType() EventType     { return TypeInboxSpliced }
 func (EndSeed) eventType() EventType          { return TypeEndSeed }
 func (TodoWrite) eventType() EventType        { return TypeTodoWrite }
-func (p Opaque) eventType() EventType         { return p.typ }
+func (p opaque) eventType() EventType         { return p.typ }
 
 func turnStep(o *messages.ObjectBuilder, turn, step int64) {
 	o.Int("turn", turn).Int("step", step)
@@ -550,7 +550,7 @@ func decodePayload(t EventType, data messages.JSON) (payload, error) {
 				return nil, fmt.Errorf("request/header reason %q is not initial, resume, change or series", reason)
 			}
 		}
-		h, err := ParseEpochHeader(d.field("header"))
+		h, err := parseEpochHeader(d.field("header"))
 		if err != nil {
 			return nil, err
 		}
@@ -620,7 +620,7 @@ func decodePayload(t EventType, data messages.JSON) (payload, error) {
 		}
 		p = w
 	default:
-		p = Opaque{typ: t}
+		p = opaque{typ: t}
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -118,7 +118,7 @@ func referenceDecodeEventJSON(j messages.JSON) (Event, error) {
 		return fail("event type %q was removed from the format", typ)
 	}
 	if hasOp {
-		op, err := ParseSurfaceOp(opJ)
+		op, err := parseSurfaceOp(opJ)
 		if err != nil {
 			return fail("%w", err)
 		}
@@ -367,8 +367,8 @@ func (f *File) referenceScan(lines []refLine, t tail) error {
 			for _, e := range evs {
 				cited += int64(len(e.sources()))
 			}
-			if cited > read+MaxExpandedSources {
-				err = fmt.Errorf("sourceEventSeqs ranges expand past %d seqs more than the %d bytes read", MaxExpandedSources, read)
+			if cited > read+maxExpandedSources {
+				err = fmt.Errorf("sourceEventSeqs ranges expand past %d seqs more than the %d bytes read", maxExpandedSources, read)
 				rule = &causeError{msg: "unparsable committed event", err: err}
 			}
 		}

@@ -163,7 +163,7 @@ func TestRepairReproducesReferenceFixtureClosers(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(root, "headless", "semantic-checkpoint-snapshots_tool-outcome-unknown", "session.expected.jsonl"))
 	require.NoError(t, err)
 	lines := bytes.Split(bytes.TrimSpace(fixtures.Substitute(raw)), []byte("\n"))
-	h, err := ParseHeader(lines[0])
+	h, err := parseHeaderLine(lines[0])
 	require.NoError(t, err)
 
 	var events []Event

@@ -24,13 +24,13 @@ import (
 // one buffer, not a slice entry per empty line.
 //
 // Rejected: splitting the whole file into a slice of lines first and
-// scanning them afterwards (what this reader did before). It is simpler,
-// and it let a 3.5 KB file take 18 GB: each empty line cost a slice
-// entry, and each frame was decoded whole into memory.
+// scanning them afterwards. It is simpler, but it lets a 3.5 KB file take
+// 18 GB: each empty line costs a slice entry, and each frame is decoded
+// whole into memory.
 
 // DefaultMaxRecordBytes is the default bound on one line of a log file
 // (the header, or one storage record), without its newline: 16 MiB. A
-// packed chunk row is at most MaxRowBytes (1 MiB) and Log.Append refuses
+// packed chunk row is at most maxRowBytes (1 MiB) and Log.Append refuses
 // an event whose record would be longer than this, so dsh never writes a
 // line it refuses to read. A longer line is refused as corruption (a
 // *CorruptError wrapping a *RecordTooLargeError) rather than buffered, so
@@ -98,7 +98,7 @@ func (o ReadOptions) maxRecord() int {
 // ReadOptions. The framing is detected from the content (zstd magic 28 B5
 // 2F FD), not trusted from the suffix; a ".zstd" name without the magic
 // is corruption. Errors: a *FileError wrapping ErrNoHeader or a header
-// error from ParseHeader (so errors.As finds a *FormatVersionError), or a
+// error (ErrNotHeader, or a *FormatVersionError for errors.As), or a
 // *CorruptError (for a line over the limit, wrapping a
 // *RecordTooLargeError).
 //
@@ -298,7 +298,7 @@ type scanner struct {
 	committed bool // a turn/end follows bad: it is corruption, not a torn tail
 	// cited counts the sourceEventSeqs of the events decoded so far and
 	// read the bytes of their lines: range-encoded citations may not
-	// expand past one seq per byte read plus MaxExpandedSources
+	// expand past one seq per byte read plus maxExpandedSources
 	// (docs/log-format.md), so memory stays in proportion to the file.
 	cited, read int64
 }
@@ -360,8 +360,8 @@ func (s *scanner) line(text []byte, no int, cut int64, frame int) {
 		for i := n; i < len(evs); i++ {
 			s.cited += int64(evs[i].numSources())
 		}
-		if s.cited > s.read+MaxExpandedSources {
-			err = fmt.Errorf("sourceEventSeqs ranges expand past %d seqs more than the %d bytes read", MaxExpandedSources, s.read)
+		if s.cited > s.read+maxExpandedSources {
+			err = fmt.Errorf("sourceEventSeqs ranges expand past %d seqs more than the %d bytes read", maxExpandedSources, s.read)
 			rule = &causeError{msg: "unparsable committed event", err: err}
 			clear(evs[n:])
 		}
@@ -516,7 +516,7 @@ func (f *File) readPlain(r io.Reader, max int) (*File, error) {
 }
 
 func (f *File) parseHeader(text []byte) error {
-	h, err := ParseHeader(text)
+	h, err := parseHeaderLine(text)
 	if err != nil {
 		return &FileError{Path: f.Path, Err: err}
 	}

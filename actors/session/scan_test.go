@@ -42,7 +42,8 @@ func readBoth(t *testing.T, name string, data []byte, limit uint64) (*File, stri
 // TestReadZstdNewlineBombIsBounded: a valid header frame, then a frame of
 // a few hundred bytes (10 MiB) or a few kilobytes (100 MiB) of newlines.
 // The reader streams the frame and keeps nothing per empty line, so it
-// allocates a few MiB whatever the size; it used to take gigabytes. The
+// allocates a few MiB whatever the size, where a reader that split the
+// file into lines first would take gigabytes. The
 // first empty line does not parse and no turn/end follows, so the file is
 // a header with a torn tail at the second frame, as the scan rules say.
 func TestReadZstdNewlineBombIsBounded(t *testing.T) {
@@ -158,8 +159,8 @@ func requireTooLarge(t *testing.T, err error, path string, offset int64) {
 // line, the seq and the limit. The reader keeps at most the limit of the
 // line, not the line, so the 50 MB line costs what the 17 MiB one does:
 // under 48 MiB, twice the limit (the line buffer doubles up to it) plus
-// the zstd window and the read buffers. They used to be read whole (and
-// the zstd one decoded whole).
+// the zstd window and the read buffers, where reading such a line whole
+// (and decoding its zstd frame whole) would cost the line.
 func TestReadRefusesRecordOverLimit(t *testing.T) {
 	for _, n := range []int{17 << 20, 50_000_000} {
 		prefix, suffix, fill := longLine(n)

@@ -11,7 +11,7 @@ import (
 
 // Shared builders for the log core's tests. Every log they build obeys the
 // session trace (docs/session-log.md#invariants), because builds with -race or -tags invariants
-// run the TraceChecker inside Append and veto a violation. Tests that need a
+// run the traceChecker inside Append and veto a violation. Tests that need a
 // trace-breaking event list use looseLog.
 
 // testNow is the epoch-ms clock of the tests; appendOK stamps the event at
@@ -33,7 +33,7 @@ func newTestLog(t testing.TB) *Log {
 }
 
 // looseLog returns an empty log that does not run the trace checker in any
-// build, for event lists that deliberately break the trace (TraceChecker
+// build, for event lists that deliberately break the trace (traceChecker
 // tests). Every other rule of Append still holds.
 func looseLog(t testing.TB) *Log {
 	t.Helper()
