@@ -27,8 +27,8 @@ type ClientConfig struct {
 	Provider pcluster.ClusterProvider
 	// Refresh is how often the members are polled. Default DefaultRefresh.
 	Refresh time.Duration
-	// RequestTimeout bounds one attempt of a request. Default
-	// DefaultRequestTimeout.
+	// RequestTimeout bounds one attempt of a request. Default 30
+	// seconds.
 	RequestTimeout time.Duration
 	// TLS is the client's mutual TLS configuration, as Config.TLS of the
 	// members (LoadTLS builds one from PEM files): the members accept
@@ -58,7 +58,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.Refresh = DefaultRefresh
 	}
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	cl := newClient(cfg.RequestTimeout, 0)
 	provider := cfg.Provider

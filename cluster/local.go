@@ -52,15 +52,15 @@ func StartLocal(ctx context.Context, n int, cfg Config) ([]*Member, error) {
 		}
 		return nil, err
 	}
-	if err := WaitMembers(ctx, ms, n); err != nil {
+	if err := waitMembers(ctx, ms, n); err != nil {
 		_ = CloseAll(context.WithoutCancel(ctx), ms)
 		return nil, err
 	}
 	return ms, nil
 }
 
-// WaitMembers waits until every member of ms sees n members.
-func WaitMembers(ctx context.Context, ms []*Member, n int) error {
+// waitMembers waits until every member of ms sees n members.
+func waitMembers(ctx context.Context, ms []*Member, n int) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {

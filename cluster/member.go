@@ -34,7 +34,7 @@ const (
 	DefaultName            = "dsh"
 	DefaultBind            = "127.0.0.1"
 	DefaultRefresh         = time.Second
-	DefaultRequestTimeout  = 30 * time.Second
+	defaultRequestTimeout  = 30 * time.Second
 	DefaultHandoffTimeout  = 30 * time.Second
 	DefaultProviderPort    = 6330
 	defaultPollWait        = 2 * time.Second
@@ -98,7 +98,7 @@ type Config struct {
 	OnRefused func(*RefusedError)
 	// RequestTimeout bounds one attempt of a request to a grain; a call
 	// retries attempts (on another member once membership changed) until
-	// its context is done. Default DefaultRequestTimeout.
+	// its context is done. Default 30 seconds.
 	RequestTimeout time.Duration
 	// HandoffTimeout is how long a session whose grain moves to another
 	// member (membership changed, or this member is closing) may finish
@@ -192,7 +192,7 @@ func Start(cfg Config) (m *Member, err error) {
 		cfg.Refresh = DefaultRefresh
 	}
 	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	if cfg.HandoffTimeout == 0 {
 		cfg.HandoffTimeout = DefaultHandoffTimeout

@@ -124,7 +124,7 @@ func TestClusterFailoverWhenAMemberProcessIsKilled(t *testing.T) {
 		defer cancel()
 		_ = m0.Close(cctx)
 	})
-	require.NoError(t, WaitMembers(ctx, []*Member{m0}, 3))
+	require.NoError(t, waitMembers(ctx, []*Member{m0}, 3))
 
 	tc := &testCluster{t: t, dir: dir, members: []*Member{m0, nil, nil}, gone: []bool{false, false, false}}
 	by := spreadOver(t, ctx, m0, append([]string{m0.Address()}, addrs...), 2)
