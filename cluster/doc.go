@@ -1,15 +1,41 @@
-// Package cluster runs dsh across processes and machines on protoactor's
-// cluster (docs/cluster.md): sessions are virtual actors of the kind [Kind],
-// addressed by session id, placed on a member by the cluster's identity
-// lookup (disthash: rendezvous hashing over the members), activated on
-// first use and reactivated on a surviving member when theirs dies.
+// Package cluster runs dsh's sessions across processes and machines, on
+// protoactor's cluster (see docs/cluster.md). Each session is a virtual
+// actor — a grain of the kind [Kind] — addressed by its session id,
+// placed on one member by the cluster's identity lookup (disthash:
+// rendezvous hashing over the members), activated on first use and
+// reactivated on a surviving member when its own dies. The members share
+// one store directory.
+//
+// # Using it
+//
+// Start a member in each process ([Start]; [StartLocal] starts n of them
+// in one process) and call the session methods on any member: each
+// reaches the session wherever it lives.
+//
+//	m, err := cluster.Start(cluster.Config{Dir: "/shared/dsh", Bind: "10.0.0.5", Port: 7000,
+//		Peers: []string{"10.0.0.5:6330", "10.0.0.6:6330"}, TLS: tc,
+//		Session: supervisor.Config{Provider: model}})
+//	defer m.Close(ctx)
+//	id, err := m.Create(ctx, supervisor.CreateOptions{})
+//	err = m.Followup(ctx, id, msg)
+//	err = m.WaitIdle(ctx, id) // idle, and the turn is durable
+//	msgs, err := m.Messages(ctx, id)
+//
+// A process that only calls (a command-line tool, a web front end) joins
+// as a client with [Dial]: the same methods, no session hosted.
+//
+//	c, err := cluster.Dial(ctx, cluster.ClientConfig{Peers: []string{"10.0.0.5:6330"}, TLS: tc})
+//	defer c.Close()
+//
+// `dsh member` runs a member from the command line; `dsh bench --cluster
+// N` runs the N members of [StartLocal].
 //
 // # Members
 //
 // A [Member] is a supervisor.Host (the sessions placed on it, running
 // with ManualResume so only the session's grain brings a session in) plus
-// the session grains and a client. Its methods — Create, Followup, Steer,
-// Inject, Cancel, SetSystem, WaitIdle, Flush, Messages, Events,
+// the session grains and a [Client]. Its methods — Create, Followup,
+// Steer, Inject, Cancel, SetSystem, WaitIdle, Flush, Messages, Events,
 // Subscribe, Fork, Stats, Owner — reach a session wherever it lives; the
 // errors keep their identity across members ([RemoteError] unwraps to
 // supervisor.ErrNoSession, supervisor.ErrExists, persister.ErrLocked,
@@ -20,13 +46,22 @@
 // against the messages the log already holds), so a followup retried
 // across a failover is delivered once.
 //
-// [Member.Subscribe] long-polls the grain (GetEvents with a wait), so a
+// [Client.Subscribe] long-polls the grain (GetEvents with a wait), so a
 // subscription follows its session from member to member without a gap
 // or a repeat, and a slow consumer only slows its own polling.
 //
-// [Start] starts one member; [StartLocal] starts n on one machine (the
-// cluster of `dsh bench --cluster N`); `dsh member` runs one from the
-// command line.
+// # Grains
+//
+// A session's grain serves the requests for it in the order they arrive.
+// Loading the session from the store (taking its writer lock, reading
+// and repairing its log) never runs inside the grain's Receive: a
+// goroutine loads it and reports back, and the requests that arrive
+// meanwhile wait in the grain, in order. So a slow load (a long log, a
+// slow network file system) delays its own session and no other. A load
+// that fails answers the requests that waited for it with its error; the
+// next request loads again. A grain that stops while its load runs
+// answers the waiting requests CLOSED (the caller retries) and lets go of
+// whatever the load brings in.
 //
 // # Wire
 //
