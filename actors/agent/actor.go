@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -15,39 +16,16 @@ import (
 // ErrDisposed refuses a send to a disposed agent.
 var ErrDisposed = errors.New("agent: disposed")
 
-// Messages the shell sends itself from the goroutines and timers it owns.
+// Messages the shell sends itself from the goroutines and timers it owns
+// are the driver's inputs (toolDone, toolEmitted, preStepDone,
+// turnStoppingDone, stepEndDone, retryTimerFired), except for the end of a
+// maintenance task, whose reply the shell sends.
 type (
-	toolDone struct {
-		ref    uint64
-		result Result
-	}
-	toolEmitted struct {
-		ref   uint64
-		draft session.Draft
-	}
-	preStepDone struct {
-		ref uint64
-		dec PreStepDecision
-		err error
-	}
-	turnStoppingDone struct {
-		ref uint64
-		err error
-	}
-	stepEndDone struct {
-		ref uint64
-		dec StepEndDecision
-		err error
-	}
-	stepOpDone struct{ ref uint64 } // the inbox answered a step-end operation
-	retryTick  struct{ epoch, gen uint64 }
-	compactReq struct{ ref uint64 } // a Compact, by the driver ref of its reply
-	maintDone  struct {             // the maintenance task returned
+	maintDone struct { // the maintenance task returned
 		epoch uint64
 		err   error
 		stack []byte // the panic's stack when the task panicked
 	}
-	contextPushed struct{ ref uint64 } // the inbox answered a context push
 )
 
 type caller struct {
@@ -90,6 +68,7 @@ type agentActor struct {
 	disposes []caller          // Dispose requests, answered once idle
 	compacts map[uint64]caller // Compact requests by driver ref
 	maint    *caller           // the running maintenance task's caller
+	maintAsk *maintReq         // the maintenance request the driver is asked about
 	stream   *actor.PID
 
 	stopped      bool            // Stopping or Restarting came: every signal made is cancelled
@@ -189,7 +168,7 @@ func (a *agentActor) Receive(ctx actor.Context) {
 	case inbox.SendReply:
 		if r, ok := a.pushes[m.Ref]; ok {
 			delete(a.pushes, m.Ref)
-			a.handle(ctx, contextPushed{ref: r})
+			a.step(ctx, contextPushed{Ref: r})
 			break
 		}
 		if a.stepOpAnswered(ctx, m.Ref, nil) {
@@ -204,7 +183,7 @@ func (a *agentActor) Receive(ctx actor.Context) {
 	case inbox.SendFailed:
 		if r, ok := a.pushes[m.Ref]; ok {
 			delete(a.pushes, m.Ref)
-			a.handle(ctx, contextPushed{ref: r})
+			a.step(ctx, contextPushed{Ref: r})
 			break
 		}
 		if a.stepOpAnswered(ctx, m.Ref, m.Err) {
@@ -237,10 +216,10 @@ func (a *agentActor) Receive(ctx actor.Context) {
 		ref := a.nextRef()
 		a.compacts[ref] = caller{pid: ctx.Sender(), ref: m.Ref}
 		if !a.booted {
-			a.buffered = append(a.buffered, compactReq{ref: ref})
+			a.buffered = append(a.buffered, compactRequested{Ref: ref})
 			return
 		}
-		a.handle(ctx, compactReq{ref: ref})
+		a.handle(ctx, compactRequested{Ref: ref})
 	default:
 		a.input(ctx, m)
 	}
@@ -262,8 +241,8 @@ func (a *agentActor) committed(ctx actor.Context, events session.Events) {
 	if a.d == nil {
 		a.mirror(events.Slice())
 		a.build(ctx) // may boot: the waiters are answered by Receive
-	} else if err := a.d.CommittedEvents(events); err != nil {
-		panic(err)
+	} else {
+		a.step(ctx, eventsCommitted{Events: events})
 	}
 }
 
@@ -359,7 +338,7 @@ func (a *agentActor) boot(ctx actor.Context) {
 		return
 	}
 	a.booted = true
-	a.d.InboxPending(a.pendingTurn, a.pendingStep)
+	a.step(ctx, inboxPending{NextTurn: a.pendingTurn, NextStep: a.pendingStep})
 	buf := a.buffered
 	a.buffered = nil
 	for _, m := range buf {
@@ -378,7 +357,7 @@ func (a *agentActor) forward(ctx actor.Context, callerRef uint64, s inbox.Send) 
 		return
 	}
 	if a.d != nil {
-		s.Target = a.d.SendTarget(s.Target, s.Wake)
+		s.Target = a.d.SendTarget(s)
 	}
 	s.Ref = a.nextRef()
 	if a.sends == nil {
@@ -388,83 +367,82 @@ func (a *agentActor) forward(ctx actor.Context, callerRef uint64, s inbox.Send) 
 	ctx.Request(a.inbox, s)
 }
 
-// handle feeds one input to the core and performs its effects. A core
-// error means the agent's view of the log is wrong: panic, and let the
-// restart rebuild it from the log.
+// handle feeds message msg to the driver, as the input it stands for
+// (inputOf), and performs the effects. A driver error means the agent's
+// view of the log is wrong (so does a refused append or claim): panic,
+// and let the restart rebuild it from the log.
 func (a *agentActor) handle(ctx actor.Context, msg any) {
-	d := a.d
-	var eff Effects
-	var err error
 	switch m := msg.(type) {
-	case inbox.Woken:
-		eff = d.Wake(m.Target)
-	case inbox.Inserted:
-		d.InboxChanged(m.Target, 1)
-	case inbox.Discarded:
-		d.InboxChanged(m.Target, -1)
-	case inbox.ClaimedNotice:
-		d.InboxChanged(m.Target, -1)
-	case inbox.Claimed:
-		eff = d.Claimed(m.Ref, m.Messages())
-	case inbox.ClaimFailed:
-		err = errors.Join(errors.New("agent: claim refused"), m.Err)
-	case session.AppendReply:
-		eff, err = d.Appended(m.Ref, m.Events)
-	case session.AppendFailed:
-		err = d.AppendFailed(m.Ref, m.Err)
-	case llm.ChunkReceived:
-		eff = d.StreamChunk(m.Ref, m.Chunk)
-	case llm.StreamEnded:
-		eff = d.StreamEnded(m.Ref, m.Finish, m.Cancelled)
-		defer a.releaseChunkBuffers() // after the effects: what they hold is sent
-	case toolDone:
-		eff = d.ToolDone(m.ref, m.result)
-	case toolEmitted:
-		eff = d.ToolEmitted(m.ref, m.draft)
-	case preStepDone:
-		eff = d.PreStepDone(m.ref, m.dec, m.err)
-	case turnStoppingDone:
-		eff = d.TurnStoppingDone(m.ref, m.err)
-	case stepEndDone:
-		eff = d.StepEndDone(m.ref, m.dec, m.err)
-	case stepOpDone:
-		eff = d.StepEndOpDone(m.ref)
-	case retryTick:
-		eff = d.RetryTimerFired(m.gen)
-	case contextPushed:
-		eff = d.ContextPushed(m.ref)
-	case Cancel:
-		eff = d.Cancel(m.Cause, m.KeepInbox)
-	case SetSystem:
-		eff = d.SetSystem(m.Prompt)
-	case SetRuntimeContext:
-		eff = d.SetRuntimeContext(m.Context)
-	case Dispose:
-		eff = d.Dispose()
-	case compactReq:
-		eff = d.Compact(m.ref)
 	case maintReq:
 		a.startMaintenance(ctx, m)
 		return
 	case maintDone:
-		if m.stack != nil {
-			if l := ctx.Logger(); l != nil {
-				l.Error("agent: maintenance task panicked", "err", m.err, "stack", string(m.stack))
-			}
-		}
-		eff = d.MaintenanceDone()
-		c := a.maint
-		a.maint = nil
-		a.perform(ctx, eff)
-		if c != nil && c.pid != nil {
-			ctx.Send(c.pid, MaintenanceDone{Ref: c.ref, Err: m.err})
-		}
+		a.maintenanceDone(ctx, m)
 		return
+	case inbox.ClaimFailed:
+		panic(errors.Join(errors.New("agent: claim refused"), m.Err))
+	case session.AppendFailed:
+		panic(fmt.Errorf("agent: session refused append %d: %w", m.Ref, m.Err))
+	case llm.StreamEnded:
+		defer a.releaseChunkBuffers() // after the effects: what they hold is sent
 	}
+	if in, ok := inputOf(msg); ok {
+		a.step(ctx, in)
+	}
+}
+
+// inputOf returns the driver input that message m stands for: the
+// driver's own inputs (sent by the shell's goroutines and timers) and the
+// protocol requests it takes (Cancel, SetSystem, SetRuntimeContext,
+// Dispose) are inputs already; the inbox's, the session's and the
+// stream's messages carry one.
+func inputOf(m any) (Input, bool) {
+	switch m := m.(type) {
+	case Input:
+		return m, true
+	case inbox.Woken:
+		return woken{Target: m.Target}, true
+	case inbox.Inserted:
+		return inboxChanged{Target: m.Target, Delta: 1}, true
+	case inbox.Discarded:
+		return inboxChanged{Target: m.Target, Delta: -1}, true
+	case inbox.ClaimedNotice:
+		return inboxChanged{Target: m.Target, Delta: -1}, true
+	case inbox.Claimed:
+		return claimed{Ref: m.Ref, Messages: m.Messages()}, true
+	case session.AppendReply:
+		return appended{Ref: m.Ref, Events: m.Events}, true
+	case llm.ChunkReceived:
+		return streamChunk{Ref: m.Ref, Chunk: m.Chunk}, true
+	case llm.StreamEnded:
+		return streamEnded{Ref: m.Ref, Finish: m.Finish, Cancelled: m.Cancelled}, true
+	}
+	return nil, false
+}
+
+// step feeds in to the driver and performs the effects.
+func (a *agentActor) step(ctx actor.Context, in Input) {
+	eff, err := a.d.Step(in)
 	if err != nil {
 		panic(err)
 	}
 	a.perform(ctx, eff)
+}
+
+// maintenanceDone ends the maintenance task: the driver replays a wake
+// latched meanwhile, then the requester gets the task's error.
+func (a *agentActor) maintenanceDone(ctx actor.Context, m maintDone) {
+	if m.stack != nil {
+		if l := ctx.Logger(); l != nil {
+			l.Error("agent: maintenance task panicked", "err", m.err, "stack", string(m.stack))
+		}
+	}
+	c := a.maint
+	a.maint = nil
+	a.step(ctx, maintenanceDone{})
+	if c != nil && c.pid != nil {
+		ctx.Send(c.pid, MaintenanceDone{Ref: c.ref, Err: m.err})
+	}
 }
 
 func (a *agentActor) perform(ctx actor.Context, eff Effects) {
@@ -520,11 +498,11 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 				ctx.Request(a.inbox, inbox.Remove{Ref: ref, ID: e.Op.id})
 			}
 		case StartTimerEffect:
-			root, self, epoch, gen := a.root, a.self, a.epoch, e.Gen
+			root, self, gen := a.root, a.self, e.Gen
 			if a.timer != nil {
 				a.timer.Stop()
 			}
-			a.timer = time.AfterFunc(e.Delay, func() { root.Send(self, retryTick{epoch: epoch, gen: gen}) })
+			a.timer = time.AfterFunc(e.Delay, func() { root.Send(self, retryTimerFired{Gen: gen}) })
 		case NewSignalEffect:
 			if a.signalCancel != nil {
 				a.signalCancel()
@@ -544,6 +522,8 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 			if a.cfg.Observer != nil {
 				ctx.Send(a.cfg.Observer, TurnFailed(e))
 			}
+		case MaintenanceEffect:
+			a.runMaintenance(ctx, e.Err)
 		case CompactDoneEffect:
 			c, ok := a.compacts[e.Ref]
 			delete(a.compacts, e.Ref)

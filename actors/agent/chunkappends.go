@@ -91,12 +91,7 @@ func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
 		if !a.booted { // cannot be: only a booted driver appends
 			a.input(ctx, m)
 		} else {
-			// What handle does for an AppendReply, without boxing it.
-			eff, err := a.d.Appended(m.Ref, m.Events)
-			if err != nil {
-				panic(err)
-			}
-			a.perform(ctx, eff)
+			a.step(ctx, appended{Ref: m.Ref, Events: m.Events})
 		}
 	} else {
 		if m.Events.Len() != len(f.refs) {
@@ -107,13 +102,7 @@ func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
 				a.input(ctx, session.AppendReply{Ref: r, Events: m.Events.View(i, i+1)})
 				continue
 			}
-			// What handle does for an AppendReply, without boxing one
-			// per chunk.
-			eff, err := a.d.Appended(r, m.Events.View(i, i+1))
-			if err != nil {
-				panic(err)
-			}
-			a.perform(ctx, eff)
+			a.step(ctx, appended{Ref: r, Events: m.Events.View(i, i+1)})
 		}
 	}
 	a.sendHeld(ctx)

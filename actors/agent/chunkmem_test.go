@@ -148,11 +148,11 @@ func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
 	ack := r.l.EventsFrom(r.l.Len() - 1)
 	delta := messages.TextDeltaChunk(0, "tok")
 	chunk := func() {
-		eff := r.d.StreamChunk(r.stream, delta)
+		eff := r.input(streamChunk{Ref: r.stream, Chunk: delta})
 		if len(eff) != 1 {
 			t.Fatal("a chunk is one append")
 		}
-		if _, err := r.d.Appended(eff[0].(AppendEffect).Ref, ack); err != nil {
+		if _, err := r.d.Step(appended{Ref: eff[0].(AppendEffect).Ref, Events: ack}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,6 +161,6 @@ func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
 	// chunk's draft builds no data: session.AssistantChunk.Draft).
 	require.LessOrEqual(t, testing.AllocsPerRun(200, chunk), 3.0, "allocations per chunk")
 	require.NotZero(t, cap(r.d.chunkRefs), "the queue is kept while streaming")
-	r.d.StreamEnded(r.stream, messages.FinishReason{Kind: messages.FinishStop}, false)
+	r.input(streamEnded{Ref: r.stream, Finish: messages.FinishReason{Kind: messages.FinishStop}})
 	require.Zero(t, cap(r.d.chunkRefs), "the queue is dropped after the stream")
 }

@@ -263,11 +263,11 @@ func (d *Driver) ReplaceGeneration() int { return d.replaceGen }
 // Compacting reports whether a compaction of this driver is in flight.
 func (d *Driver) Compacting() bool { return d.cmp != nil }
 
-// Compact starts a manual compaction between turns
+// onCompact starts a manual compaction between turns
 // (docs/agent-loop.md#compaction). Its outcome comes back as a
 // CompactDoneEffect with ref. While a turn or a compaction runs it is
 // answered CompactBusy at once.
-func (d *Driver) Compact(ref uint64) Effects {
+func (d *Driver) onCompact(ref uint64) {
 	reply := func(o CompactOutcome, id, err string) {
 		d.emit(CompactDoneEffect{Ref: ref, Outcome: o, CompactionID: id, Err: err})
 	}
@@ -288,7 +288,6 @@ func (d *Driver) Compact(ref uint64) Effects {
 			}
 		})
 	}
-	return d.flush()
 }
 
 // pressure reports whether the next request (the surface plus the
@@ -399,11 +398,12 @@ func (d *Driver) compactionChunk(c messages.StreamChunk) { d.cmp.asm.Push(c) }
 
 // compactionStreamDone records the summary and the checkpoint, or the
 // failure.
-func (d *Driver) compactionStreamDone(finish messages.FinishReason, cancelled bool) {
+func (d *Driver) compactionStreamDone(in streamEnded) {
+	finish := in.Finish
 	c := d.cmp
 	c.streamRef = 0
 	switch {
-	case cancelled || c.cancelled:
+	case in.Cancelled || c.cancelled:
 		d.endCompaction(CompactFailed, "compaction aborted")
 		return
 	case finish.Kind == messages.FinishError || finish.Kind == messages.FinishAborted:

@@ -411,7 +411,8 @@ func TestCompactionLock(t *testing.T) {
 	b.end()
 	b.add(session.NewDraft(session.TypeCompactionStart, messages.MustParseJSON(`{"compactionId":"x","turn":null}`)))
 	d := b.driver()
-	eff := d.Compact(7)
+	eff, err := d.Step(compactRequested{Ref: 7})
+	require.NoError(t, err)
 	require.Equal(t, Effects{CompactDoneEffect{Ref: 7, Outcome: CompactBusy, Err: ErrCompactBusy.Error()}}, eff)
 
 	seeded, err := session.NewSeeded(testHeader(), b.l.Events().Slice(), 1)
@@ -419,7 +420,8 @@ func TestCompactionLock(t *testing.T) {
 	d, err = NewDriver(DriverConfig{Provider: "mock", Model: "mock-1",
 		Compaction: CompactionConfig{NewID: fixedIDs("y")}}, seeded.Header(), seeded.Events().Slice())
 	require.NoError(t, err)
-	eff = d.Compact(8)
+	eff, err = d.Step(compactRequested{Ref: 8})
+	require.NoError(t, err)
 	require.Len(t, eff, 1)
 	app, ok := eff[0].(AppendEffect)
 	require.True(t, ok, "%#v", eff)

@@ -8,11 +8,11 @@
 // # Layers
 //
 // [Driver] (state.go) is the pure core: a state machine with no goroutines,
-// clock or I/O. Each input (Wake, Appended, Claimed, StreamChunk,
-// StreamEnded, ToolDone, PreStepDone, TurnStoppingDone, StepEndDone,
-// StepEndOpDone, RetryTimerFired, Cancel, SetSystem, SetRuntimeContext,
-// Dispose, Compact, inbox counts, and Committed for the log mirror) returns
-// [Effects]. state_test.go drives it alone (inputs in, effects out). The core
+// clock or I/O. [Driver.Step] takes one [Input] (an append acknowledged, a
+// claim answered, a chunk, a hook's or a tool's end, a timer, the inbox's
+// notices, the committed events for the log mirror, and the protocol's
+// Cancel, SetSystem, SetRuntimeContext and Dispose) and returns [Effects].
+// state_test.go drives it alone (inputs in, effects out). The core
 // keeps a mirror of the session log (fed by the agent's subscription to the
 // session) and builds every request from it: messages = DeriveMessages(),
 // config = the folded request header, so a request always rebuilds from the

@@ -33,7 +33,7 @@ type ClearInboxEffect struct{}
 
 // PushContextEffect appends Message to the inbox's next-step list with
 // loop origin (a tool's additional context). The inbox's answer (the
-// splice committed, or the send refused) comes back as ContextPushed(Ref):
+// splice committed, or the send refused) comes back as contextPushed{Ref}:
 // the core waits for it before it commits anything else of the step, so
 // that the splice follows its tool/result and precedes the next result
 // and step/end (docs/agent-loop.md#tool-calls).
@@ -51,14 +51,14 @@ type StartStreamEffect struct {
 // CancelStreamEffect cancels model call Ref.
 type CancelStreamEffect struct{ Ref uint64 }
 
-// RunToolEffect runs a tool call; its result comes back as ToolDone(Ref).
+// RunToolEffect runs a tool call; its result comes back as toolDone{Ref}.
 type RunToolEffect struct {
 	Ref  uint64
 	Call Call
 }
 
 // RunPreStepEffect runs the pre-step hook; the decision comes back as
-// PreStepDone(Ref). Snapshot, when not zero, is the runtime-context
+// preStepDone{Ref}. Snapshot, when not zero, is the runtime-context
 // snapshot the default decision enters (see PreStepInput).
 type RunPreStepEffect struct {
 	Ref      uint64
@@ -69,14 +69,14 @@ type RunPreStepEffect struct {
 }
 
 // RunTurnStoppingEffect runs the turn-stopping hook; it comes back as
-// TurnStoppingDone(Ref).
+// turnStoppingDone{Ref}.
 type RunTurnStoppingEffect struct {
 	Ref  uint64
 	Turn int64
 }
 
 // StartTimerEffect arms the retry backoff timer; it fires as
-// RetryTimerFired(Gen).
+// retryTimerFired{Gen}.
 type StartTimerEffect struct {
 	Gen   uint64
 	Delay time.Duration

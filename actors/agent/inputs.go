@@ -10,23 +10,12 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// ---- inputs -------------------------------------------------------------
+// The driver's handlers of its inputs (Step, step.go dispatches).
 
-// Committed feeds the mirror with events the session committed, in order
-// and without gaps.
-func (d *Driver) Committed(events []session.Event) error {
-	for _, e := range events {
-		if err := d.committed(e); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// CommittedEvents is Committed for a view, as the session's
+// onCommittedEvents is Committed for a view, as the session's
 // EventsCommitted carries it: the shell need not copy the events out of
 // it first (a copy per chunk on the streaming path).
-func (d *Driver) CommittedEvents(events session.Events) error {
+func (d *Driver) onCommitted(events session.Events) error {
 	for i := range events.Len() {
 		if err := d.committed(events.At(i)); err != nil {
 			return err
@@ -53,14 +42,14 @@ func (d *Driver) committed(e session.Event) error {
 	return nil
 }
 
-// InboxPending sets the inbox counts (the answer to a query made at boot).
-func (d *Driver) InboxPending(nextTurn, nextStep int) {
+// onInboxPending sets the inbox counts (the answer to a query made at boot).
+func (d *Driver) onInboxPending(nextTurn, nextStep int) {
 	d.pendingTurn, d.pendingStep = nextTurn, nextStep
 }
 
-// InboxChanged adjusts the count of list t by delta (an insert +1, a
+// onInboxChanged adjusts the count of list t by delta (an insert +1, a
 // discard or claim −1).
-func (d *Driver) InboxChanged(t inbox.Target, delta int) {
+func (d *Driver) onInboxChanged(t inbox.Target, delta int) {
 	if t == inbox.NextTurn {
 		d.pendingTurn = max(d.pendingTurn+delta, 0)
 	} else {
@@ -68,11 +57,11 @@ func (d *Driver) InboxChanged(t inbox.Target, delta int) {
 	}
 }
 
-// Wake handles a committed waking send to list t (docs/agent-loop.md#delivery).
+// onWake handles a committed waking send to list t (docs/agent-loop.md#delivery).
 // A wake that arrives after the turn's abort fired is latched and replays
 // once the turn has closed, unless the cause is disposal; a disposed
 // driver never starts a turn again.
-func (d *Driver) Wake(t inbox.Target) Effects {
+func (d *Driver) onWoken(t inbox.Target) {
 	switch {
 	case d.disposed:
 	case d.maintenance:
@@ -89,33 +78,32 @@ func (d *Driver) Wake(t inbox.Target) Effects {
 	case t == inbox.NextStep:
 		d.stepWoke = true
 	}
-	return d.flush()
 }
 
-// Cancel aborts the running turn with cause (the first cause wins) and,
-// unless keepInbox, clears the inbox and drops a latched wake
+// onCancel aborts the running turn with c.Cause (the first cause wins)
+// and, unless c.KeepInbox, clears the inbox and drops a latched wake
 // (docs/agent-loop.md#cancellation).
-func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
-	if !keepInbox {
+func (d *Driver) onCancel(c Cancel) {
+	if !c.KeepInbox {
 		d.emit(ClearInboxEffect{})
 		d.wakeRequested = false
 	}
 	if d.maintenance {
 		// The task's context is the signal: abort it. Its end comes back
-		// as MaintenanceDone.
-		d.emit(AbortEffect{Cause: cause})
-		return d.flush()
+		// as maintenanceDone.
+		d.emit(AbortEffect{Cause: c.Cause})
+		return
 	}
 	if d.t == nil && d.cmp != nil {
 		d.cancelCompaction() // a manual compaction
-		return d.flush()
+		return
 	}
 	if d.phase == phIdle || d.t == nil || d.t.aborted {
-		return d.flush()
+		return
 	}
 	t := d.t
-	t.aborted, t.cause = true, cause
-	d.emit(AbortEffect{Cause: cause})
+	t.aborted, t.cause = true, c.Cause
+	d.emit(AbortEffect{Cause: c.Cause})
 	if d.cmp != nil {
 		d.cancelCompaction()
 	}
@@ -123,49 +111,47 @@ func (d *Driver) Cancel(cause session.CancelCause, keepInbox bool) Effects {
 		// turn/end is already issued with its own reason; the abort only
 		// stops the continuation (the cleared inbox's counts lag behind)
 		// and makes later wakes latch.
-		return d.flush()
+		return
 	}
 	switch d.phase {
 	case phStream:
 		d.emit(CancelStreamEffect{Ref: t.streamRef})
 	case phRetryWait:
-		t.timerGen++
+		t.timerGen = d.ref()
 		d.finishStep(outAborted, messages.LlmFailure{})
 	case phTools:
 		d.commitTools()
 	}
-	return d.flush()
 }
 
-// SetSystem sets the system prompt. It takes effect at the next step (a
+// onSetSystem sets the system prompt. It takes effect at the next step (a
 // step keeps the prompt it started with, across its retries): the next
 // request logs a request/header {change} snapshot when the prompt really
 // changed, and nothing when it did not (docs/session-log.md#request-headers).
-func (d *Driver) SetSystem(prompt string) Effects {
+func (d *Driver) onSetSystem(prompt string) {
 	d.system = prompt
-	return d.flush()
 }
 
-// Dispose aborts the running turn with cause disposed, keeping the inbox
+// onDispose aborts the running turn with cause disposed, keeping the inbox
 // (what is pending stays durable for a later agent), drops a latched wake,
 // and makes the driver inert: no turn starts again
 // (docs/agent-loop.md#cancellation). The caller waits for Idle and then stops
 // the agent.
-func (d *Driver) Dispose() Effects {
+func (d *Driver) onDispose() {
 	d.disposed = true
 	d.wakeRequested = false
-	return d.Cancel(session.CancelCause{Kind: session.CauseDisposed}, true)
+	d.onCancel(Cancel{Cause: session.CancelCause{Kind: session.CauseDisposed}, KeepInbox: true})
 }
 
-// Appended acknowledges append ref with its committed events.
-func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
+// onAppended acknowledges append ref with its committed events.
+func (d *Driver) onAppended(ref uint64, events session.Events) error {
 	if d.inflight == 0 {
-		return nil, fmt.Errorf("agent: unexpected append ack %d", ref)
+		return fmt.Errorf("agent: unexpected append ack %d", ref)
 	}
 	d.inflight--
 	if tag, ok := d.takeTag(ref); ok {
 		if events.Len() != 1 {
-			return nil, fmt.Errorf("agent: append %d committed %d events, want 1", ref, events.Len())
+			return fmt.Errorf("agent: append %d committed %d events, want 1", ref, events.Len())
 		}
 		seq := events.At(0).Seq()
 		switch {
@@ -185,7 +171,7 @@ func (d *Driver) Appended(ref uint64, events session.Events) (Effects, error) {
 		d.settled = nil
 		fn()
 	}
-	return d.flush(), nil
+	return nil
 }
 
 // takeTag removes and returns the tag of append ref, if it has one.
@@ -226,16 +212,10 @@ func (d *Driver) chunkRefsTaken() {
 // shell keeps its chunk buffers meanwhile).
 func (d *Driver) Streaming() bool { return d.phase == phStream }
 
-// AppendFailed reports a refused append: the agent's view of the log is
-// wrong, which the core cannot repair. The shell crashes the actor.
-func (d *Driver) AppendFailed(ref uint64, err error) error {
-	return fmt.Errorf("agent: session refused append %d: %w", ref, err)
-}
-
-// Claimed delivers the inbox's answer to the claim ref.
-func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
+// onClaimed delivers the inbox's answer to the claim ref.
+func (d *Driver) onClaimed(ref uint64, msgs []messages.Message) {
 	if d.phase != phClaim || ref != d.claimRef {
-		return d.flush()
+		return
 	}
 	d.stepWoke = false
 	t := d.t
@@ -245,14 +225,13 @@ func (d *Driver) Claimed(ref uint64, msgs []messages.Message) Effects {
 	case d.cfg.StepEnd && t.step > 0 && !t.stepEndRan:
 		d.runStepEnd(msgs)
 	default:
-		d.claimed(msgs)
+		d.afterClaim(msgs)
 	}
-	return d.flush()
 }
 
-// claimed goes on from a claim's batch: the end of the turn, or the
+// afterClaim goes on from a claim's batch: the end of the turn, or the
 // pressure check and the pre-step (docs/agent-loop.md#turns-and-steps).
-func (d *Driver) claimed(msgs []messages.Message) {
+func (d *Driver) afterClaim(msgs []messages.Message) {
 	t := d.t
 	switch {
 	case t.ends != nil && len(msgs) == 0:
@@ -295,10 +274,10 @@ func (d *Driver) claimed(msgs []messages.Message) {
 	}
 }
 
-// PreStepDone delivers the pre-step hook's decision.
-func (d *Driver) PreStepDone(ref uint64, dec PreStepDecision, err error) Effects {
+// onPreStepDone delivers the pre-step hook's decision.
+func (d *Driver) onPreStepDone(ref uint64, dec PreStepDecision, err error) {
 	if d.phase != phPreStep || ref != d.hookRef {
-		return d.flush()
+		return
 	}
 	t := d.t
 	snap := t.snapshot
@@ -323,13 +302,12 @@ func (d *Driver) PreStepDone(ref uint64, dec PreStepDecision, err error) Effects
 			d.enter(preface, batch, n)
 		}
 	}
-	return d.flush()
 }
 
-// TurnStoppingDone delivers the end of the turn-stopping hook.
-func (d *Driver) TurnStoppingDone(ref uint64, err error) Effects {
+// onTurnStoppingDone delivers the end of the turn-stopping hook.
+func (d *Driver) onTurnStoppingDone(ref uint64, err error) {
 	if d.phase != phTurnStopping || ref != d.hookRef {
-		return d.flush()
+		return
 	}
 	t := d.t
 	switch {
@@ -341,24 +319,23 @@ func (d *Driver) TurnStoppingDone(ref uint64, err error) Effects {
 		t.stoppingRan = true
 		d.claim(inbox.NextStep)
 	}
-	return d.flush()
 }
 
-// StreamChunk delivers chunk c of call ref.
-func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
+// onStreamChunk delivers chunk c of call ref.
+func (d *Driver) onStreamChunk(ref uint64, c messages.StreamChunk) {
 	if d.cmp != nil && ref != 0 && ref == d.cmp.streamRef {
 		d.compactionChunk(c)
-		return d.flush()
+		return
 	}
 	if d.phase != phStream || ref != d.t.streamRef {
-		return d.flush()
+		return
 	}
 	t := d.t
 	if t.aborted {
 		// The abort stopped the stream (docs/agent-loop.md#cancellation: the
 		// chunks so far, no finish chunk); what was already in flight is
 		// dropped.
-		return d.flush()
+		return
 	}
 	if c.Type() == messages.ChunkFinish {
 		if k := c.Reason().Kind; k == messages.FinishError || k == messages.FinishAborted {
@@ -366,51 +343,48 @@ func (d *Driver) StreamChunk(ref uint64, c messages.StreamChunk) Effects {
 		}
 	}
 	if t.tooLarge != nil {
-		return d.flush() // the step ends in error at the stream's end
+		return // the step ends in error at the stream's end
 	}
 	draft := session.AssistantChunk{Turn: t.turn, Step: t.step, Chunk: c}.Draft()
 	if err := session.CheckDraftSize(draft); err != nil {
 		t.tooLarge = fmt.Errorf("a stream chunk is too large to record: %w", err)
-		return d.flush()
+		return
 	}
 	d.appendDrafts(appendTag{chunk: true}, draft)
 	t.asm.Push(c)
-	return d.flush()
 }
 
-// StreamEnded delivers the end of call ref.
-func (d *Driver) StreamEnded(ref uint64, finish messages.FinishReason, cancelled bool) Effects {
-	if d.cmp != nil && ref != 0 && ref == d.cmp.streamRef {
-		d.compactionStreamDone(finish, cancelled)
-		return d.flush()
+// onStreamEnded delivers the end of call in.Ref.
+func (d *Driver) onStreamEnded(in streamEnded) {
+	if d.cmp != nil && in.Ref != 0 && in.Ref == d.cmp.streamRef {
+		d.compactionStreamDone(in)
+		return
 	}
-	if d.phase != phStream || ref != d.t.streamRef {
-		return d.flush()
+	if d.phase != phStream || in.Ref != d.t.streamRef {
+		return
 	}
 	d.t.streamRef = 0
-	d.settle(func() { d.streamDone(finish, cancelled) })
+	d.settle(func() { d.streamDone(in) })
 	d.chunkRefsTaken() // no longer streaming: an empty queue drops its array
-	return d.flush()
 }
 
-// RetryTimerFired delivers the backoff timer of generation gen.
-func (d *Driver) RetryTimerFired(gen uint64) Effects {
+// onRetryTimerFired delivers the backoff timer of generation gen.
+func (d *Driver) onRetryTimerFired(gen uint64) {
 	if d.phase != phRetryWait || gen != d.t.timerGen {
-		return d.flush()
+		return
 	}
 	t := d.t
 	d.appendDrafts(appendTag{}, session.NewDraft(session.TypeLlmRetryStarted,
 		llm.RetryStartedData(retryID(t), t.turn, t.step, t.attempt-1)))
 	d.beginAttempt()
-	return d.flush()
 }
 
-// ToolEmitted appends a draft a running tool asked for. Call.Emit has
+// onToolEmitted appends a draft a running tool asked for. Call.Emit has
 // refused a draft too large to record; one that got here anyway is
 // dropped rather than refused by the session, which would crash the agent.
-func (d *Driver) ToolEmitted(ref uint64, dr session.Draft) Effects {
+func (d *Driver) onToolEmitted(ref uint64, dr session.Draft) {
 	if d.t == nil || session.CheckDraftSize(dr) != nil {
-		return d.flush()
+		return
 	}
 	for _, c := range d.t.calls {
 		if c.ref == ref && c.started && !c.done {
@@ -418,13 +392,12 @@ func (d *Driver) ToolEmitted(ref uint64, dr session.Draft) Effects {
 			break
 		}
 	}
-	return d.flush()
 }
 
-// ToolDone delivers the result of tool call ref.
-func (d *Driver) ToolDone(ref uint64, r Result) Effects {
+// onToolDone delivers the result of tool call ref.
+func (d *Driver) onToolDone(ref uint64, r Result) {
 	if d.phase != phTools {
-		return d.flush()
+		return
 	}
 	t := d.t
 	for i := range t.calls {
@@ -440,20 +413,18 @@ func (d *Driver) ToolDone(ref uint64, r Result) Effects {
 			break
 		}
 	}
-	return d.flush()
 }
 
-// ContextPushed delivers the inbox's answer to context push ref: its
+// onContextPushed delivers the inbox's answer to context push ref: its
 // splice is committed, or the send was refused (the context is then lost,
 // as a refused loop insert leaves the inbox unchanged). The step's commit
 // goes on.
-func (d *Driver) ContextPushed(ref uint64) Effects {
+func (d *Driver) onContextPushed(ref uint64) {
 	if d.t == nil || !d.t.pushes[ref] {
-		return d.flush()
+		return
 	}
 	delete(d.t.pushes, ref)
 	if d.phase == phTools && len(d.t.pushes) == 0 {
 		d.commitTools()
 	}
-	return d.flush()
 }

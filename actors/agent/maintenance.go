@@ -21,27 +21,34 @@ import (
 // disposed.
 var ErrNotIdle = errors.New("agent: not idle")
 
-// StartMaintenance begins a maintenance task. It is refused (ErrNotIdle)
-// unless the agent is idle and not disposed. On success the effects hold
-// a NewSignalEffect: the shell runs the task under the fresh signal, which
-// a Cancel aborts, and reports its end with MaintenanceDone.
-func (d *Driver) StartMaintenance() (Effects, error) {
+// MaintenanceEffect answers a maintenance task's request to run: Err is
+// nil when it may run, under the fresh abort signal of the NewSignalEffect
+// before it (a Cancel aborts it; its end comes back as maintenanceDone),
+// or ErrNotIdle.
+type MaintenanceEffect struct{ Err error }
+
+func (MaintenanceEffect) effect() {}
+
+// onStartMaintenance begins a maintenance task, unless the agent is not
+// idle or is disposed (ErrNotIdle).
+func (d *Driver) onStartMaintenance() {
 	if d.disposed || !d.Idle() || d.t != nil || d.cmp != nil {
-		return d.flush(), ErrNotIdle
+		d.emit(MaintenanceEffect{Err: ErrNotIdle})
+		return
 	}
 	d.maintenance = true
 	d.emit(NewSignalEffect{})
-	return d.flush(), nil
+	d.emit(MaintenanceEffect{})
 }
 
 // Maintaining reports whether a maintenance task runs.
 func (d *Driver) Maintaining() bool { return d.maintenance }
 
-// MaintenanceDone ends the maintenance task. A wake latched during it
+// onMaintenanceDone ends the maintenance task. A wake latched during it
 // replays now: a turn starts if input is pending.
-func (d *Driver) MaintenanceDone() Effects {
+func (d *Driver) onMaintenanceDone() {
 	if !d.maintenance {
-		return d.flush()
+		return
 	}
 	d.maintenance = false
 	next := d.wakeRequested && !d.disposed && d.pendingTurn+d.pendingStep > 0
@@ -49,7 +56,6 @@ func (d *Driver) MaintenanceDone() Effects {
 	if next {
 		d.startTurn()
 	}
-	return d.flush()
 }
 
 // maintReq is a RunMaintenance with its sender (kept when buffered).
@@ -58,8 +64,8 @@ type maintReq struct {
 	from *actor.PID
 }
 
-// startMaintenance runs a maintenance task under a fresh abort signal, or
-// refuses it.
+// startMaintenance asks the driver whether a maintenance task may run
+// (runMaintenance has the answer).
 func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
 	reply := func(err error) {
 		if m.from != nil {
@@ -70,10 +76,23 @@ func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
 		reply(errors.New("agent: maintenance without a task"))
 		return
 	}
-	eff, err := a.d.StartMaintenance()
-	a.perform(ctx, eff)
+	a.maintAsk = &m
+	a.step(ctx, startMaintenance{})
+}
+
+// runMaintenance answers the maintenance request the driver was asked
+// about (a MaintenanceEffect): it refuses it with err, or runs its task
+// under the abort signal.
+func (a *agentActor) runMaintenance(ctx actor.Context, err error) {
+	m := a.maintAsk
+	a.maintAsk = nil
+	if m == nil {
+		return
+	}
 	if err != nil {
-		reply(err)
+		if m.from != nil {
+			ctx.Send(m.from, MaintenanceDone{Ref: m.Ref, Err: err})
+		}
 		return
 	}
 	a.maint = &caller{pid: m.from, ref: m.Ref}

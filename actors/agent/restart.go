@@ -82,17 +82,17 @@ func (a *agentActor) stale(msg any) bool {
 	case llm.StreamEnded:
 		ref = m.Ref
 	case toolDone:
-		ref = m.ref
+		ref = m.Ref
 	case toolEmitted:
-		ref = m.ref
+		ref = m.Ref
 	case preStepDone:
-		ref = m.ref
+		ref = m.Ref
 	case turnStoppingDone:
-		ref = m.ref
+		ref = m.Ref
 	case stepEndDone:
-		ref = m.ref
-	case retryTick:
-		return m.epoch != a.epoch
+		ref = m.Ref
+	case retryTimerFired:
+		ref = m.Gen
 	case maintDone:
 		return m.epoch != a.epoch
 	default:

@@ -142,13 +142,12 @@ type snapshotState struct {
 	text  string // its text
 }
 
-// SetRuntimeContext replaces the runtime context from the next pre-step
+// onSetRuntimeContext replaces the runtime context from the next pre-step
 // on, and turns the snapshot on (even for an empty context: clearing the
 // sections then sends RuntimeContextNone once, if a snapshot is on the
 // surface).
-func (d *Driver) SetRuntimeContext(rc RuntimeContext) Effects {
+func (d *Driver) onSetRuntimeContext(rc RuntimeContext) {
 	d.rc, d.rcOn = rc, true
-	return d.flush()
 }
 
 // RuntimeContext returns the runtime context the next pre-step uses.

@@ -29,11 +29,11 @@ func (s Status) String() string {
 }
 
 // The pure core: Driver is the turn/step state machine of
-// docs/agent-loop.md#turns-and-steps.
-// It has no goroutines, no clock and no I/O: each input method returns the
-// Effects the shell must perform, in order. Appends are pipelined: the
+// docs/agent-loop.md#turns-and-steps. It has no goroutines, no clock and
+// no I/O: Step takes one Input (step.go) and returns the Effects
+// (effects.go) the shell must perform, in order. Appends are pipelined: the
 // core issues Append effects and learns the seqs from the acknowledgements
-// (Appended), which arrive in issue order. Where it needs seqs or a
+// (appended), which arrive in issue order. Where it needs seqs or a
 // settled log (an anchor citing its chunks, a request built from the
 // log, an inbox request that must follow its own events), it waits until
 // every append in flight is acknowledged ("settle").
@@ -128,7 +128,7 @@ type phase uint8
 const (
 	phIdle         phase = iota
 	phSettle             // waiting for appends before a continuation
-	phClaim              // waiting for Claimed
+	phClaim              // waiting for claimed
 	phPreStep            // waiting for the pre-step hook
 	phStream             // waiting for the stream to end
 	phRetryWait          // waiting for the backoff timer
@@ -341,16 +341,16 @@ func (d *Driver) Disposed() bool { return d.disposed }
 // System returns the system prompt the next step will use.
 func (d *Driver) System() string { return d.system }
 
-// SendTarget returns the list a send to list t must go to: a waking send
-// that arrives after the running turn's abort fired is forced to
-// next-turn (docs/agent-loop.md#delivery), so that it runs as its own turn when
-// the latched wake replays, rather than riding as steering into whatever
+// SendTarget returns the list send s must go to: a waking send that
+// arrives after the running turn's abort fired is forced to next-turn
+// (docs/agent-loop.md#delivery), so that it runs as its own turn when the
+// latched wake replays, rather than riding as steering into whatever
 // claims next-step first.
-func (d *Driver) SendTarget(t inbox.Target, wake bool) inbox.Target {
-	if wake && d.t != nil && d.t.aborted {
+func (d *Driver) SendTarget(s inbox.Send) inbox.Target {
+	if s.Wake && d.t != nil && d.t.aborted {
 		return inbox.NextTurn
 	}
-	return t
+	return s.Target
 }
 
 func (d *Driver) ref() uint64 {

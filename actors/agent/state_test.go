@@ -49,6 +49,15 @@ func newRig(t *testing.T, cfg DriverConfig) *rig {
 	return &rig{t: t, d: d, l: l}
 }
 
+// input feeds in to the driver, which must not fail, and returns the
+// effects.
+func (r *rig) input(in Input) Effects {
+	r.t.Helper()
+	eff, err := r.d.Step(in)
+	require.NoError(r.t, err)
+	return eff
+}
+
 // run performs eff, then acknowledges appends until none is in flight.
 func (r *rig) run(eff Effects) {
 	r.t.Helper()
@@ -62,10 +71,8 @@ func (r *rig) run(eff Effects) {
 			require.NoError(r.t, err)
 		}
 		evs := r.l.EventsFrom(start)
-		require.NoError(r.t, r.d.Committed(evs.Slice()))
-		more, err := r.d.Appended(a.Ref, evs)
-		require.NoError(r.t, err)
-		r.perform(more)
+		r.input(eventsCommitted{Events: evs})
+		r.perform(r.input(appended{Ref: a.Ref, Events: evs}))
 	}
 }
 
@@ -86,10 +93,10 @@ func (r *rig) perform(eff Effects) {
 				got, r.turn = append(got, r.turn[0]), r.turn[1:]
 			}
 			for range got {
-				r.d.InboxChanged(e.Target, -1)
+				r.input(inboxChanged{Target: e.Target, Delta: -1})
 			}
 			r.out = append(r.out, fmt.Sprintf("claim %s %d", e.Target, len(got)))
-			r.perform(r.d.Claimed(e.Ref, got))
+			r.perform(r.input(claimed{Ref: e.Ref, Messages: got}))
 		case StartStreamEffect:
 			r.stream = e.Ref
 			r.out = append(r.out, "stream "+e.Request.Config().Model)
@@ -108,13 +115,13 @@ func (r *rig) perform(eff Effects) {
 			r.out = append(r.out, "turn-error "+e.Error.Code)
 		case PushContextEffect:
 			r.step = append(r.step, e.Message)
-			r.d.InboxChanged(inbox.NextStep, 1)
+			r.input(inboxChanged{Target: inbox.NextStep, Delta: 1})
 			r.out = append(r.out, "push")
 			if r.hold {
 				r.held = append(r.held, e.Ref)
 				continue
 			}
-			r.perform(r.d.ContextPushed(e.Ref))
+			r.perform(r.input(contextPushed{Ref: e.Ref}))
 		case RunToolEffect:
 			r.tools = append(r.tools, e)
 			r.out = append(r.out, "tool "+e.Call.ID)
@@ -126,22 +133,22 @@ func (r *rig) perform(eff Effects) {
 			switch s, ok := op.send(); {
 			case ok && s.Target == inbox.NextTurn:
 				r.turn = append(r.turn, s.Message)
-				r.d.InboxChanged(inbox.NextTurn, 1)
+				r.input(inboxChanged{Target: inbox.NextTurn, Delta: 1})
 			case ok:
 				r.step = append(r.step, s.Message)
-				r.d.InboxChanged(inbox.NextStep, 1)
+				r.input(inboxChanged{Target: inbox.NextStep, Delta: 1})
 			default:
 				n := len(r.step)
 				r.step = slices.DeleteFunc(r.step, func(m messages.Message) bool { return m.ID() == op.id })
 				if len(r.step) < n {
-					r.d.InboxChanged(inbox.NextStep, -1)
+					r.input(inboxChanged{Target: inbox.NextStep, Delta: -1})
 				}
 			}
 			r.out = append(r.out, "inbox-op "+opNames[op.kind])
-			r.perform(r.d.StepEndOpDone(e.Ref))
+			r.perform(r.input(stepEndOpDone{Ref: e.Ref}))
 		case ClearInboxEffect:
 			r.turn, r.step = nil, nil
-			r.d.InboxPending(0, 0)
+			r.input(inboxPending{NextTurn: 0, NextStep: 0})
 			r.out = append(r.out, "clear-inbox")
 		default:
 			r.out = append(r.out, fmt.Sprintf("%T", e))
@@ -152,21 +159,21 @@ func (r *rig) perform(eff Effects) {
 // followup queues a prompt and wakes the driver, as the inbox would.
 func (r *rig) followup(text string) {
 	r.turn = append(r.turn, user(r.t, text))
-	r.d.InboxChanged(inbox.NextTurn, 1)
-	r.run(r.d.Wake(inbox.NextTurn))
+	r.input(inboxChanged{Target: inbox.NextTurn, Delta: 1})
+	r.run(r.input(woken{Target: inbox.NextTurn}))
 }
 
 // chunks streams cs on the running call.
 func (r *rig) chunks(cs ...messages.StreamChunk) {
 	for _, c := range cs {
-		r.run(r.d.StreamChunk(r.stream, c))
+		r.run(r.input(streamChunk{Ref: r.stream, Chunk: c}))
 	}
 }
 
 func (r *rig) end(k messages.FinishKind, f messages.LlmFailure, cancelled bool) {
 	ref := r.stream
 	r.stream = 0
-	r.run(r.d.StreamEnded(ref, messages.FinishReason{Kind: k, Failure: f}, cancelled))
+	r.run(r.input(streamEnded{Ref: ref, Finish: messages.FinishReason{Kind: k, Failure: f}, Cancelled: cancelled}))
 }
 
 func (r *rig) logTypes() []string {
@@ -213,7 +220,7 @@ func TestDriverTurns(t *testing.T) {
 		drive: func(r *rig) {
 			r.followup("hello")
 			r.chunks(messages.BlockStartChunk(0, messages.BlockText), messages.TextDeltaChunk(0, "par"))
-			r.run(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, true))
+			r.run(r.input(Cancel{Cause: session.CancelCause{Kind: session.CauseUser}, KeepInbox: true}))
 			r.end(messages.FinishAborted, messages.LlmFailure{}, true)
 		},
 		effects: []string{"status running", "signal", "append turn/start", "claim next-turn 1",
@@ -229,7 +236,7 @@ func TestDriverTurns(t *testing.T) {
 		drive: func(r *rig) {
 			r.followup("hello")
 			r.end(messages.FinishError, messages.LlmFailure{Message: "busy", Code: "SERVER"}, false)
-			r.run(r.d.RetryTimerFired(r.timer))
+			r.run(r.input(retryTimerFired{Gen: r.timer}))
 			r.chunks(body...)
 			r.end(finish, messages.LlmFailure{}, false)
 		},
@@ -246,7 +253,7 @@ func TestDriverTurns(t *testing.T) {
 		name: "a system prompt change is logged once, at the next step",
 		drive: func(r *rig) {
 			r.followup("a")
-			r.run(r.d.SetSystem("be brief"))
+			r.run(r.input(SetSystem{Prompt: "be brief"}))
 			r.chunks(body...)
 			r.end(finish, messages.LlmFailure{}, false)
 			r.followup("b")
@@ -265,17 +272,17 @@ func TestDriverTurns(t *testing.T) {
 		name: "a cancel during turn/end does not start a spurious turn",
 		drive: func(r *rig) {
 			r.turn = append(r.turn, user(r.t, "queued"))
-			r.d.InboxChanged(inbox.NextTurn, 1)
+			r.input(inboxChanged{Target: inbox.NextTurn, Delta: 1})
 			r.followup("a") // queued is claimed first
 			r.chunks(body...)
 			ref := r.stream
-			r.perform(r.d.StreamEnded(ref, messages.FinishReason{Kind: finish}, false))
+			r.perform(r.input(streamEnded{Ref: ref, Finish: messages.FinishReason{Kind: finish}}))
 			// Acknowledge up to turn/end, then cancel before its ack.
 			for len(r.acks) > 0 {
 				a := r.acks[0]
 				if a.Drafts[0].Type() == session.TypeTurnEnd {
-					r.perform(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, false))
-					r.d.InboxPending(1, 0) // the clear's notices are still on their way
+					r.perform(r.input(Cancel{Cause: session.CancelCause{Kind: session.CauseUser}, KeepInbox: false}))
+					r.input(inboxPending{NextTurn: 1, NextStep: 0}) // the clear's notices are still on their way
 				}
 				r.acks = r.acks[1:]
 				start := r.l.Len()
@@ -284,10 +291,8 @@ func TestDriverTurns(t *testing.T) {
 					require.NoError(r.t, err)
 				}
 				evs := r.l.EventsFrom(start)
-				require.NoError(r.t, r.d.Committed(evs.Slice()))
-				more, err := r.d.Appended(a.Ref, evs)
-				require.NoError(r.t, err)
-				r.perform(more)
+				r.input(eventsCommitted{Events: evs})
+				r.perform(r.input(appended{Ref: a.Ref, Events: evs}))
 			}
 		},
 		ends: []session.TurnEndReason{{Kind: session.EndCompleted}},
@@ -313,7 +318,7 @@ func TestDriverTurns(t *testing.T) {
 func TestDriverDisposeIsFinal(t *testing.T) {
 	r := newRig(t, DriverConfig{})
 	r.followup("a")
-	r.run(r.d.Dispose())
+	r.run(r.input(Dispose{}))
 	require.Equal(t, "cancel-stream", r.out[len(r.out)-1])
 	r.end(messages.FinishAborted, messages.LlmFailure{}, true)
 	require.Equal(t, []session.TurnEndReason{{Kind: session.EndAborted,
@@ -326,12 +331,12 @@ func TestDriverDisposeIsFinal(t *testing.T) {
 
 func TestDriverSendTarget(t *testing.T) {
 	r := newRig(t, DriverConfig{})
-	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.NextStep, true))
+	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.Send{Target: inbox.NextStep, Wake: true}))
 	r.followup("a")
-	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.NextStep, true))
-	r.run(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, true))
-	require.Equal(t, inbox.NextTurn, r.d.SendTarget(inbox.NextStep, true), "a wake after the abort")
-	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.NextStep, false), "an inject is not a wake")
+	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.Send{Target: inbox.NextStep, Wake: true}))
+	r.run(r.input(Cancel{Cause: session.CancelCause{Kind: session.CauseUser}, KeepInbox: true}))
+	require.Equal(t, inbox.NextTurn, r.d.SendTarget(inbox.Send{Target: inbox.NextStep, Wake: true}), "a wake after the abort")
+	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.Send{Target: inbox.NextStep}), "an inject is not a wake")
 }
 
 // The core starts a second tool step's calls, and holds step/end until
@@ -344,19 +349,19 @@ func TestDriverToolStepsAndContextPushes(t *testing.T) {
 	r.end(messages.FinishToolCalls, messages.LlmFailure{}, false)
 	require.Len(t, r.tools, 1)
 	note := user(t, "note")
-	r.run(r.d.ToolDone(r.tools[0].Ref, Result{AdditionalContexts: []messages.Message{note}}))
+	r.run(r.input(toolDone{Ref: r.tools[0].Ref, Result: Result{AdditionalContexts: []messages.Message{note}}}))
 	require.Len(t, r.held, 1)
 	require.Equal(t, "tool/result", r.logTypes()[len(r.logTypes())-1], "step/end waits for the push")
-	r.run(r.d.ContextPushed(r.held[0] + 1000)) // a stale answer changes nothing
+	r.run(r.input(contextPushed{Ref: r.held[0] + 1000})) // a stale answer changes nothing
 	require.Equal(t, "tool/result", r.logTypes()[len(r.logTypes())-1])
-	r.run(r.d.ContextPushed(r.held[0]))
+	r.run(r.input(contextPushed{Ref: r.held[0]}))
 	// Step 2 entered the note and calls a tool again.
 	r.chunks(toolCallResponse(tc{"c2", "echo", `{}`}).chunks...)
 	r.end(messages.FinishToolCalls, messages.LlmFailure{}, false)
 	require.Len(t, r.tools, 2)
 	require.Equal(t, "c2", r.tools[1].Call.ID)
 	require.Equal(t, int64(2), r.tools[1].Call.Step)
-	r.run(r.d.ToolDone(r.tools[1].Ref, Result{}))
+	r.run(r.input(toolDone{Ref: r.tools[1].Ref, Result: Result{}}))
 	r.chunks(textResponse("done").chunks...)
 	r.end(messages.FinishStop, messages.LlmFailure{}, false)
 	require.Equal(t, []string{"turn/start", "step/start", "user/message", "request/header", "request/context",

@@ -143,7 +143,7 @@ func vetStepEndOps(ops []StepEndOp) ([]StepEndOp, error) {
 }
 
 // RunStepEndEffect runs the step-end hook for step Step of turn Turn; its
-// decision comes back as StepEndDone(Ref).
+// decision comes back as stepEndDone{Ref}.
 type RunStepEndEffect struct {
 	Ref        uint64
 	Turn, Step int64
@@ -152,7 +152,7 @@ type RunStepEndEffect struct {
 // InboxOpEffect performs a step-end hook's inbox operation (a Send or a
 // Remove, see StepEndOp). The inbox's answer, whatever it is (a refused
 // operation changes nothing and is dropped, as a refused context push
-// is), comes back as StepEndOpDone(Ref).
+// is), comes back as stepEndOpDone{Ref}.
 type InboxOpEffect struct {
 	Ref uint64
 	Op  StepEndOp
@@ -172,16 +172,16 @@ func (d *Driver) runStepEnd(claimed []messages.Message) {
 	d.emit(RunStepEndEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step})
 }
 
-// StepEndDone delivers the step-end hook's decision.
-func (d *Driver) StepEndDone(ref uint64, dec StepEndDecision, err error) Effects {
+// onStepEndDone delivers the step-end hook's decision.
+func (d *Driver) onStepEndDone(ref uint64, dec StepEndDecision, err error) {
 	if d.phase != phStepEnd || d.t == nil || ref != d.hookRef || d.t.opRef != 0 {
-		return d.flush()
+		return
 	}
 	t := d.t
 	d.hookRef = 0
 	if t.aborted {
 		d.endTurn(abortedReason(t.cause))
-		return d.flush()
+		return
 	}
 	var ops []StepEndOp
 	if err == nil {
@@ -190,21 +190,19 @@ func (d *Driver) StepEndDone(ref uint64, dec StepEndDecision, err error) Effects
 	if err != nil {
 		t.held = nil
 		d.failTurn(t.step, err)
-		return d.flush()
+		return
 	}
 	t.ops = ops
 	d.nextStepEndOp()
-	return d.flush()
 }
 
-// StepEndOpDone delivers the inbox's answer to step-end operation ref.
-func (d *Driver) StepEndOpDone(ref uint64) Effects {
+// onStepEndOpDone delivers the inbox's answer to step-end operation ref.
+func (d *Driver) onStepEndOpDone(ref uint64) {
 	if d.phase != phStepEnd || d.t == nil || ref == 0 || ref != d.t.opRef {
-		return d.flush()
+		return
 	}
 	d.t.opRef = 0
 	d.nextStepEndOp()
-	return d.flush()
 }
 
 // nextStepEndOp performs the contributions left, in order: a run of
@@ -251,5 +249,5 @@ func (d *Driver) stepEndFinished() {
 		d.claim(inbox.NextStep)
 		return
 	}
-	d.claimed(msgs)
+	d.afterClaim(msgs)
 }

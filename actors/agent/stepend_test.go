@@ -31,13 +31,13 @@ func TestDriverStepEnd(t *testing.T) {
 		t.Helper()
 		e := r.stepEnds[len(r.stepEnds)-1]
 		r.out = nil
-		r.run(r.d.StepEndDone(e.Ref, StepEndDecision{Ops: ops}, nil))
+		r.run(r.input(stepEndDone{Ref: e.Ref, Decision: StepEndDecision{Ops: ops}}))
 	}
 	r.followup("go")
 	r.chunks(toolCallResponse(tc{"c1", "echo", `{}`}).chunks...)
 	r.end(messages.FinishToolCalls, messages.LlmFailure{}, false)
 	r.out = nil
-	r.run(r.d.ToolDone(r.tools[0].Ref, Result{}))
+	r.run(r.input(toolDone{Ref: r.tools[0].Ref, Result: Result{}}))
 	require.Equal(t, []string{"append tool/result", "append step/end", "claim next-step 0", "step-end 1.1"}, r.out,
 		"the hook runs once the claim is answered")
 	require.Equal(t, StatusRunning, r.d.Status())
@@ -95,11 +95,11 @@ func TestDriverStepEndAbort(t *testing.T) {
 	r.end(messages.FinishStop, messages.LlmFailure{}, false)
 	e := r.stepEnds[0]
 	r.out = nil
-	r.run(r.d.StepEndDone(e.Ref+1000, StepEndDecision{Ops: []StepEndOp{EventOp(marker("stale"))}}, nil))
-	r.run(r.d.StepEndOpDone(0))
+	r.run(r.input(stepEndDone{Ref: e.Ref + 1000, Decision: StepEndDecision{Ops: []StepEndOp{EventOp(marker("stale"))}}}))
+	r.run(r.input(stepEndOpDone{Ref: 0}))
 	require.Empty(t, r.out)
-	r.run(r.d.Cancel(session.CancelCause{Kind: session.CauseUser}, true))
-	r.run(r.d.StepEndDone(e.Ref, StepEndDecision{Ops: []StepEndOp{EventOp(marker("late"))}}, nil))
+	r.run(r.input(Cancel{Cause: session.CancelCause{Kind: session.CauseUser}, KeepInbox: true}))
+	r.run(r.input(stepEndDone{Ref: e.Ref, Decision: StepEndDecision{Ops: []StepEndOp{EventOp(marker("late"))}}}))
 	require.Equal(t, []string{"abort user", "append turn/end", "status idle"}, r.out)
 	es := r.l.Events().Slice()
 	require.NoError(t, session.CheckTrace(es))

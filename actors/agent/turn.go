@@ -294,11 +294,12 @@ func retryID(t *turnState) string { return fmt.Sprintf("retry-%d-%d-%d", t.turn,
 
 // streamDone handles the end of an attempt, once its chunks are
 // committed (docs/agent-loop.md#turns-and-steps).
-func (d *Driver) streamDone(finish messages.FinishReason, cancelled bool) {
+func (d *Driver) streamDone(in streamEnded) {
+	finish := in.Finish
 	t := d.t
 	src := messages.ModelSource{Provider: t.cfg.Provider, Model: t.cfg.Model}
 	usage, hasUsage := t.asm.Usage()
-	if t.aborted || cancelled {
+	if t.aborted || in.Cancelled {
 		// An attempt that had already failed (its error finish arrived before
 		// the abort) writes no assistant message: the abort landed in
 		// request-error (docs/agent-loop.md#cancellation), and its chunks
@@ -434,7 +435,7 @@ func (d *Driver) requestError(f messages.LlmFailure) {
 	t.retries[key] = n
 	d.appendDrafts(appendTag{}, session.NewDraft(session.TypeLlmRetry, policy.RetryData(llm.RetryEvent{
 		RetryID: retryID(t), Turn: t.turn, Step: t.step, Provider: t.cfg.Provider, Retry: n, Delay: delay, Failure: f})))
-	t.timerGen++
+	t.timerGen = d.ref()
 	d.phase = phRetryWait
 	d.emit(StartTimerEffect{Gen: t.timerGen, Delay: delay})
 }

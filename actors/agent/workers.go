@@ -21,7 +21,7 @@ func (a *agentActor) runTool(e RunToolEffect) {
 		mu.Lock()
 		defer mu.Unlock()
 		if open {
-			root.Send(self, toolEmitted{ref: ref, draft: dr})
+			root.Send(self, toolEmitted{Ref: ref, Draft: dr})
 		}
 	}
 	hooks := a.cfg.Hooks
@@ -30,7 +30,7 @@ func (a *agentActor) runTool(e RunToolEffect) {
 		mu.Lock()
 		open = false
 		mu.Unlock()
-		root.Send(self, toolDone{ref: ref, result: r})
+		root.Send(self, toolDone{Ref: ref, Result: r})
 	})
 }
 
@@ -41,7 +41,7 @@ func (a *agentActor) runPreStep(e RunPreStepEffect) {
 			defer recoverHook("pre-step", &err)
 			return h.PreStep(sig, PreStepInput{Turn: e.Turn, Step: e.Step, Messages: e.Messages, Snapshot: e.Snapshot})
 		}()
-		root.Send(self, preStepDone{ref: e.Ref, dec: dec, err: err})
+		root.Send(self, preStepDone{Ref: e.Ref, Decision: dec, Err: err})
 	})
 }
 
@@ -53,7 +53,7 @@ func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
 			defer recoverHook("turn-stopping", &err)
 			return h.TurnStopping(sig, TurnStoppingInput{Turn: e.Turn, Steer: steer})
 		}()
-		root.Send(self, turnStoppingDone{ref: e.Ref, err: err})
+		root.Send(self, turnStoppingDone{Ref: e.Ref, Err: err})
 	})
 }
 
@@ -64,7 +64,7 @@ func (a *agentActor) runStepEnd(e RunStepEndEffect) {
 			defer recoverHook("step-end", &err)
 			return h.StepEnd(sig, StepEndInput{Turn: e.Turn, Step: e.Step})
 		}()
-		root.Send(self, stepEndDone{ref: e.Ref, dec: dec, err: err})
+		root.Send(self, stepEndDone{Ref: e.Ref, Decision: dec, Err: err})
 	})
 }
 
@@ -83,6 +83,6 @@ func (a *agentActor) stepOpAnswered(ctx actor.Context, ref uint64, err error) bo
 			l.Warn("agent: a step-end hook's inbox operation was refused", "err", err)
 		}
 	}
-	a.handle(ctx, stepOpDone{ref: r})
+	a.step(ctx, stepEndOpDone{Ref: r})
 	return true
 }
