@@ -61,7 +61,8 @@
 // that fails answers the requests that waited for it with its error; the
 // next request loads again. A grain that stops while its load runs
 // answers the waiting requests CLOSED (the caller retries) and lets go of
-// whatever the load brings in.
+// whatever the load brings in. docs/cluster.md#grains has the whole
+// story.
 //
 // # Wire
 //
@@ -154,7 +155,9 @@
 // takes a lock and opens a log sees everything the previous holder wrote
 // and closed). With NFSv4 a member cut off from the server longer than
 // the lease loses its locks; its later writes fail (EIO), so its sessions
-// fail closed rather than write over the new holder.
+// fail closed rather than write over the new holder. See
+// docs/cluster.md#fencing, docs/durability.md#writer-locks and
+// docs/durability.md#network-file-systems.
 //
 // # Handing over
 //

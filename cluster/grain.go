@@ -24,7 +24,8 @@ import (
 // wait, in order, until it has (see [grain.serveWaiting]); so a slow
 // load delays only its own session. Quick requests are then handled in
 // Receive; the ones that wait (WaitIdle, GetEvents, Flush) run in
-// goroutines the grain joins before it lets the session go.
+// goroutines the grain joins before it lets the session go. See
+// docs/cluster.md#grains.
 type grain struct {
 	m      *Member
 	id     session.SessionID
@@ -382,7 +383,8 @@ func (g *grain) async(ctx actor.Context, r request, fn func(context.Context) *cl
 // answered CLOSED (the caller retries where the session goes next), the
 // running turn may finish within HandoffTimeout, then the session is
 // evicted: disposed, flushed, its writer lock released. A load still in
-// flight is abandoned: it lets the session go itself when it ends.
+// flight is abandoned: it lets the session go itself when it ends. See
+// docs/cluster.md#handoff.
 func (g *grain) stopping(ctx actor.Context) {
 	if g.cancel == nil {
 		return
