@@ -1,7 +1,6 @@
 package persister
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -27,9 +26,8 @@ func (s *JSONLStore) writerLock(st *jsonlSession, dir string) error {
 	}
 	path := filepath.Join(dir, lockName)
 	l, err := s.fs.Lock(path, s.holder)
-	var le *vfs.LockedError
-	if errors.As(err, &le) {
-		return &LockedError{ID: st.id, Path: path, Holder: le.Holder}
+	if holder, locked := vfs.LockHolder(err); locked {
+		return &LockedError{ID: st.id, Path: path, Holder: holder}
 	}
 	if err != nil {
 		return fmt.Errorf("take the writer lock: %w", err)

@@ -56,9 +56,8 @@ func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
 	lockPath := filepath.Join(filepath.Dir(path), lockName)
 	lk, err := fsys.Lock(lockPath, []byte("dsh log repair, "+defaultHolder()+"\n"))
 	if err != nil {
-		var le *vfs.LockedError
-		if errors.As(err, &le) {
-			return RepairReport{}, &LockedError{ID: session.SessionID(filepath.Base(filepath.Dir(path))), Path: le.Path, Holder: le.Holder}
+		if holder, locked := vfs.LockHolder(err); locked {
+			return RepairReport{}, &LockedError{ID: session.SessionID(filepath.Base(filepath.Dir(path))), Path: lockPath, Holder: holder}
 		}
 		return RepairReport{}, fmt.Errorf("persister: repair: take the writer lock: %w", err)
 	}

@@ -150,9 +150,8 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLiteStore, error) {
 	}
 	if !opts.ReadOnly && !opts.NoWriterLock {
 		l, err := vfs.OS().Lock(path+".lock", []byte(defaultHolder()+"\n"))
-		var le *vfs.LockedError
-		if errors.As(err, &le) {
-			return nil, &DatabaseLockedError{Path: path, Holder: le.Holder}
+		if holder, locked := vfs.LockHolder(err); locked {
+			return nil, &DatabaseLockedError{Path: path, Holder: holder}
 		}
 		if err != nil {
 			return nil, &DatabaseError{Path: path, Reason: "cannot take its writer lock", Err: err}

@@ -30,10 +30,12 @@ var lockFSes = map[string]func(t *testing.T) (FS, string){
 func requireLocked(t *testing.T, err error, path, holder string) {
 	t.Helper()
 	require.ErrorIs(t, err, ErrLocked)
-	var le *LockedError
+	var le *lockedError
 	require.ErrorAs(t, err, &le)
-	require.Equal(t, path, le.Path)
-	require.Equal(t, holder, le.Holder)
+	require.Equal(t, path, le.path)
+	got, locked := LockHolder(err)
+	require.True(t, locked)
+	require.Equal(t, holder, got)
 	require.Contains(t, err.Error(), holder)
 }
 

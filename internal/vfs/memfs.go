@@ -713,7 +713,7 @@ func (m *MemFS) Lock(name string, holder []byte) (Lock, error) {
 		return nil, pathErr("lock", name, errIsDir)
 	}
 	if m.locks[n] != nil {
-		return nil, &LockedError{Path: name, Holder: strings.TrimSpace(string(n.data))}
+		return nil, &lockedError{path: name, holder: strings.TrimSpace(string(n.data))}
 	}
 	if m.locks == nil {
 		m.locks = map[*memNode]*memLock{}

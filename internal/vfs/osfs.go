@@ -72,7 +72,7 @@ func (osFS) Lock(name string, holder []byte) (Lock, error) {
 		}
 		_ = f.Close() // never locked: closing releases nothing
 		if errors.Is(err, errLockHeld) {
-			return nil, &LockedError{Path: name, Holder: text}
+			return nil, &lockedError{path: name, holder: text}
 		}
 		return nil, &fs.PathError{Op: "lock", Path: name, Err: err}
 	}

@@ -32,17 +32,16 @@ type FS interface {
 	// SyncDir makes the directory's entries (files created, linked or
 	// removed in it) durable.
 	SyncDir(name string) error
-	// Lock takes the exclusive lock of the file name, creating it (mode
-	// 0600) if missing, without waiting: the lock excludes every other
-	// Lock of the same file, whether taken by another process or by
-	// another Lock call in this one. On success the file's contents are
-	// replaced by holder, diagnostic text naming the holder (not synced:
-	// it is read only by a writer the lock refuses). A file locked
-	// already fails with a *LockedError (matching ErrLocked) carrying the
-	// holder text found in it. holder is not retained. Release empties the
-	// file before it lets go, so the text names the current holder only
-	// (the OS implementation waits briefly for the text of a holder that
-	// has just taken the lock).
+	// Lock takes the exclusive lock of the file name, creating it (mode 0600) if
+	// missing, without waiting: the lock excludes every other Lock of the same
+	// file, whether taken by another process or by another Lock call in this
+	// one. On success the file's contents are replaced by holder, diagnostic
+	// text naming the holder (not synced: it is read only by a writer the lock
+	// refuses). A file locked already fails with an error matching ErrLocked,
+	// from which LockHolder reads the holder text found in it. holder is not
+	// retained. Release empties the file before it lets go, so the text names
+	// the current holder only (the OS implementation waits briefly for the text
+	// of a holder that has just taken the lock).
 	//
 	// A lock file is never to be removed: a process that opened the old
 	// inode could lock it while another locks a new file under the same
@@ -58,29 +57,39 @@ type Lock interface {
 }
 
 // ErrLocked says a file is locked by another holder. Match it with
-// errors.Is; the error is a *LockedError.
+// errors.Is; LockHolder reads the holder's text from the error.
 var ErrLocked = errors.New("vfs: file is locked")
 
-// LockedError refuses FS.Lock of a file locked by another holder.
-// errors.Is(err, ErrLocked) holds.
-type LockedError struct {
-	Path string
-	// Holder is the text the holder wrote into the file, trimmed of
-	// surrounding white space; it may be empty, or stale when the holder
-	// is writing it at the instant it is read.
-	Holder string
+// LockHolder reports whether err is FS.Lock's refusal of a file another
+// holder has locked, and the text that holder wrote into the file,
+// trimmed of surrounding white space. The text may be empty, or stale
+// when the holder is writing it at the instant it is read. The store
+// above turns it into its own error, which names the session as well.
+func LockHolder(err error) (holder string, locked bool) {
+	var le *lockedError
+	if !errors.As(err, &le) {
+		return "", false
+	}
+	return le.holder, true
 }
 
-func (e *LockedError) Error() string {
-	holder := e.Holder
+// lockedError refuses FS.Lock of a file locked by another holder.
+// errors.Is(err, ErrLocked) holds.
+type lockedError struct {
+	path   string
+	holder string
+}
+
+func (e *lockedError) Error() string {
+	holder := e.holder
 	if holder == "" {
 		holder = "an unnamed holder"
 	}
-	return fmt.Sprintf("vfs: %s is locked by %s", e.Path, holder)
+	return fmt.Sprintf("vfs: %s is locked by %s", e.path, holder)
 }
 
-// Is makes every LockedError match ErrLocked.
-func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+// Is makes every lockedError match ErrLocked.
+func (e *lockedError) Is(target error) bool { return target == ErrLocked }
 
 // File is an open file.
 type File interface {
