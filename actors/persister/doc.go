@@ -303,11 +303,11 @@
 // newlines loads in a few MiB (see session's doc.go).
 //
 // Rejected alternative for the first append: publishing the file whole,
-// through a temp file fsynced and then hard-linked to the artifact's name
-// (what this store did). No crash could leave a torn creation, but each
-// new session paid a file create, a fsync, a link and an unlink on top,
-// and a fsync of the project directory of its own: about a seventh of the
-// CPU of a run of short turns over many new sessions.
+// through a temp file fsynced and then hard-linked to the artifact's name.
+// No crash could leave a torn creation, but each new session would pay a
+// file create, a fsync, a link and an unlink on top, and a fsync of the
+// project directory of its own: about a seventh of the CPU of a run of
+// short turns over many new sessions.
 //
 // Rejected alternative: rewriting the file through a temp file on every
 // append (atomic, simple to reason about) copies the whole log per append

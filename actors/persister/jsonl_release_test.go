@@ -11,11 +11,11 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 )
 
-// A released session leaves nothing in the store: a host passivates its
-// idle sessions one after another, and each used to leave its entry (its
-// header, its path) and its directory's synced mark here for the life of
-// the store. Released, the session is found on disk again by the next
-// operation naming it, as an id the store never saw.
+// A released session leaves nothing in the store (no entry with its
+// header or path, no synced mark of its directory): a host passivates its
+// idle sessions one after another, and what each left would stay for the
+// life of the store. Released, the session is found on disk again by the
+// next operation naming it, as an id the store never saw.
 func TestJSONLReleasedSessionIsForgotten(t *testing.T) {
 	ctx := t.Context()
 	for _, lock := range []bool{false, true} {

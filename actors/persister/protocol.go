@@ -1,6 +1,7 @@
 package persister
 
 import (
+	"errors"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -16,7 +17,8 @@ import (
 // subscribes to the session actor from seq From (the stored next seq: 0
 // for a new session, the loaded length for a resumed one) and writes its
 // committed events behind. Owner, if set, is told about write failures
-// (WriteFailed) and durability progress (Durable). Reply: Tracked.
+// (WriteFailed) and durability progress (Durable). Reply: Tracked, or
+// TrackFailed.
 type Track struct {
 	Ref     uint64
 	Header  session.Header
@@ -29,6 +31,16 @@ type Track struct {
 type Tracked struct {
 	Ref uint64
 	ID  session.SessionID
+}
+
+// TrackFailed refuses a Track: the store refused to register the header
+// (an invalid header, a closed store) or the request is malformed (no
+// session PID, a negative From). Nothing is tracked and the session actor
+// was not subscribed to.
+type TrackFailed struct {
+	Ref uint64
+	ID  session.SessionID
+	Err error
 }
 
 // Flush asks for a durability barrier: every event of the session
@@ -109,3 +121,15 @@ type Untrack struct {
 	Ref uint64
 	ID  session.SessionID
 }
+
+// Errors carried by TrackFailed and FlushFailed. Match them with errors.Is.
+var (
+	// ErrNotTracked answers a Flush or Untrack of a session the persister
+	// does not track (never tracked, untracked already, or its Track
+	// failed).
+	ErrNotTracked = errors.New("persister: session not tracked")
+	// ErrStopped answers the waiters still pending when the persister
+	// stops. Their events were not all made durable; they remain in the
+	// session actor's log.
+	ErrStopped = errors.New("persister: stopped")
+)

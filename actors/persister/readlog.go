@@ -16,9 +16,9 @@ import (
 // file comes back as a *readError holding the file system's error as it
 // was; any other error is the scan's.
 //
-// Rejected: vfs.ReadFile then session.ParseFile, as this store did: the
-// whole file in memory on top of the events, and a plain file's size is
-// what an attacker chooses.
+// Rejected: vfs.ReadFile then session.ParseFile: the whole file in memory
+// on top of the events, and a plain file's size is what an attacker
+// chooses.
 func readLog(fsys vfs.FS, path string, opts session.ReadOptions) (*session.File, int64, error) {
 	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
