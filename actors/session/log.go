@@ -233,8 +233,9 @@ func Validate(h Header, events []Event) error {
 // returned Event is the committed value.
 //
 // Unlike the reference
-// (docs/session-log.md#where-dsh-differs-from-the-reference), dsh refuses an
-// unknown, non-ignorable type on append too: everything in a log must be readable back.
+// (docs/session-log.md#where-dsh-differs-from-the-reference), dsh refuses
+// an unknown, non-ignorable type on append too: everything in a log must
+// be readable back.
 func (l *Log) Append(d Draft, now int64) (Event, error) {
 	if l.obs.publishing {
 		return Event{}, ErrReentrantAppend
@@ -270,14 +271,16 @@ func (l *Log) Mirror(e Event) error {
 	return nil
 }
 
-// build stamps a draft as the next event and decodes its payload.
+// build stamps a draft as the next event and gives it its typed payload.
 //
-// The data is decoded even when the draft came from a typed constructor
-// (TurnStart{}.Draft(), ...): the typed value is the caller's, and only
-// decoding the data proves it well formed (a message's role, a tool result
-// answering its own call, a model source) and yields the canonical payload
-// (a header whose empty tool list reads as none). Trusting the typed value
-// let all of those through unchecked.
+// A draft from a typed constructor (TurnStart{}.Draft(), ...) keeps the
+// value its data was encoded from, checked by checkPayload with the rules
+// decodePayload applies to data (a message's role, a tool result answering
+// its own call, a model source, the closed vocabularies); the constructor
+// already made it canonical (a header whose empty tool list reads as none).
+// A draft of a core type built from data alone (NewDraft) is decoded,
+// which checks it and yields the canonical payload. Either way the
+// typed value is never trusted unchecked.
 func (l *Log) build(d Draft, now int64) (Event, error) {
 	if d.isChunkMarker() {
 		return l.buildChunk(d, now), nil
@@ -473,8 +476,8 @@ func (l *Log) EventsFrom(seq int64) Events {
 }
 
 // DeriveMessages returns the model-visible history: the surface projected
-// to messages (docs/session-log.md#deriving-messages). Amortised O(new surface nodes) per call; the
-// returned view is O(1) to hand out.
+// to messages (docs/session-log.md#deriving-messages). Amortised O(new
+// surface nodes) per call; the returned view is O(1) to hand out.
 func (l *Log) DeriveMessages() Messages { return l.derived.derive(l.Events(), &l.surface) }
 
 // SurfaceNodes returns a copy of the current surface (seqs in surface

@@ -375,27 +375,23 @@ func (p TodoWrite) Draft() Draft {
 var emptyObject = messages.MustParseJSON("{}")
 
 // checkPayload enforces on a typed value the rules decodePayload enforces
-// on JSON: the role and source of each message, the tool-result shape, the
-// closed vocabularies of reasons, targets and causes. Values the messages
-// constructors built are well formed already; what is checked here is how
-// they were put together.
+// on JSON, with the same rule functions (below): the role and source of
+// each message, the tool-result shape, the closed vocabularies of reasons,
+// targets and causes. Values the messages constructors built are well
+// formed already; what is checked here is how they were put together.
 func checkPayload(p payload) error {
 	switch p := p.(type) {
 	case TurnEnd:
+		if err := checkTurnEndKind(p.Reason.Kind); err != nil {
+			return err
+		}
 		switch p.Reason.Kind {
-		case EndCompleted, EndBlocked, EndMaxTokens, EndInterrupted:
 		case EndAborted:
-			switch p.Reason.Cause.Kind {
-			case CauseUser, CauseParent, CauseDisposed, CauseLegacy, CauseHook:
-			default:
-				return fmt.Errorf("turn/end cause %q is unknown", p.Reason.Cause.Kind)
-			}
+			return checkCauseKind(p.Reason.Cause.Kind)
 		case EndError:
 			if err := p.Reason.Error.Validate(); err != nil {
 				return fmt.Errorf("turn/end error: %w", err)
 			}
-		default:
-			return fmt.Errorf("turn/end reason %q is unknown", p.Reason.Kind)
 		}
 	case UserMessage:
 		return checkRole(p.Message, messages.RoleUser)
@@ -407,21 +403,15 @@ func checkPayload(p payload) error {
 		if err := checkRole(p.Message, messages.RoleAssistant); err != nil {
 			return err
 		}
-		if p.Message.Source().Kind() != messages.SourceModel {
-			return fmt.Errorf("assistant message %s lacks a model source", p.Message.ID())
-		}
+		return checkModelSource(p.Message)
 	case ToolResult:
 		if err := checkRole(p.Message, messages.RoleUser); err != nil {
 			return err
 		}
 		return checkToolResultMessage(p.Message)
 	case RequestHeader:
-		switch p.Reason {
-		case ReasonInitial, ReasonResume, ReasonChange, ReasonSeries:
-		case "fallback":
-			return fmt.Errorf("request/header reason \"fallback\" was removed from the format")
-		default:
-			return fmt.Errorf("request/header reason %q is not initial, resume or change", p.Reason)
+		if err := checkHeaderReason(p.Reason); err != nil {
+			return err
 		}
 		if err := p.Header.Config.Validate(); err != nil {
 			return fmt.Errorf("request/header lacks provider/model: %w", err)
@@ -431,11 +421,13 @@ func checkPayload(p payload) error {
 			return fmt.Errorf("request/header adapterDefaults marks no present config field")
 		}
 	case InboxSpliced:
-		if p.Target != "next-turn" && p.Target != "next-step" {
-			return fmt.Errorf("agent/inbox/spliced target %q is not next-turn or next-step", p.Target)
+		if err := checkSpliceTarget(p.Target); err != nil {
+			return err
 		}
-		if p.Outcome != "" && p.Outcome != "canceled" {
-			return fmt.Errorf("agent/inbox/spliced outcome %q is not \"canceled\"", p.Outcome)
+		if p.Outcome != "" {
+			if err := checkSpliceOutcome(p.Outcome); err != nil {
+				return err
+			}
 		}
 		for _, m := range p.inserted {
 			if err := checkRole(m, messages.RoleUser); err != nil {
@@ -446,12 +438,72 @@ func checkPayload(p payload) error {
 	return nil
 }
 
+// The rules below are the closed vocabularies and message shapes of the
+// core events, one function each, shared by checkPayload (a draft's typed
+// value) and decodePayload (data read from a log).
+
+// checkTurnEndKind checks a turn/end reason's kind.
+func checkTurnEndKind(k TurnEndKind) error {
+	switch k {
+	case EndCompleted, EndBlocked, EndMaxTokens, EndInterrupted, EndAborted, EndError:
+		return nil
+	}
+	return fmt.Errorf("turn/end reason %q is unknown", k)
+}
+
+// checkCauseKind checks the kind of an aborted turn's cancel cause.
+func checkCauseKind(k CauseKind) error {
+	switch k {
+	case CauseUser, CauseParent, CauseDisposed, CauseLegacy, CauseHook:
+		return nil
+	}
+	return fmt.Errorf("turn/end cause %q is unknown", k)
+}
+
+// checkHeaderReason checks a request/header reason; "fallback", which the
+// format once had, is refused with its own message.
+func checkHeaderReason(r HeaderReason) error {
+	switch r {
+	case ReasonInitial, ReasonResume, ReasonChange, ReasonSeries:
+		return nil
+	case "fallback":
+		return fmt.Errorf("request/header reason \"fallback\" was removed from the format")
+	}
+	return fmt.Errorf("request/header reason %q is not initial, resume, change or series", r)
+}
+
+// checkSpliceTarget checks an agent/inbox/spliced target.
+func checkSpliceTarget(t string) error {
+	if t != "next-turn" && t != "next-step" {
+		return fmt.Errorf("agent/inbox/spliced target %q is not next-turn or next-step", t)
+	}
+	return nil
+}
+
+// checkSpliceOutcome checks the outcome of an agent/inbox/spliced that has
+// one: only "canceled" exists.
+func checkSpliceOutcome(o string) error {
+	if o != "canceled" {
+		return fmt.Errorf("agent/inbox/spliced outcome %q is not \"canceled\"", o)
+	}
+	return nil
+}
+
+// checkRole checks that m is a message (not the zero Message) of role.
 func checkRole(m messages.Message, role messages.Role) error {
 	if m.IsZero() {
 		return fmt.Errorf("lacks an identified message")
 	}
 	if m.Role() != role {
 		return fmt.Errorf("message %s has role %s, want %s", m.ID(), m.Role(), role)
+	}
+	return nil
+}
+
+// checkModelSource checks that an assistant message came from a model.
+func checkModelSource(m messages.Message) error {
+	if m.Source().Kind() != messages.SourceModel {
+		return fmt.Errorf("assistant message %s lacks a model source", m.ID())
 	}
 	return nil
 }
@@ -502,8 +554,8 @@ func decodePayload(t EventType, data messages.JSON) (payload, error) {
 		if err != nil {
 			return nil, err
 		}
-		if m.Source().Kind() != messages.SourceModel {
-			return nil, fmt.Errorf("assistant message %s lacks a model source", m.ID())
+		if err := checkModelSource(m); err != nil {
+			return nil, err
 		}
 		a := AssistantMessage{Turn: d.int("turn"), Step: d.int("step"), Message: m}
 		if u, has := data.Field("usage"); has {
@@ -541,13 +593,9 @@ func decodePayload(t EventType, data messages.JSON) (payload, error) {
 		p = r
 	case TypeRequestHeader:
 		reason := HeaderReason(d.str("reason"))
-		switch reason {
-		case ReasonInitial, ReasonResume, ReasonChange, ReasonSeries:
-		case "fallback":
-			return nil, fmt.Errorf("request/header reason \"fallback\" was removed from the format")
-		default:
-			if d.err == nil {
-				return nil, fmt.Errorf("request/header reason %q is not initial, resume, change or series", reason)
+		if d.err == nil {
+			if err := checkHeaderReason(reason); err != nil {
+				return nil, err
 			}
 		}
 		h, err := parseEpochHeader(d.field("header"))
@@ -574,8 +622,10 @@ func decodePayload(t EventType, data messages.JSON) (payload, error) {
 		p = c
 	case TypeInboxSpliced:
 		s := InboxSpliced{Target: d.str("target"), Start: d.int("start")}
-		if s.Target != "next-turn" && s.Target != "next-step" && d.err == nil {
-			return nil, fmt.Errorf("agent/inbox/spliced target %q is not next-turn or next-step", s.Target)
+		if d.err == nil {
+			if err := checkSpliceTarget(s.Target); err != nil {
+				return nil, err
+			}
 		}
 		if v, has := data.Field("removedCount"); has {
 			n, ok := v.AsInt()
@@ -596,8 +646,10 @@ func decodePayload(t EventType, data messages.JSON) (payload, error) {
 			s.inserted = append(s.inserted, m)
 		}
 		if v, has := data.Field("outcome"); has {
+			// Present, it must be a string the rule accepts ("" is the
+			// typed value's absent outcome, not a present one).
 			s.Outcome, _ = v.AsString()
-			if s.Outcome != "canceled" {
+			if s.Outcome == "" || checkSpliceOutcome(s.Outcome) != nil {
 				return nil, fmt.Errorf("agent/inbox/spliced outcome %s is not \"canceled\"", v)
 			}
 		}
@@ -634,8 +686,8 @@ func importRole(j messages.JSON, role messages.Role) (messages.Message, error) {
 	if err != nil {
 		return messages.Message{}, fmt.Errorf("lacks an identified message: %w", err)
 	}
-	if m.Role() != role {
-		return messages.Message{}, fmt.Errorf("message %s has role %s, want %s", m.ID(), m.Role(), role)
+	if err := checkRole(m, role); err != nil {
+		return messages.Message{}, err
 	}
 	return m, nil
 }
@@ -662,8 +714,10 @@ func parseTurnEndReason(j messages.JSON) (TurnEndReason, error) {
 	if d.err != nil {
 		return TurnEndReason{}, d.err
 	}
+	if err := checkTurnEndKind(r.Kind); err != nil {
+		return TurnEndReason{}, err
+	}
 	switch r.Kind {
-	case EndCompleted, EndBlocked, EndMaxTokens, EndInterrupted:
 	case EndAborted:
 		cj, has := j.Field("reason")
 		if !has {
@@ -671,14 +725,13 @@ func parseTurnEndReason(j messages.JSON) (TurnEndReason, error) {
 		}
 		cd := dataReader{data: cj, prefix: "turn/end cause"}
 		r.Cause = CancelCause{Kind: CauseKind(cd.str("kind"))}
-		switch r.Cause.Kind {
-		case CauseUser, CauseParent, CauseDisposed, CauseLegacy:
-		case CauseHook:
-			r.Cause.Reason = cd.str("reason")
-		default:
-			if cd.err == nil {
-				return TurnEndReason{}, fmt.Errorf("turn/end cause %q is unknown", r.Cause.Kind)
+		if cd.err == nil {
+			if err := checkCauseKind(r.Cause.Kind); err != nil {
+				return TurnEndReason{}, err
 			}
+		}
+		if r.Cause.Kind == CauseHook {
+			r.Cause.Reason = cd.str("reason")
 		}
 		if cd.err != nil {
 			return TurnEndReason{}, cd.err
@@ -689,8 +742,6 @@ func parseTurnEndReason(j messages.JSON) (TurnEndReason, error) {
 			return TurnEndReason{}, fmt.Errorf("turn/end error: %w", err)
 		}
 		r.Error = f
-	default:
-		return TurnEndReason{}, fmt.Errorf("turn/end reason %q is unknown", r.Kind)
 	}
 	return r, d.err
 }
