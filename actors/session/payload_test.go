@@ -53,3 +53,26 @@ func TestTypedDraftsAgreeWithTheirDecodedData(t *testing.T) {
 		}
 	}
 }
+
+// TestTypedDraftsAreRefusedAsTheirDecodedData checks the other half of the
+// shortcut: a typed draft that breaks a rule is refused with the error that
+// decoding its data gives, because both apply the same rule functions.
+func TestTypedDraftsAreRefusedAsTheirDecodedData(t *testing.T) {
+	user, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock("hi")}, messages.UserSource())
+	require.NoError(t, err)
+	cfg := messages.CallConfig{Provider: "p", Model: "m"}
+	for _, d := range []Draft{
+		TurnEnd{Turn: 1, Reason: TurnEndReason{Kind: "gone"}}.Draft(),
+		TurnEnd{Turn: 1, Reason: TurnEndReason{Kind: EndAborted, Cause: CancelCause{Kind: "nobody"}}}.Draft(),
+		RequestHeader{Header: NewEpochHeader(cfg, AdapterDefaults{}, "", nil), Reason: "later"}.Draft(),
+		RequestHeader{Header: NewEpochHeader(cfg, AdapterDefaults{}, "", nil), Reason: "fallback"}.Draft(),
+		NewInboxSpliced("elsewhere", 0, messages.OptInt{}, []messages.Message{user}, "").Draft(),
+		NewInboxSpliced("next-turn", 0, messages.OptInt{}, []messages.Message{user}, "dropped").Draft(),
+	} {
+		typedErr := checkPayload(d.payload)
+		require.Error(t, typedErr, d.Data().String())
+		_, decodeErr := decodePayload(d.typ, d.Data())
+		require.Error(t, decodeErr, d.Data().String())
+		require.Equal(t, decodeErr.Error(), typedErr.Error())
+	}
+}
