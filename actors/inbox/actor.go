@@ -84,7 +84,7 @@ type request struct {
 type inflight struct {
 	ref   uint64
 	req   request
-	plans []Plan
+	plans []splicePlan
 	// The append's outcome, recorded as soon as its reply arrives, before
 	// anything can panic: replied is set, with the committed events or
 	// the refusal.
@@ -251,7 +251,7 @@ func (a *inboxActor) settle(ctx actor.Context) {
 	var taken []messages.Message // claimed or discarded, in order
 	for i, p := range b.plans {
 		if i >= b.applied {
-			n := Notifications{Target: p.Target()}
+			n := spliceNotices{Target: p.Target()}
 			if p.IsClaim() {
 				n.Claimed, n.Turn = p.Removed(), p.Turn()
 			} else {
@@ -287,34 +287,34 @@ func (a *inboxActor) start(ctx actor.Context, r request) {
 	s := a.state
 	switch m := r.msg.(type) {
 	case Send:
-		p, err := s.PlanAppend(m.Target, m.Message, m.Origin)
+		p, err := s.planAppend(m.Target, m.Message, m.Origin)
 		if err != nil {
 			a.fail(ctx, r, err)
 			return
 		}
-		a.append(ctx, r, []Plan{p})
+		a.append(ctx, r, []splicePlan{p})
 	case Claim:
-		if plans := s.PlanClaim(m.Target, m.Turn); len(plans) > 0 {
+		if plans := s.planClaim(m.Target, m.Turn); len(plans) > 0 {
 			a.append(ctx, r, plans)
 			return
 		}
 		reply(ctx, r, Claimed{Ref: m.Ref})
 	case Remove:
-		p, ok := s.PlanRemove(m.ID)
+		p, ok := s.planRemove(m.ID)
 		if !ok {
 			reply(ctx, r, RemoveReply{Ref: m.Ref})
 			return
 		}
-		a.append(ctx, r, []Plan{p})
+		a.append(ctx, r, []splicePlan{p})
 	case Replace:
-		p, err := s.PlanReplace(m.ID, m.Message)
+		p, err := s.planReplace(m.ID, m.Message)
 		if err != nil {
 			a.fail(ctx, r, err)
 			return
 		}
-		a.append(ctx, r, []Plan{p})
+		a.append(ctx, r, []splicePlan{p})
 	case Clear:
-		if plans := s.PlanClear(); len(plans) > 0 {
+		if plans := s.planClear(); len(plans) > 0 {
 			a.append(ctx, r, plans)
 			return
 		}
@@ -326,14 +326,14 @@ func (a *inboxActor) start(ctx actor.Context, r request) {
 
 // append asks the session to commit the plans' splices atomically, in one
 // batch, and marks r in flight.
-func (a *inboxActor) append(ctx actor.Context, r request, plans []Plan) {
+func (a *inboxActor) append(ctx actor.Context, r request, plans []splicePlan) {
 	if a.sessionStopped {
 		a.fail(ctx, r, ErrSessionStopped)
 		return
 	}
 	ref := a.nextRef()
 	a.busy = &inflight{ref: ref, req: r, plans: plans}
-	ctx.Request(a.cfg.Session, session.NewAppend(ref, Drafts(plans)...))
+	ctx.Request(a.cfg.Session, session.NewAppend(ref, planDrafts(plans)...))
 }
 
 // committed applies the in-flight plans to the committed events, tells
@@ -351,7 +351,7 @@ func (a *inboxActor) committed(ctx actor.Context) {
 	}
 	var taken []messages.Message // claimed or discarded, in order
 	for i, p := range b.plans {
-		n, err := a.state.Apply(p, events.At(i))
+		n, err := a.state.apply(p, events.At(i))
 		if err != nil {
 			panic(fmt.Errorf("inbox: apply committed splice: %w", err))
 		}
@@ -386,7 +386,7 @@ func (a *inboxActor) answer(ctx actor.Context, b *inflight, taken []messages.Mes
 }
 
 // notify sends the owner one message per notified message.
-func (a *inboxActor) notify(ctx actor.Context, n Notifications) {
+func (a *inboxActor) notify(ctx actor.Context, n spliceNotices) {
 	if a.cfg.Owner == nil {
 		return
 	}

@@ -305,12 +305,12 @@ func TestActorFailedAppendLeavesTheListsUnchanged(t *testing.T) {
 func TestActorRebuildsItsListsFromTheLogAtStart(t *testing.T) {
 	// A parent with pending input, and a fork of it with input of its own.
 	s, parent := newState(t, Config{}), newLog(t)
-	commit(t, s, parent, must(t)(s.PlanAppend(NextTurn, user(t, "parent prompt"), External)))
-	commit(t, s, parent, must(t)(s.PlanAppend(NextStep, user(t, "parent ctx"), External)))
+	commit(t, s, parent, must(t)(s.planAppend(NextTurn, user(t, "parent prompt"), External)))
+	commit(t, s, parent, must(t)(s.planAppend(NextStep, user(t, "parent ctx"), External)))
 	child, err := parent.Fork("child", session.LastEvent, 2, testNow)
 	require.NoError(t, err)
 	cs := newState(t, Config{})
-	commit(t, cs, child, must(t)(cs.PlanAppend(NextStep, user(t, "child ctx"), External)))
+	commit(t, cs, child, must(t)(cs.planAppend(NextStep, user(t, "child ctx"), External)))
 
 	sys := testutil.NewActorSystem(t)
 	pSess := spawnSession(t, sys, parent)

@@ -7,13 +7,13 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// ConsumedWork accounts for the input a log consumed
+// consumedWork accounts for the input a log consumed
 // (docs/agent-loop.md#the-inbox; the reference calls it foldConsumedWork):
 // which turns did work, which turns took input and failed before doing any,
 // and which input was dropped without running. Input still pending, or
 // claimed by a turn that is still open, is in none of them. The slices are
 // owned by the caller.
-type ConsumedWork struct {
+type consumedWork struct {
 	// Worked lists, in order, the turns that did work: they have a
 	// step/start. Their claimed input was run.
 	Worked []int64
@@ -21,7 +21,7 @@ type ConsumedWork struct {
 	// aborted, interrupted or error before any step/start: that input is
 	// accounted for (it was taken, and the turn's end says why it did not
 	// run), so it must not be reported as lost nor run again.
-	Failed []FailedTurn
+	Failed []failedTurn
 	// Dropped lists the messages removed unrun by a canceled splice that
 	// inserted nothing (remove, clear, a deleting splice). A canceled
 	// splice that inserted something is a replacement: the new message
@@ -29,14 +29,14 @@ type ConsumedWork struct {
 	Dropped []messages.Message
 }
 
-// FailedTurn is a turn that claimed input and ended without a step.
-type FailedTurn struct {
+// failedTurn is a turn that claimed input and ended without a step.
+type failedTurn struct {
 	Turn    int64
 	Reason  session.TurnEndKind
 	Claimed []messages.Message // next-step messages first, then the prompt
 }
 
-// FoldConsumedWork folds events into the ConsumedWork they record. It
+// foldConsumedWork folds events into the consumedWork they record. It
 // replays the inbox splices to know which messages each splice deleted, so
 // pass the events the inbox was rebuilt from: a fork's child's events from
 // its seedLength on, since a fork starts with an empty inbox. An invalid
@@ -55,9 +55,9 @@ type FailedTurn struct {
 //
 // A no-step turn that claimed input and ended completed or max-tokens
 // does not occur in a log the loop writes and is in none of the lists.
-func FoldConsumedWork(events iter.Seq[session.Event]) (ConsumedWork, error) {
+func foldConsumedWork(events iter.Seq[session.Event]) (consumedWork, error) {
 	var (
-		w       ConsumedWork
+		w       consumedWork
 		turn    int64 // the open turn; 0 if none
 		stepped bool
 		claimed []messages.Message
@@ -75,13 +75,13 @@ func FoldConsumedWork(events iter.Seq[session.Event]) (ConsumedWork, error) {
 			case stepped:
 				w.Worked = append(w.Worked, turn)
 			case len(claimed) > 0 && failedEnd(p.Reason.Kind):
-				w.Failed = append(w.Failed, FailedTurn{Turn: turn, Reason: p.Reason.Kind, Claimed: claimed})
+				w.Failed = append(w.Failed, failedTurn{Turn: turn, Reason: p.Reason.Kind, Claimed: claimed})
 			}
 			turn, stepped, claimed = 0, false, nil
 		case session.InboxSpliced:
 			removed, err := s.replay(e)
 			if err != nil {
-				return ConsumedWork{}, err
+				return consumedWork{}, err
 			}
 			switch {
 			case p.Outcome == string(Canceled) && len(p.Inserted()) == 0:

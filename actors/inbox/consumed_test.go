@@ -24,15 +24,15 @@ func turnEnd(turn int64, kind session.TurnEndKind) session.Draft {
 func workedTurn(t *testing.T, s *State, l *session.Log, turn int64, target Target) {
 	t.Helper()
 	appendOK(t, l, session.TurnStart{Turn: turn}.Draft())
-	commit(t, s, l, s.PlanClaim(target, turn)...)
+	commit(t, s, l, s.planClaim(target, turn)...)
 	appendOK(t, l, session.StepStart{Turn: turn, Step: 1}.Draft())
 	appendOK(t, l, session.StepEnd{Turn: turn, Step: 1}.Draft())
 	appendOK(t, l, turnEnd(turn, session.EndCompleted))
 }
 
-func fold(t *testing.T, l *session.Log) ConsumedWork {
+func fold(t *testing.T, l *session.Log) consumedWork {
 	t.Helper()
-	w, err := FoldConsumedWork(l.Events().All())
+	w, err := foldConsumedWork(l.Events().All())
 	require.NoError(t, err)
 	return w
 }
@@ -42,11 +42,11 @@ func TestConsumedWorkReportsATurnThatClaimedItsInputAndFailedBeforeAnyStep(t *te
 	for _, kind := range []session.TurnEndKind{session.EndBlocked, session.EndAborted, session.EndInterrupted, session.EndError} {
 		t.Run(string(kind), func(t *testing.T) {
 			s, l := newState(t, Config{}), newLog(t)
-			commit(t, s, l, must(t)(s.PlanAppend(NextStep, pluginContext(t, "ctx"), External)))
-			commit(t, s, l, must(t)(s.PlanAppend(NextTurn, user(t, "prompt"), External)))
-			commit(t, s, l, must(t)(s.PlanAppend(NextTurn, user(t, "later"), External)))
+			commit(t, s, l, must(t)(s.planAppend(NextStep, pluginContext(t, "ctx"), External)))
+			commit(t, s, l, must(t)(s.planAppend(NextTurn, user(t, "prompt"), External)))
+			commit(t, s, l, must(t)(s.planAppend(NextTurn, user(t, "later"), External)))
 			appendOK(t, l, session.TurnStart{Turn: 1}.Draft())
-			commit(t, s, l, s.PlanClaim(NextTurn, 1)...)
+			commit(t, s, l, s.planClaim(NextTurn, 1)...)
 			appendOK(t, l, turnEnd(1, kind))
 
 			w := fold(t, l)
@@ -72,20 +72,20 @@ func TestConsumedWorkReportsATurnThatClaimedItsInputAndFailedBeforeAnyStep(t *te
 // drop.
 func TestConsumedWorkIgnoresAClaimItsOwnTurnEmptied(t *testing.T) {
 	s, l := newState(t, Config{}), newLog(t)
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, user(t, "p1"), External)))
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, user(t, "steer"), External)))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, user(t, "p1"), External)))
+	commit(t, s, l, must(t)(s.planAppend(NextStep, user(t, "steer"), External)))
 	workedTurn(t, s, l, 1, NextTurn) // empties both lists
 	require.Zero(t, s.Len())
 
 	// A wake while idle opens turn 2, but its prompt is removed before
 	// the claim: the claim is empty and the turn ends without a step.
 	gone := user(t, "gone")
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, gone, External)))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, gone, External)))
 	appendOK(t, l, session.TurnStart{Turn: 2}.Draft())
-	p, ok := s.PlanRemove(gone.ID())
+	p, ok := s.planRemove(gone.ID())
 	require.True(t, ok)
 	commit(t, s, l, p)
-	require.Empty(t, s.PlanClaim(NextTurn, 2))
+	require.Empty(t, s.planClaim(NextTurn, 2))
 	appendOK(t, l, turnEnd(2, session.EndAborted))
 
 	w := fold(t, l)
@@ -99,11 +99,11 @@ func TestConsumedWorkIgnoresAClaimItsOwnTurnEmptied(t *testing.T) {
 func TestConsumedWorkKeepsAReplacementPendingRatherThanCountingItAsDropped(t *testing.T) {
 	s, l := newState(t, Config{}), newLog(t)
 	first := user(t, "draft")
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, first, External)))
-	commit(t, s, l, must(t)(s.PlanReplace(first.ID(), user(t, "final"))))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, first, External)))
+	commit(t, s, l, must(t)(s.planReplace(first.ID(), user(t, "final"))))
 	cleared := user(t, "cleared")
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, cleared, External)))
-	p, ok := s.PlanRemove(cleared.ID())
+	commit(t, s, l, must(t)(s.planAppend(NextStep, cleared, External)))
+	p, ok := s.planRemove(cleared.ID())
 	require.True(t, ok)
 	commit(t, s, l, p)
 

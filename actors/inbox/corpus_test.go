@@ -42,16 +42,16 @@ func TestSpliceJSONMatchesTextTurnCorpus(t *testing.T) {
 
 	s := newState(t, Config{})
 	m := sp[0].Payload().(session.InboxSpliced).Inserted()[0]
-	p := must(t)(s.PlanAppend(NextTurn, m, External))
+	p := must(t)(s.planAppend(NextTurn, m, External))
 	require.Equal(t, sp[0].Data().String(), p.Draft().Data().String())
-	_, err = s.Apply(p, sp[0])
+	_, err = s.apply(p, sp[0])
 	require.NoError(t, err)
 
-	claims := s.PlanClaim(NextTurn, 1)
+	claims := s.planClaim(NextTurn, 1)
 	require.Len(t, claims, 1)
 	require.Equal(t, `{"target":"next-turn","start":0,"removedCount":1,"inserted":[]}`, claims[0].Draft().Data().String())
 	require.Equal(t, sp[1].Data().String(), claims[0].Draft().Data().String())
-	n, err := s.Apply(claims[0], sp[1])
+	n, err := s.apply(claims[0], sp[1])
 	require.NoError(t, err)
 	require.Equal(t, m.ID(), n.Claimed[0].ID())
 	require.Zero(t, s.Len())
@@ -80,7 +80,7 @@ func TestCorpusSplicesAreReproducedByPlans(t *testing.T) {
 			total++
 			ev := e.Payload().(session.InboxSpliced)
 			removed := ev.RemovedCount.Or(0)
-			var p Plan
+			var p splicePlan
 			switch {
 			case ev.Outcome == "" && removed > 0:
 				claims++
@@ -88,7 +88,7 @@ func TestCorpusSplicesAreReproducedByPlans(t *testing.T) {
 				if target == NextTurn {
 					require.Empty(t, s.NextStep(), "%s seq %d: next-step is claimed first", path, e.Seq())
 				}
-				plans := s.PlanClaim(target, turn)
+				plans := s.planClaim(target, turn)
 				require.Len(t, plans, 1, "%s seq %d", path, e.Seq())
 				p = plans[0]
 			default:
@@ -96,20 +96,20 @@ func TestCorpusSplicesAreReproducedByPlans(t *testing.T) {
 					canceled++
 				}
 				var ok bool
-				p, ok, err = s.PlanSplice(Target(ev.Target), ev.Start, removed, ev.Inserted(), Loop)
+				p, ok, err = s.planSplice(Target(ev.Target), ev.Start, removed, ev.Inserted(), Loop)
 				require.NoError(t, err, "%s seq %d", path, e.Seq())
 				require.True(t, ok)
 			}
 			require.True(t, p.Draft().Data().Equal(e.Data()), "%s seq %d:\nplan %s\nlog  %s", path, e.Seq(), p.Draft().Data(), e.Data())
 			require.Equal(t, e.Data().String(), p.Draft().Data().String(), "%s seq %d", path, e.Seq())
-			_, err := s.Apply(p, e)
+			_, err := s.apply(p, e)
 			require.NoError(t, err, "%s seq %d", path, e.Seq())
 		}
 
 		r, err := Rebuild(slices.Values(f.Events), seed, Config{})
 		require.NoError(t, err, path)
 		require.True(t, r.Equal(s), path)
-		_, err = FoldConsumedWork(slices.Values(f.Events[seed:]))
+		_, err = foldConsumedWork(slices.Values(f.Events[seed:]))
 		require.NoError(t, err, path)
 	}
 	t.Logf("%d files, %d splices (%d claims, %d canceled)", len(files), total, claims, canceled)

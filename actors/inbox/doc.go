@@ -8,17 +8,16 @@
 // [State] holds the lists next-turn (prompts, one per turn) and next-step
 // (steering and injected context). Message ids are unique across both.
 // Every change is one normalised splice (JavaScript splice clamping; a
-// splice that deletes and inserts nothing is a no-op). The core plans and
-// applies in two steps: [State.PlanAppend], [State.PlanPrepend],
-// [State.PlanSplice], [State.PlanReplace], [State.PlanRemove],
-// [State.PlanClear] and [State.PlanClaim] validate against the current
-// lists and return [Plan] values whose Draft is the event to append;
-// [State.Apply] changes the lists only with the committed event, and
-// returns the [Notifications] (inserted, discarded, claimed). A splice that
-// deletes something for a user-level reason carries outcome "canceled";
-// claims carry none. [Rebuild] replays a log's splices after its seed
-// length (a fork does not inherit its parent's inbox; a resume gets its
-// own back). [FoldConsumedWork] accounts for the input a log consumed.
+// splice that deletes and inserts nothing is a no-op). Inside the package
+// the core plans and applies in two steps: a plan validates a change
+// against the current lists and carries the event to append; applying it
+// changes the lists only with the committed event, and says what to tell
+// the owner (inserted, discarded, claimed). A splice that deletes
+// something for a user-level reason carries outcome "canceled"; claims
+// carry none. [Rebuild] replays a log's splices after its seed length (a
+// fork does not inherit its parent's inbox; a resume gets its own back):
+// that, and State's getters, is what other packages use, to read what a
+// stored session has pending.
 //
 // External inserts are bounded ([Config].MaxPending, default 1024): past
 // the bound they are refused with [ErrInboxFull], never dropped. The
@@ -70,8 +69,7 @@
 //
 // Everything exchanged is immutable: messages.Message values, session
 // event views, and protocol values whose slices sit behind copying
-// getters. State getters and Plan getters return copies owned by the
-// caller.
+// getters. State's getters return copies owned by the caller.
 //
 // # Errors and crashes
 //

@@ -30,7 +30,7 @@ func newLog(t testing.TB) *session.Log {
 
 func newState(t testing.TB, cfg Config) *State {
 	t.Helper()
-	s, err := NewState(cfg)
+	s, err := newEmptyState(cfg)
 	require.NoError(t, err)
 	return s
 }
@@ -81,12 +81,12 @@ func appendOK(t testing.TB, l *session.Log, drafts ...session.Draft) []session.E
 
 // commit appends the plans' drafts to l in one batch, as the actor does,
 // and applies each plan to its committed event.
-func commit(t testing.TB, s *State, l *session.Log, plans ...Plan) []Notifications {
+func commit(t testing.TB, s *State, l *session.Log, plans ...splicePlan) []spliceNotices {
 	t.Helper()
-	es := appendOK(t, l, Drafts(plans)...)
-	out := make([]Notifications, len(plans))
+	es := appendOK(t, l, planDrafts(plans)...)
+	out := make([]spliceNotices, len(plans))
 	for i, p := range plans {
-		n, err := s.Apply(p, es[i])
+		n, err := s.apply(p, es[i])
 		require.NoError(t, err)
 		out[i] = n
 	}
@@ -94,9 +94,9 @@ func commit(t testing.TB, s *State, l *session.Log, plans ...Plan) []Notificatio
 }
 
 // must returns a function that returns p, failing the test on err:
-// must(t)(s.PlanAppend(...)).
-func must(t testing.TB) func(Plan, error) Plan {
-	return func(p Plan, err error) Plan {
+// must(t)(s.planAppend(...)).
+func must(t testing.TB) func(splicePlan, error) splicePlan {
+	return func(p splicePlan, err error) splicePlan {
 		t.Helper()
 		require.NoError(t, err)
 		return p

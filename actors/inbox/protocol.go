@@ -159,7 +159,7 @@ func (p Pending) NextTurn() []messages.Message { return slices.Clone(p.nextTurn)
 // NextStep returns a copy of the next-step list, owned by the caller.
 func (p Pending) NextStep() []messages.Message { return slices.Clone(p.nextStep) }
 
-// Notifications to the owner (Config.Owner, the agent), sent after the
+// Notices to the owner (Config.Owner, the agent), sent after the
 // splice is committed and applied, and before the requester's reply.
 
 // Woken tells the owner that a waking Send committed message ID to list

@@ -120,17 +120,17 @@ func (c Config) maxPending() int {
 // State is the pure inbox core: the two ordered pending lists. It has no
 // goroutines, clock, I/O or actor import.
 //
-// Every change is a normalised splice, and durability comes first: a Plan*
-// method validates a change against the current lists and returns a Plan
+// Every change is a normalised splice, and durability comes first: a plan*
+// method validates a change against the current lists and returns a splicePlan
 // (whose Draft is the agent/inbox/spliced event to append) without changing
-// anything; Apply changes the lists only once that event is committed,
+// anything; apply changes the lists only once that event is committed,
 // using the event's copies of the inserted messages. Plans returned
-// together (PlanClear, PlanClaim) are applied in order; each is made
+// together (planClear, planClaim) are applied in order; each is made
 // against the state the previous ones produce, so a plan applies only to
 // the exact state it expects (else ErrStalePlan).
 //
 // A State is not safe for concurrent use: the inbox actor owns it. What it
-// returns (Plans, message slices, Notifications) is owned by the caller.
+// returns (plans, message slices, notices) is owned by the caller.
 type State struct {
 	maxPending int
 	lists      [2][]messages.Message         // indexed by Target.index
@@ -138,8 +138,8 @@ type State struct {
 	version    uint64                        // bumped by every applied splice
 }
 
-// NewState returns an empty inbox.
-func NewState(cfg Config) (*State, error) {
+// newEmptyState returns an empty inbox.
+func newEmptyState(cfg Config) (*State, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func emptyState(cfg Config) *State {
 // range, a duplicate id) is a *SpliceError: such a log was not written by
 // an inbox. Other events are skipped.
 func Rebuild(events iter.Seq[session.Event], seedLength int64, cfg Config) (*State, error) {
-	s, err := NewState(cfg)
+	s, err := newEmptyState(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -244,10 +244,10 @@ const (
 	kindClaim
 )
 
-// Plan is one validated, normalised splice not yet applied: the change and
+// splicePlan is one validated, normalised splice not yet applied: the change and
 // the agent/inbox/spliced event that records it. It is a frozen value,
-// read through getters. Build plans with the State's Plan* methods.
-type Plan struct {
+// read through getters. Build plans with the State's plan* methods.
+type splicePlan struct {
 	kind     planKind
 	target   Target
 	start    int
@@ -259,39 +259,39 @@ type Plan struct {
 }
 
 // Target returns the list the splice changes.
-func (p Plan) Target() Target { return p.target }
+func (p splicePlan) Target() Target { return p.target }
 
 // Start returns the normalised start (0 ≤ start ≤ length of the list).
-func (p Plan) Start() int64 { return int64(p.start) }
+func (p splicePlan) Start() int64 { return int64(p.start) }
 
 // RemovedCount returns the number of messages the splice deletes.
-func (p Plan) RemovedCount() int { return len(p.removed) }
+func (p splicePlan) RemovedCount() int { return len(p.removed) }
 
 // Removed returns a copy of the messages the splice deletes, as they are
 // pending now; owned by the caller.
-func (p Plan) Removed() []messages.Message { return slices.Clone(p.removed) }
+func (p splicePlan) Removed() []messages.Message { return slices.Clone(p.removed) }
 
 // Inserted returns a copy of the messages the splice inserts; owned by the
 // caller.
-func (p Plan) Inserted() []messages.Message { return slices.Clone(p.inserted) }
+func (p splicePlan) Inserted() []messages.Message { return slices.Clone(p.inserted) }
 
 // Outcome returns Canceled for a user-level removal that deletes
 // something, "" otherwise.
-func (p Plan) Outcome() Outcome { return p.outcome }
+func (p splicePlan) Outcome() Outcome { return p.outcome }
 
 // IsClaim reports whether the plan is a claim (notified as claimed, not
 // as inserted or discarded).
-func (p Plan) IsClaim() bool { return p.kind == kindClaim }
+func (p splicePlan) IsClaim() bool { return p.kind == kindClaim }
 
 // Turn returns the claiming turn of a claim (0 otherwise).
-func (p Plan) Turn() int64 { return p.turn }
+func (p splicePlan) Turn() int64 { return p.turn }
 
 // Payload returns the agent/inbox/spliced payload recording the splice:
 // removedCount is present only when the splice deletes something, outcome
 // only when it is Canceled, which is the exact shape the reference writes
 // (an insert is {target, start, inserted}, a claim {target, start,
 // removedCount, inserted: []}).
-func (p Plan) Payload() session.InboxSpliced {
+func (p splicePlan) Payload() session.InboxSpliced {
 	var removed messages.OptInt
 	if len(p.removed) > 0 {
 		removed = messages.Some(int64(len(p.removed)))
@@ -299,11 +299,11 @@ func (p Plan) Payload() session.InboxSpliced {
 	return session.NewInboxSpliced(string(p.target), int64(p.start), removed, p.inserted, string(p.outcome))
 }
 
-// Draft returns the event draft to append before Apply.
-func (p Plan) Draft() session.Draft { return p.Payload().Draft() }
+// Draft returns the event draft to append before apply.
+func (p splicePlan) Draft() session.Draft { return p.Payload().Draft() }
 
-// Drafts returns the drafts of plans, in order, for one atomic append.
-func Drafts(plans []Plan) []session.Draft {
+// planDrafts returns the drafts of plans, in order, for one atomic append.
+func planDrafts(plans []splicePlan) []session.Draft {
 	ds := make([]session.Draft, len(plans))
 	for i, p := range plans {
 		ds[i] = p.Draft()
@@ -326,7 +326,7 @@ func clampCount(count int64, n, start int) int {
 	return int(min(max(count, 0), int64(n-start)))
 }
 
-// PlanSplice plans the user-level splice of list t: delete deleteCount
+// planSplice plans the user-level splice of list t: delete deleteCount
 // messages from start, insert inserted there. start and deleteCount are
 // normalised the JavaScript way (negative start counts from the end; both
 // are clamped to the list). A splice that deletes and inserts nothing is a
@@ -337,18 +337,18 @@ func clampCount(count int64, n, start int) int {
 // ErrDuplicateID (an inserted id is pending outside the deleted range, or
 // repeated), ErrInboxFull (origin External, and the splice grows the inbox
 // past its bound). inserted is copied.
-func (s *State) PlanSplice(t Target, start, deleteCount int64, inserted []messages.Message, o Origin) (p Plan, ok bool, err error) {
+func (s *State) planSplice(t Target, start, deleteCount int64, inserted []messages.Message, o Origin) (p splicePlan, ok bool, err error) {
 	if !t.Valid() {
-		return Plan{}, false, fmt.Errorf("%w: unknown target %q", ErrInvalid, t)
+		return splicePlan{}, false, fmt.Errorf("%w: unknown target %q", ErrInvalid, t)
 	}
 	n := len(s.lists[t.index()])
 	st := clampStart(start, n)
 	del := clampCount(deleteCount, n, st)
 	if del == 0 && len(inserted) == 0 {
-		return Plan{}, false, nil
+		return splicePlan{}, false, nil
 	}
 	if err := s.checkInsert(t, st, del, inserted, o); err != nil {
-		return Plan{}, false, err
+		return splicePlan{}, false, err
 	}
 	var outcome Outcome
 	if del > 0 {
@@ -357,53 +357,53 @@ func (s *State) PlanSplice(t Target, start, deleteCount int64, inserted []messag
 	return s.plan(kindUser, t, st, del, inserted, outcome, 0), true, nil
 }
 
-// PlanAppend plans inserting m at the end of list t. Errors as PlanSplice.
-func (s *State) PlanAppend(t Target, m messages.Message, o Origin) (Plan, error) {
+// planAppend plans inserting m at the end of list t. Errors as planSplice.
+func (s *State) planAppend(t Target, m messages.Message, o Origin) (splicePlan, error) {
 	if !t.Valid() {
-		return Plan{}, fmt.Errorf("%w: unknown target %q", ErrInvalid, t)
+		return splicePlan{}, fmt.Errorf("%w: unknown target %q", ErrInvalid, t)
 	}
-	p, _, err := s.PlanSplice(t, int64(len(s.lists[t.index()])), 0, []messages.Message{m}, o)
+	p, _, err := s.planSplice(t, int64(len(s.lists[t.index()])), 0, []messages.Message{m}, o)
 	return p, err
 }
 
-// PlanPrepend plans inserting m at the front of list t. Errors as
-// PlanSplice.
-func (s *State) PlanPrepend(t Target, m messages.Message, o Origin) (Plan, error) {
-	p, _, err := s.PlanSplice(t, 0, 0, []messages.Message{m}, o)
+// planPrepend plans inserting m at the front of list t. Errors as
+// planSplice.
+func (s *State) planPrepend(t Target, m messages.Message, o Origin) (splicePlan, error) {
+	p, _, err := s.planSplice(t, 0, 0, []messages.Message{m}, o)
 	return p, err
 }
 
-// PlanReplace plans replacing the pending message id, in place, by m (whose
+// planReplace plans replacing the pending message id, in place, by m (whose
 // id may differ). The plan carries the outcome Canceled. It never grows the
 // inbox, so the bound does not apply. Errors: ErrNotPending, ErrInvalid,
 // ErrDuplicateID (m's id is pending as another message).
-func (s *State) PlanReplace(id messages.MessageID, m messages.Message) (Plan, error) {
+func (s *State) planReplace(id messages.MessageID, m messages.Message) (splicePlan, error) {
 	t, i, ok := s.Lookup(id)
 	if !ok {
-		return Plan{}, fmt.Errorf("%w: %s", ErrNotPending, id)
+		return splicePlan{}, fmt.Errorf("%w: %s", ErrNotPending, id)
 	}
 	// One for one: the splice does not grow the inbox, so even an external
 	// replace of a full inbox is not refused.
-	p, _, err := s.PlanSplice(t, int64(i), 1, []messages.Message{m}, External)
+	p, _, err := s.planSplice(t, int64(i), 1, []messages.Message{m}, External)
 	return p, err
 }
 
-// PlanRemove plans deleting the pending message id, with the outcome
+// planRemove plans deleting the pending message id, with the outcome
 // Canceled. ok is false when id is not pending (nothing to append).
-func (s *State) PlanRemove(id messages.MessageID) (p Plan, ok bool) {
+func (s *State) planRemove(id messages.MessageID) (p splicePlan, ok bool) {
 	t, i, ok := s.Lookup(id)
 	if !ok {
-		return Plan{}, false
+		return splicePlan{}, false
 	}
 	return s.plan(kindUser, t, i, 1, nil, Canceled, 0), true
 }
 
-// PlanClear plans cancelling everything pending: one splice emptying
+// planClear plans cancelling everything pending: one splice emptying
 // next-step, then one emptying next-turn, each with the outcome Canceled
 // and only when the list is not empty. Append the plans together, in
 // order; apply them in the same order.
-func (s *State) PlanClear() []Plan {
-	var plans []Plan
+func (s *State) planClear() []splicePlan {
+	var plans []splicePlan
 	v := s.version
 	for _, t := range [...]Target{NextStep, NextTurn} {
 		if n := len(s.lists[t.index()]); n > 0 {
@@ -416,7 +416,7 @@ func (s *State) PlanClear() []Plan {
 	return plans
 }
 
-// PlanClaim plans the claim of a turn's input
+// planClaim plans the claim of a turn's input
 // (docs/agent-loop.md#the-inbox): one splice
 // deleting all of next-step and, when target is NextTurn, one deleting the
 // first next-turn message (the turn's prompt). Claims are plain deletions
@@ -424,8 +424,8 @@ func (s *State) PlanClear() []Plan {
 // next-step messages first, then the prompt. Empty lists give no plan; an
 // unknown target claims like NextStep. Append the plans together, in
 // order; apply them in the same order.
-func (s *State) PlanClaim(target Target, turn int64) []Plan {
-	var plans []Plan
+func (s *State) planClaim(target Target, turn int64) []splicePlan {
+	var plans []splicePlan
 	v := s.version
 	if n := len(s.lists[NextStep.index()]); n > 0 {
 		p := s.plan(kindClaim, NextStep, 0, n, nil, "", turn)
@@ -442,8 +442,8 @@ func (s *State) PlanClaim(target Target, turn int64) []Plan {
 }
 
 // plan builds a plan against the current version.
-func (s *State) plan(kind planKind, t Target, start, del int, inserted []messages.Message, outcome Outcome, turn int64) Plan {
-	return Plan{
+func (s *State) plan(kind planKind, t Target, start, del int, inserted []messages.Message, outcome Outcome, turn int64) splicePlan {
+	return splicePlan{
 		kind:     kind,
 		target:   t,
 		start:    start,
@@ -498,12 +498,12 @@ func (s *State) checkIDs(t Target, start, del int, ins []messages.Message) error
 	return nil
 }
 
-// Notifications are what applying a splice tells the world
+// spliceNotices are what applying a splice tells the world
 // (docs/agent-loop.md#the-inbox):
 // the inserted messages (the committed event's copies), the messages a
 // user-level removal discarded, or the messages a claim took, with its
 // turn. The slices are owned by the caller.
-type Notifications struct {
+type spliceNotices struct {
 	Target    Target
 	Inserted  []messages.Message
 	Discarded []messages.Message
@@ -511,27 +511,27 @@ type Notifications struct {
 	Turn      int64
 }
 
-// Apply applies p now that its event is committed: committed must be the
+// apply applies p now that its event is committed: committed must be the
 // agent/inbox/spliced event appended from p.Draft(), and p must have been
 // planned against the current state (plans returned together are applied
 // in order). Otherwise nothing changes and the error wraps ErrStalePlan:
 // the caller broke the protocol, the lists and the log disagree, and the
 // state should be rebuilt from the log.
-func (s *State) Apply(p Plan, committed session.Event) (Notifications, error) {
+func (s *State) apply(p splicePlan, committed session.Event) (spliceNotices, error) {
 	if p.version != s.version {
-		return Notifications{}, fmt.Errorf("%w: planned at version %d, state is at %d", ErrStalePlan, p.version, s.version)
+		return spliceNotices{}, fmt.Errorf("%w: planned at version %d, state is at %d", ErrStalePlan, p.version, s.version)
 	}
 	ev, ok := committed.Payload().(session.InboxSpliced)
 	if !ok {
-		return Notifications{}, fmt.Errorf("%w: event %d is %s, not a splice", ErrStalePlan, committed.Seq(), committed.Type())
+		return spliceNotices{}, fmt.Errorf("%w: event %d is %s, not a splice", ErrStalePlan, committed.Seq(), committed.Type())
 	}
 	inserted := ev.Inserted()
 	if Target(ev.Target) != p.target || ev.Start != int64(p.start) || ev.RemovedCount.Or(0) != int64(len(p.removed)) ||
 		Outcome(ev.Outcome) != p.outcome || !slices.EqualFunc(inserted, p.inserted, messages.Message.Equal) {
-		return Notifications{}, fmt.Errorf("%w: event %d is not the planned splice", ErrStalePlan, committed.Seq())
+		return spliceNotices{}, fmt.Errorf("%w: event %d is not the planned splice", ErrStalePlan, committed.Seq())
 	}
 	removed := s.splice(p.target, p.start, len(p.removed), inserted)
-	n := Notifications{Target: p.target}
+	n := spliceNotices{Target: p.target}
 	if p.kind == kindClaim {
 		n.Claimed, n.Turn = removed, p.turn
 	} else {

@@ -38,12 +38,12 @@ func TestInboxNormalizesSpliceCoordinatesRejectsDuplicateIdentitiesReportsMissin
 	s, l := newState(t, Config{}), newLog(t)
 	a, b, c := userWithID(t, "a", "A"), userWithID(t, "b", "B"), userWithID(t, "c", "C")
 	for _, m := range []messages.Message{a, b, c} {
-		commit(t, s, l, must(t)(s.PlanAppend(NextStep, m, External)))
+		commit(t, s, l, must(t)(s.planAppend(NextStep, m, External)))
 	}
 	require.Equal(t, []string{"A", "B", "C"}, texts(s.NextStep()))
 
 	// A negative start counts from the end; a deleting splice is canceled.
-	p, ok, err := s.PlanSplice(NextStep, -1, 1, nil, External)
+	p, ok, err := s.planSplice(NextStep, -1, 1, nil, External)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, int64(2), p.Start())
@@ -54,7 +54,7 @@ func TestInboxNormalizesSpliceCoordinatesRejectsDuplicateIdentitiesReportsMissin
 
 	// A start before the beginning clamps to 0.
 	x := userWithID(t, "x", "X")
-	p, ok, err = s.PlanSplice(NextStep, -100, 1, []messages.Message{x}, External)
+	p, ok, err = s.planSplice(NextStep, -100, 1, []messages.Message{x}, External)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, int64(0), p.Start())
@@ -65,7 +65,7 @@ func TestInboxNormalizesSpliceCoordinatesRejectsDuplicateIdentitiesReportsMissin
 	// A start past the end clamps to the length, the count to what is
 	// left: an insert, with neither removedCount nor outcome.
 	y := userWithID(t, "y", "Y")
-	p, ok, err = s.PlanSplice(NextStep, 100, 5, []messages.Message{y}, External)
+	p, ok, err = s.planSplice(NextStep, 100, 5, []messages.Message{y}, External)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, Outcome(""), p.Outcome())
@@ -74,20 +74,20 @@ func TestInboxNormalizesSpliceCoordinatesRejectsDuplicateIdentitiesReportsMissin
 
 	// Splices that remove and insert nothing are no-ops.
 	for _, c := range [][2]int64{{1, -3}, {10, 10}, {0, 0}} {
-		_, ok, err := s.PlanSplice(NextStep, c[0], c[1], nil, External)
+		_, ok, err := s.planSplice(NextStep, c[0], c[1], nil, External)
 		require.NoError(t, err)
 		require.False(t, ok, "splice(%d, %d)", c[0], c[1])
 	}
 
 	// Ids are unique across both lists and within one insert.
-	_, err = s.PlanAppend(NextTurn, userWithID(t, "b", "again"), External)
+	_, err = s.planAppend(NextTurn, userWithID(t, "b", "again"), External)
 	require.ErrorIs(t, err, ErrDuplicateID)
-	_, _, err = s.PlanSplice(NextTurn, 0, 0, []messages.Message{userWithID(t, "z", "1"), userWithID(t, "z", "2")}, External)
+	_, _, err = s.planSplice(NextTurn, 0, 0, []messages.Message{userWithID(t, "z", "1"), userWithID(t, "z", "2")}, External)
 	require.ErrorIs(t, err, ErrDuplicateID)
-	_, err = s.PlanReplace("x", userWithID(t, "y", "steals y"))
+	_, err = s.planReplace("x", userWithID(t, "y", "steals y"))
 	require.ErrorIs(t, err, ErrDuplicateID)
 	// Replacing a message by one with the same id is not a duplicate.
-	p = must(t)(s.PlanReplace("x", userWithID(t, "x", "X2")))
+	p = must(t)(s.planReplace("x", userWithID(t, "x", "X2")))
 	require.Equal(t, Canceled, p.Outcome())
 	n = commit(t, s, l, p)
 	require.Equal(t, []string{"X"}, texts(n[0].Discarded))
@@ -95,20 +95,20 @@ func TestInboxNormalizesSpliceCoordinatesRejectsDuplicateIdentitiesReportsMissin
 	require.Equal(t, []string{"X2", "B", "Y"}, texts(s.NextStep()))
 
 	// Missing removals are reported, and nothing is planned.
-	_, ok = s.PlanRemove("nope")
+	_, ok = s.planRemove("nope")
 	require.False(t, ok)
-	_, err = s.PlanReplace("nope", user(t, "n"))
+	_, err = s.planReplace("nope", user(t, "n"))
 	require.ErrorIs(t, err, ErrNotPending)
-	p, ok = s.PlanRemove("b")
+	p, ok = s.planRemove("b")
 	require.True(t, ok)
 	commit(t, s, l, p)
-	_, ok = s.PlanRemove("b")
+	_, ok = s.planRemove("b")
 	require.False(t, ok, "b is no longer pending")
 
 	// Malformed requests.
-	_, err = s.PlanAppend("elsewhere", user(t, "u"), External)
+	_, err = s.planAppend("elsewhere", user(t, "u"), External)
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = s.PlanAppend(NextTurn, messages.Message{}, External)
+	_, err = s.planAppend(NextTurn, messages.Message{}, External)
 	require.ErrorIs(t, err, ErrInvalid)
 
 	// The lists a log rebuilds are the live ones.
@@ -120,14 +120,14 @@ func TestInboxNormalizesSpliceCoordinatesRejectsDuplicateIdentitiesReportsMissin
 // Scenario 40.
 func TestClearsBothPendingListsAsDurableCancellations(t *testing.T) {
 	s, l := newState(t, Config{}), newLog(t)
-	require.Empty(t, s.PlanClear(), "nothing to clear")
+	require.Empty(t, s.planClear(), "nothing to clear")
 
 	p1, p2, st := user(t, "p1"), user(t, "p2"), user(t, "s1")
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, p1, External)))
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, p2, External)))
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, st, External)))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, p1, External)))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, p2, External)))
+	commit(t, s, l, must(t)(s.planAppend(NextStep, st, External)))
 
-	plans := s.PlanClear()
+	plans := s.planClear()
 	require.Len(t, plans, 2)
 	n := commit(t, s, l, plans...)
 	require.Zero(t, s.Len())
@@ -141,8 +141,8 @@ func TestClearsBothPendingListsAsDurableCancellations(t *testing.T) {
 	require.Empty(t, n[0].Claimed)
 
 	// A clear of only one list is one splice.
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, user(t, "p3"), External)))
-	plans = s.PlanClear()
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, user(t, "p3"), External)))
+	plans = s.planClear()
 	require.Len(t, plans, 1)
 	require.Equal(t, NextTurn, plans[0].Target())
 }
@@ -153,10 +153,10 @@ func TestClaimTakesNextStepThenThePrompt(t *testing.T) {
 		t    Target
 		text string
 	}{{NextTurn, "p1"}, {NextTurn, "p2"}, {NextStep, "c1"}, {NextStep, "c2"}} {
-		commit(t, s, l, must(t)(s.PlanAppend(m.t, user(t, m.text), External)))
+		commit(t, s, l, must(t)(s.planAppend(m.t, user(t, m.text), External)))
 	}
 
-	plans := s.PlanClaim(NextTurn, 4)
+	plans := s.planClaim(NextTurn, 4)
 	require.Len(t, plans, 2)
 	var claimed []messages.Message
 	for _, p := range plans {
@@ -176,9 +176,9 @@ func TestClaimTakesNextStepThenThePrompt(t *testing.T) {
 
 	// A step-boundary claim leaves next-turn alone; empty lists give no
 	// plan.
-	require.Empty(t, s.PlanClaim(NextStep, 4))
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, user(t, "steer"), External)))
-	plans = s.PlanClaim(NextStep, 4)
+	require.Empty(t, s.planClaim(NextStep, 4))
+	commit(t, s, l, must(t)(s.planAppend(NextStep, user(t, "steer"), External)))
+	plans = s.planClaim(NextStep, 4)
 	require.Len(t, plans, 1)
 	commit(t, s, l, plans...)
 	require.Equal(t, []string{"p2"}, texts(s.NextTurn()))
@@ -187,38 +187,38 @@ func TestClaimTakesNextStepThenThePrompt(t *testing.T) {
 
 func TestExternalInsertsAreBoundedLoopPushesAreNot(t *testing.T) {
 	s, l := newState(t, Config{MaxPending: 2}), newLog(t)
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, user(t, "a"), External)))
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, user(t, "b"), External)))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, user(t, "a"), External)))
+	commit(t, s, l, must(t)(s.planAppend(NextStep, user(t, "b"), External)))
 
-	_, err := s.PlanAppend(NextTurn, user(t, "c"), External)
+	_, err := s.planAppend(NextTurn, user(t, "c"), External)
 	require.ErrorIs(t, err, ErrInboxFull)
 	require.EqualError(t, ErrInboxFull, "inbox: full")
-	_, err = s.PlanPrepend(NextStep, user(t, "c"), External)
+	_, err = s.planPrepend(NextStep, user(t, "c"), External)
 	require.ErrorIs(t, err, ErrInboxFull)
 	require.Equal(t, 2, s.Len(), "a refused insert changes nothing")
 
 	// The loop's own pushes are never refused, even past the bound.
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, pluginContext(t, "ctx1"), Loop)))
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, pluginContext(t, "ctx2"), Loop)))
+	commit(t, s, l, must(t)(s.planAppend(NextStep, pluginContext(t, "ctx1"), Loop)))
+	commit(t, s, l, must(t)(s.planAppend(NextStep, pluginContext(t, "ctx2"), Loop)))
 	require.Equal(t, 4, s.Len())
 
 	// A splice that does not grow the inbox is not refused.
-	commit(t, s, l, must(t)(s.PlanReplace(s.NextTurn()[0].ID(), user(t, "a2"))))
-	p, ok, err := s.PlanSplice(NextStep, 0, 2, []messages.Message{user(t, "merged")}, External)
+	commit(t, s, l, must(t)(s.planReplace(s.NextTurn()[0].ID(), user(t, "a2"))))
+	p, ok, err := s.planSplice(NextStep, 0, 2, []messages.Message{user(t, "merged")}, External)
 	require.NoError(t, err)
 	require.True(t, ok)
 	commit(t, s, l, p)
 	require.Equal(t, 3, s.Len())
 
 	// Below the bound again, external inserts are accepted.
-	_, err = s.PlanAppend(NextTurn, user(t, "d"), External)
+	_, err = s.planAppend(NextTurn, user(t, "d"), External)
 	require.ErrorIs(t, err, ErrInboxFull)
 	for s.Len() > 1 {
-		p, ok := s.PlanRemove(s.NextStep()[0].ID())
+		p, ok := s.planRemove(s.NextStep()[0].ID())
 		require.True(t, ok)
 		commit(t, s, l, p)
 	}
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, user(t, "d"), External)))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, user(t, "d"), External)))
 	require.Equal(t, []string{"a2", "d"}, texts(s.NextTurn()))
 
 	require.Error(t, Config{MaxPending: -1}.Validate())
@@ -228,25 +228,25 @@ func TestExternalInsertsAreBoundedLoopPushesAreNot(t *testing.T) {
 func TestPlansChangeNothingUntilApplied(t *testing.T) {
 	s, l := newState(t, Config{}), newLog(t)
 	a := user(t, "a")
-	p := must(t)(s.PlanAppend(NextTurn, a, External))
+	p := must(t)(s.planAppend(NextTurn, a, External))
 	require.Equal(t, 1, p.RemovedCount()+len(p.Inserted()))
 	require.Zero(t, s.Len(), "planning changes nothing: a failed append leaves the lists as they were")
 
 	// Two plans made against the same state: only the first applies.
-	q := must(t)(s.PlanAppend(NextTurn, user(t, "b"), External))
+	q := must(t)(s.planAppend(NextTurn, user(t, "b"), External))
 	commit(t, s, l, p)
 	es := appendOK(t, l, q.Draft())
-	_, err := s.Apply(q, es[0])
+	_, err := s.apply(q, es[0])
 	require.ErrorIs(t, err, ErrStalePlan)
 	require.Equal(t, []string{"a"}, texts(s.NextTurn()))
 
 	// An event that is not the plan's splice is refused.
-	r := must(t)(s.PlanAppend(NextTurn, user(t, "c"), External))
-	other := appendOK(t, l, must(t)(s.PlanAppend(NextStep, user(t, "c"), External)).Draft())
-	_, err = s.Apply(r, other[0])
+	r := must(t)(s.planAppend(NextTurn, user(t, "c"), External))
+	other := appendOK(t, l, must(t)(s.planAppend(NextStep, user(t, "c"), External)).Draft())
+	_, err = s.apply(r, other[0])
 	require.ErrorIs(t, err, ErrStalePlan)
 	ts := appendOK(t, l, session.TurnStart{Turn: 1}.Draft())
-	_, err = s.Apply(r, ts[0])
+	_, err = s.apply(r, ts[0])
 	require.ErrorIs(t, err, ErrStalePlan)
 	require.Equal(t, []string{"a"}, texts(s.NextTurn()))
 	require.Empty(t, s.NextStep())
@@ -255,7 +255,7 @@ func TestPlansChangeNothingUntilApplied(t *testing.T) {
 func TestInsertedNotificationsCarryTheCommittedCopies(t *testing.T) {
 	s, l := newState(t, Config{}), newLog(t)
 	m := user(t, "hello")
-	n := commit(t, s, l, must(t)(s.PlanAppend(NextTurn, m, External)))
+	n := commit(t, s, l, must(t)(s.planAppend(NextTurn, m, External)))
 	ev, _ := l.Event(0)
 	logged := ev.Payload().(session.InboxSpliced).Inserted()[0]
 	require.True(t, n[0].Inserted[0].Equal(logged))
@@ -267,15 +267,15 @@ func TestInsertedNotificationsCarryTheCommittedCopies(t *testing.T) {
 func TestPendingIdleInjectSurvivesPersistAndResume(t *testing.T) {
 	s, l := newState(t, Config{}), newLog(t)
 	prompt := user(t, "first")
-	commit(t, s, l, must(t)(s.PlanAppend(NextTurn, prompt, External)))
+	commit(t, s, l, must(t)(s.planAppend(NextTurn, prompt, External)))
 	appendOK(t, l, session.TurnStart{Turn: 1}.Draft())
-	commit(t, s, l, s.PlanClaim(NextTurn, 1)...)
+	commit(t, s, l, s.planClaim(NextTurn, 1)...)
 	appendOK(t, l, session.StepStart{Turn: 1, Step: 1}.Draft())
 	appendOK(t, l, session.UserMessage{Message: prompt}.Draft())
 	appendOK(t, l, session.StepEnd{Turn: 1, Step: 1}.Draft())
 	appendOK(t, l, session.TurnEnd{Turn: 1, Reason: session.TurnEndReason{Kind: session.EndCompleted}}.Draft())
 	ctx := pluginContext(t, "idle context")
-	commit(t, s, l, must(t)(s.PlanAppend(NextStep, ctx, External)))
+	commit(t, s, l, must(t)(s.planAppend(NextStep, ctx, External)))
 
 	path := filepath.Join(t.TempDir(), "session.jsonl")
 	require.NoError(t, session.WriteFile(path, l.Header(), l.Events().Slice(), session.WriteOptions{}))
@@ -297,8 +297,8 @@ func TestPendingIdleInjectSurvivesPersistAndResume(t *testing.T) {
 
 func TestRebuildAfterSeedLengthIgnoresTheParentsSplices(t *testing.T) {
 	s, parent := newState(t, Config{}), newLog(t)
-	commit(t, s, parent, must(t)(s.PlanAppend(NextTurn, user(t, "parent prompt"), External)))
-	commit(t, s, parent, must(t)(s.PlanAppend(NextStep, user(t, "parent context"), External)))
+	commit(t, s, parent, must(t)(s.planAppend(NextTurn, user(t, "parent prompt"), External)))
+	commit(t, s, parent, must(t)(s.planAppend(NextStep, user(t, "parent context"), External)))
 
 	child, err := parent.Fork("child", session.LastEvent, 2, testNow)
 	require.NoError(t, err)
@@ -310,7 +310,7 @@ func TestRebuildAfterSeedLengthIgnoresTheParentsSplices(t *testing.T) {
 	require.Zero(t, c.Len(), "a fork starts with an empty inbox")
 
 	// The child's own splices are replayed.
-	commit(t, c, child, must(t)(c.PlanAppend(NextTurn, user(t, "child prompt"), External)))
+	commit(t, c, child, must(t)(c.planAppend(NextTurn, user(t, "child prompt"), External)))
 	r, err := Rebuild(child.Events().All(), seed, Config{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"child prompt"}, texts(r.NextTurn()))
@@ -344,7 +344,7 @@ func TestRebuildRejectsInvalidSplices(t *testing.T) {
 			var se *SpliceError
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, int64(len(drafts)-1), se.Seq)
-			_, err = FoldConsumedWork(l.Events().All())
+			_, err = foldConsumedWork(l.Events().All())
 			require.True(t, errors.As(err, &se))
 		})
 	}
