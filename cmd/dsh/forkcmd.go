@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// logFork writes a new log seeded with a prefix of FILE: the reference's
-// fork (spec §2.11), as a file.
+// logFork writes a new log seeded with a prefix of FILE: a fork
+// (docs/session-log.md#forking), as a file.
 func logFork(args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("log fork")
 	at := fs.Int64("at", session.LastEvent, "the last seq the fork inherits (inclusive; default: the last event)")

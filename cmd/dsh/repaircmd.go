@@ -64,7 +64,7 @@ func logRepair(args []string, stdout, _ io.Writer) error {
 	return nil
 }
 
-// defaultDataDir is $XDG_DATA_HOME/dsh, else ~/.local/share/dsh (DESIGN §8).
+// defaultDataDir is $XDG_DATA_HOME/dsh, else ~/.local/share/dsh (docs/architecture.md#interfaces-for-people).
 func defaultDataDir() (string, error) {
 	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
 		return filepath.Join(d, "dsh"), nil

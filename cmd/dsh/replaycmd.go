@@ -9,7 +9,7 @@ import (
 	"github.com/dshgo/dsh/internal/fixtures"
 )
 
-// logReplay is `dsh log replay [--fixture] FILE` (DESIGN §11): it re-runs
+// logReplay is `dsh log replay [--fixture] FILE` (docs/replay.md): it re-runs
 // the recorded session through dsh's own loop and prints "conformant"
 // (exit 0), or the first divergence (exit 1).
 func logReplay(args []string, stdout, _ io.Writer) error {

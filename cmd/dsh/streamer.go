@@ -193,7 +193,7 @@ func (s *streamer) hasPendingEnds() bool {
 
 // reportEnds reports the pending turn ends, given the outcome of a flush
 // (or WaitIdle) that followed them. durable == nil: they are durable, and
-// each is noted as it always was ("[turn N completed]" with --verbose, an
+// each is noted ("[turn N completed]" with --verbose, an
 // end other than completed with noticeEnds; an end reported before as
 // not durable is noted as durable now). Otherwise, with noticeEnds (dsh
 // chat), each is noted once as not durable yet, with the write error,
