@@ -15,39 +15,6 @@ import (
 	"github.com/dshgo/dsh/internal/vfs"
 )
 
-func runLog(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("log: missing subcommand (verify, show, messages, stats, events, trace, repair, fork, replay, copy)")
-	}
-	switch args[0] {
-	case "-h", "-help", "--help":
-		fmt.Fprint(stdout, topUsage)
-		return errHelp
-	case "verify":
-		return logVerify(args[1:], stdout, stderr)
-	case "show":
-		return logShow(args[1:], stdout, stderr)
-	case "messages":
-		return logMessages(args[1:], stdout, stderr)
-	case "stats":
-		return logStatsCmd(args[1:], stdout, stderr)
-	case "repair":
-		return logRepair(args[1:], stdout, stderr)
-	case "fork":
-		return logFork(args[1:], stdout, stderr)
-	case "replay":
-		return logReplay(args[1:], stdout, stderr)
-	case "events":
-		return logEvents(args[1:], stdout, stderr)
-	case "copy":
-		return logCopy(args[1:], stdout, stderr)
-	case "trace":
-		return logTrace(args[1:], stdout, stderr)
-	default:
-		return usagef("log: unknown subcommand %q", args[0])
-	}
-}
-
 // logFlags parses the flags shared by the log subcommands. A flag after a
 // positional argument is bad usage (flags come first).
 func logFlags(name, synopsis string, args []string, stdout io.Writer) (fixture bool, files []string, err error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,13 @@ import (
 func TestMain(m *testing.M) {
 	if code, ok := cliMain(); ok {
 		os.Exit(code)
+	}
+	// Every flag reads DSH_<NAME>: the developer's environment stays out
+	// of the tests (the processes they start inherit the cleaned one).
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "DSH_") {
+			_ = os.Unsetenv(k)
+		}
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		removeBuilt()

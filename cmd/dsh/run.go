@@ -45,8 +45,9 @@ here too (a certificate their CA signed).
 Exit status: 0 when the turn completed and its end is durable on disk, 1
 when it ended in error (the failure is printed as one line on stderr),
 was interrupted, or its end could not be written (the write error is
-printed; the turn is not reported completed), 2 on bad usage. Ctrl-C cancels the running turn (cause user), flushes the session
-and exits 1 (not 130: DESIGN §8 has a single failure status).
+printed; the turn is not reported completed), 2 on bad usage. Ctrl-C
+cancels the running turn (cause user), flushes the session and exits 1,
+not 130: every dsh command has one failure status, 1.
 
 Flags:
 `
@@ -70,7 +71,7 @@ func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
 	if os.Getenv(deepseek.APIKeyEnv) != "" {
 		def = "deepseek"
 	}
-	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set)")
+	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set, else synthetic)")
 	fs.StringVar(&f.baseURL, "base-url", "", "deepseek: API root (default "+deepseek.DefaultBaseURL+")")
 	fs.StringVar(&f.model, "model", "", "model id (default: the provider's)")
 	f.stores.register(fs, "data directory holding the sessions (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh); --store jsonl:DIR")

@@ -89,7 +89,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cors, "cors-origin", "", "the one foreign origin (scheme://host[:port]) allowed to call the API")
 	fs.StringVar(&f.certFile, "https-cert", "", "serve HTTPS with this certificate (PEM; with --https-key)")
 	fs.StringVar(&f.keyFile, "https-key", "", "the HTTPS certificate's private key (PEM)")
-	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set)")
+	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set, else synthetic)")
 	fs.StringVar(&f.baseURL, "base-url", "", "deepseek: API root (default "+deepseek.DefaultBaseURL+")")
 	fs.StringVar(&f.model, "model", "", "model id (default: the provider's)")
 	fs.Float64Var(&f.speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
