@@ -47,7 +47,7 @@ type CapacityOptions struct {
 	// per-step progress are off.
 	Load Options
 	// MemoryBudget is the most live heap a step may reach (default: half
-	// the machine's memory, MachineMemory). A step seen above it is stopped
+	// the machine's total memory). A step seen above it is stopped
 	// at once (Options.HeapLimit) and did not hold.
 	MemoryBudget uint64
 	// Timeout bounds the whole search (default DefaultCapacityTimeout);
@@ -196,7 +196,7 @@ func Capacity(ctx context.Context, co CapacityOptions) (CapacityReport, error) {
 	}
 	budget := co.MemoryBudget
 	if budget == 0 {
-		m, err := MachineMemory()
+		m, err := machineMemory()
 		if err != nil {
 			return CapacityReport{}, fmt.Errorf("bench: no memory budget given and %w", err)
 		}
@@ -277,9 +277,9 @@ func Capacity(ctx context.Context, co CapacityOptions) (CapacityReport, error) {
 	return rep, err
 }
 
-// MachineMemory is the machine's total memory (Linux: MemTotal of
+// machineMemory is the machine's total memory (Linux: MemTotal of
 // /proc/meminfo).
-func MachineMemory() (uint64, error) {
+func machineMemory() (uint64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return 0, fmt.Errorf("the machine's memory is unknown: %w", err)

@@ -55,7 +55,7 @@
 //
 // # Concurrency contract
 //
-// Run, NormalizeError, RetryPolicy and the message types are safe for
+// Run, RetryPolicy and the message types are safe for
 // concurrent use. GrammarChecker and BlockAssembler are not: each belongs
 // to one consumer (the agent actor, inside Receive). Providers are safe for
 // concurrent use (provider.go).

@@ -19,8 +19,10 @@ import (
 //   - A provider error (a non-nil error from the iterator) or a panic
 //     (recovered, from Stream or from the iterator) ends the stream with a
 //     synthesised finish: aborted when ctx was cancelled or the normalised
-//     code is ABORTED, error with the canonical code otherwise (see
-//     NormalizeError).
+//     code is ABORTED, error with the canonical code otherwise: ABORTED
+//     for a cancelled ctx, TIMEOUT past its deadline, the failure the
+//     error carries (an LlmFailure, its empty fields filled in), UNKNOWN
+//     with the error's text for anything else, a panic included.
 //   - Cancelling ctx ends the stream promptly even if the provider ignores
 //     it while it keeps yielding: Run checks ctx before each chunk, stops
 //     reading, and emits an aborted finish (an error TIMEOUT finish when
@@ -62,9 +64,9 @@ func Run(ctx context.Context, p Provider, req Request, emit func(messages.Stream
 		var f messages.LlmFailure
 		switch {
 		case r.err != nil:
-			f = NormalizeError(ctx, r.err)
+			f = normalizeError(ctx, r.err)
 		case ctx.Err() != nil:
-			f = NormalizeError(ctx, ctx.Err())
+			f = normalizeError(ctx, ctx.Err())
 		default:
 			f = messages.LlmFailure{Code: CodeMalformedResponse,
 				Message: fmt.Sprintf("llm: provider %q ended the stream without a finish", providerName(p))}
@@ -183,7 +185,7 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// NormalizeError maps err, which ended a call made under ctx, to a
+// normalizeError maps err, which ended a call made under ctx, to a
 // canonical failure (docs/messages.md#finish-reasons-and-failures,
 // docs/architecture.md#models). The result always passes
 // LlmFailure.Validate. In order:
@@ -202,7 +204,7 @@ func (e *PanicError) Unwrap() error {
 //
 // A nil ctx is treated as one never cancelled; a nil err, outside a
 // cancelled ctx, gives UNKNOWN.
-func NormalizeError(ctx context.Context, err error) messages.LlmFailure {
+func normalizeError(ctx context.Context, err error) messages.LlmFailure {
 	if ctx != nil {
 		switch ctx.Err() {
 		case nil:

@@ -303,7 +303,7 @@ func TestNormalizeError(t *testing.T) {
 			messages.LlmFailure{Code: CodeServer, Message: "llm: provider failure SERVER"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := NormalizeError(tc.ctx, tc.err)
+			got := normalizeError(tc.ctx, tc.err)
 			require.Equal(t, tc.want, got)
 			require.NoError(t, got.Validate())
 		})

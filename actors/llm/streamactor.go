@@ -253,7 +253,7 @@ func stream(callCtx context.Context, root *actor.RootContext, parent, self *acto
 		// Run emits a finish unless emit refused it, and emit refuses only
 		// after a cancel by the actor; a stop returned above.
 		_ = invariants.Assertf(cause == errStreamCancelled, "llm: stream %d ended without a finish and without a cancel", cfg.Ref)
-		ended.Finish = messages.FinishReason{Kind: messages.FinishAborted, Failure: NormalizeError(callCtx, nil)}
+		ended.Finish = messages.FinishReason{Kind: messages.FinishAborted, Failure: normalizeError(callCtx, nil)}
 		ended.Cancelled = true
 	}
 	root.Send(parent, ended)
