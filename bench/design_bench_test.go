@@ -111,7 +111,7 @@ func BenchmarkChunksEndToEnd(b *testing.B) {
 			b.StopTimer()
 			var chunks int64
 			for _, id := range ids {
-				st, err := h.Stats(id)
+				st, err := h.Stats(ctx, id)
 				require.NoError(b, err)
 				chunks += st.Chunks
 			}

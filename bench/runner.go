@@ -32,7 +32,7 @@ func openRunner(ctx context.Context, o Options, hcfg supervisor.Config) (*runner
 			return nil, err
 		}
 		return &runner{drivers: []driver{h}, hosts: []*supervisor.Host{h},
-			stats: func(_ context.Context, id session.SessionID) (supervisor.Stats, error) { return h.Stats(id) },
+			stats: h.Stats,
 			close: h.Close}, nil
 	}
 	dir := hcfg.Dir

@@ -35,7 +35,7 @@ func TestClusterAPIFromEveryMember(t *testing.T) {
 
 		// The subscription sees the whole log, in order, up to the turn end.
 		var seen []session.Event
-		for ev := range sub.C {
+		for ev := range sub.Events() {
 			seen = append(seen, ev)
 			if ev.Type() == session.TypeTurnEnd {
 				break

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/cluster/clusterpb"
 	"github.com/dshgo/dsh/messages"
@@ -53,7 +54,9 @@ var ErrDiverged = errors.New("cluster: events received are no longer in the log"
 
 // Client reaches sessions wherever they live in a cluster: the API of a
 // Member without hosting any session. A Member embeds one; Dial makes one
-// for a process that only calls. Safe for concurrent use.
+// for a process that only calls. It is a supervisor.Sessions, as a Host
+// is, so code written against that interface runs on a cluster too. Safe
+// for concurrent use.
 type Client struct {
 	sys      *actor.ActorSystem
 	c        *pcluster.Cluster
@@ -67,10 +70,24 @@ type Client struct {
 	// its timeout), so nothing outlives the client.
 	attempts sync.WaitGroup
 
+	// store is the members' shared store (ClientConfig.Store), read
+	// without locks by List and Peek; nil: List fails with ErrNoStore
+	// and Peek asks the session's member.
+	store persister.Reader
+
 	mu      sync.Mutex
 	closed  bool
 	members []string // sorted addresses of the last topology
 }
+
+var (
+	_ supervisor.Sessions = (*Client)(nil)
+	_ supervisor.Sessions = (*Member)(nil)
+)
+
+// ErrNoStore: List on a client dialed without ClientConfig.Store, which
+// has nothing to list the sessions from.
+var ErrNoStore = errors.New("cluster: the client has no store to list sessions from (ClientConfig.Store)")
 
 // newClient makes a client around a fresh actor system; its cluster is
 // set by the caller.
@@ -411,6 +428,56 @@ func (m *Client) Owner(ctx context.Context, id session.SessionID) (string, error
 	return r.Member, nil
 }
 
+// List names every session in the members' shared store (a session is
+// stored from its first write on), sorted by id, activating none: it
+// reads ClientConfig.Store, and fails with ErrNoStore without one. Use
+// Owner for where a session lives.
+func (m *Client) List(ctx context.Context) ([]supervisor.Info, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	if m.store == nil {
+		return nil, ErrNoStore
+	}
+	ls, err := m.store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list: %w", err)
+	}
+	out := make([]supervisor.Info, len(ls))
+	for i, l := range ls {
+		out[i] = supervisor.Info{Header: l.Header}
+	}
+	return out, nil
+}
+
+// Peek describes the session and returns its events from seq from on.
+// With ClientConfig.Store it reads the store and activates nothing: a
+// session whose stored log ends inside a turn is Running (or was cut
+// off), and the store may lag the live log by the write-behind window.
+// A session not stored yet (just created), or any session when the
+// client has no store, is asked of its member, which activates it there.
+func (m *Client) Peek(ctx context.Context, id session.SessionID, from int64) (supervisor.Info, []session.Event, error) {
+	if err := m.usable(); err != nil {
+		return supervisor.Info{}, nil, err
+	}
+	if m.store != nil {
+		st, err := m.store.Inspect(ctx, id)
+		if err == nil {
+			evs := st.Events[:len(st.Events)-len(st.Closers)]
+			from = min(max(from, 0), int64(len(evs)))
+			return supervisor.Info{Header: st.Header, Running: len(st.Closers) > 0}, evs[from:], nil
+		}
+		if !errors.Is(err, persister.ErrNotFound) {
+			return supervisor.Info{}, nil, err
+		}
+	}
+	evs, err := m.Events(ctx, id, from)
+	if err != nil {
+		return supervisor.Info{}, nil, err
+	}
+	return supervisor.Info{Header: session.Header{ID: id}, Resident: true}, evs, nil
+}
+
 // List names every session in the shared store (a session is stored
 // from its first write on) and those resident on this member, sorted by
 // id. Info.Resident says
@@ -420,4 +487,13 @@ func (m *Member) List(ctx context.Context) ([]supervisor.Info, error) {
 		return nil, err
 	}
 	return m.host.List(ctx)
+}
+
+// Peek is the host's Peek: a session resident on this member is read
+// live, any other from the shared store; it activates nothing.
+func (m *Member) Peek(ctx context.Context, id session.SessionID, from int64) (supervisor.Info, []session.Event, error) {
+	if err := m.usable(); err != nil {
+		return supervisor.Info{}, nil, err
+	}
+	return m.host.Peek(ctx, id, from)
 }

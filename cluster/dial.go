@@ -9,6 +9,8 @@ import (
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+
+	"github.com/dshgo/dsh/actors/persister"
 )
 
 // ClientConfig configures Dial. Peers (or Provider) is required.
@@ -36,6 +38,12 @@ type ClientConfig struct {
 	TLS *tls.Config
 	// Insecure lets a client without TLS bind a non-loopback address.
 	Insecure bool
+	// Store is the members' shared store (persister.OpenReader of their
+	// directory), read without locks by Client.List and Client.Peek so
+	// that neither activates a session. nil: List fails with ErrNoStore
+	// and Peek asks the session's member. Closing it is the caller's,
+	// after the client.
+	Store persister.Reader
 }
 
 // Dial joins a cluster as a client — it reaches every session through the
@@ -61,6 +69,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	cl := newClient(cfg.RequestTimeout, 0)
+	cl.store = cfg.Store
 	provider := cfg.Provider
 	var peers *peersProvider
 	if provider == nil {

@@ -32,7 +32,7 @@ func TestClusterClientDial(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, cl.Followup(ctx, id, userMsg(t, "hello")))
 		require.NoError(t, cl.WaitIdle(ctx, id))
-		for ev := range sub.C {
+		for ev := range sub.Events() {
 			if ev.Type() == session.TypeTurnEnd {
 				break
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/supervisor"
 )
 
 // Three members on 127.0.0.1 share a directory. Sessions spread over all
@@ -121,16 +122,16 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 
 // watch collects what a subscription delivers.
 type watch struct {
-	sub  *Subscription
+	sub  supervisor.Subscription
 	mu   sync.Mutex
 	got  []session.Event
 	done bool
 }
 
-func startWatch(sub *Subscription) *watch {
+func startWatch(sub supervisor.Subscription) *watch {
 	w := &watch{sub: sub}
 	go func() {
-		for ev := range sub.C {
+		for ev := range sub.Events() {
 			w.mu.Lock()
 			w.got = append(w.got, ev)
 			w.mu.Unlock()

@@ -74,9 +74,9 @@ func (g *grain) seed(c context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.accepted = make(map[string]struct{}, min(ms.Len(), acceptedMessagesToKeep))
-	for i := max(ms.Len()-acceptedMessagesToKeep, 0); i < ms.Len(); i++ {
-		if m := ms.At(i); m.ID() != "" {
+	g.accepted = make(map[string]struct{}, min(len(ms), acceptedMessagesToKeep))
+	for i := max(len(ms)-acceptedMessagesToKeep, 0); i < len(ms); i++ {
+		if m := ms[i]; m.ID() != "" {
 			g.accept(string(m.ID()))
 		}
 	}
@@ -102,7 +102,7 @@ func (g *grain) messages(c context.Context) *clusterpb.Reply {
 		return g.reply(err)
 	}
 	b := []byte{'['}
-	for i, m := range ms.All() {
+	for i, m := range ms {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -117,8 +117,8 @@ func (g *grain) messages(c context.Context) *clusterpb.Reply {
 	return r
 }
 
-func (g *grain) stats(context.Context) *clusterpb.Reply {
-	st, err := g.m.host.Stats(g.id)
+func (g *grain) stats(c context.Context) *clusterpb.Reply {
+	st, err := g.m.host.Stats(c, g.id)
 	if err != nil {
 		return g.reply(err)
 	}
@@ -177,7 +177,7 @@ func (g *grain) events(c context.Context, msg *clusterpb.GetEvents) *clusterpb.R
 	}
 	var out []session.Event
 	diverged := check // until the event at from-1 is found the same
-	for ev := range es.All() {
+	for _, ev := range es {
 		if check {
 			check = false
 			if !sameEvent(ev, msg) {
@@ -231,7 +231,7 @@ func (g *grain) waitEvents(c context.Context, from int64, limit int, wait time.D
 	defer t.Stop()
 	var out []session.Event
 	select {
-	case ev, ok := <-sub.C:
+	case ev, ok := <-sub.Events():
 		if !ok {
 			return nil, sub.Err()
 		}
@@ -243,7 +243,7 @@ func (g *grain) waitEvents(c context.Context, from int64, limit int, wait time.D
 	}
 	for len(out) < limit {
 		select {
-		case ev, ok := <-sub.C:
+		case ev, ok := <-sub.Events():
 			if !ok {
 				return out, nil
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/cluster/clusterpb"
+	"github.com/dshgo/dsh/supervisor"
 )
 
 // Subscription delivers a session's events, wherever the session lives,
@@ -39,6 +40,9 @@ func (s *Subscription) Err() error {
 	return s.err
 }
 
+// Events returns C (supervisor.Subscription).
+func (s *Subscription) Events() <-chan session.Event { return s.C }
+
 // Close ends the subscription and waits for its poller to stop.
 func (s *Subscription) Close() {
 	s.cancel()
@@ -47,7 +51,7 @@ func (s *Subscription) Close() {
 
 // Subscribe subscribes to the session's events from seq from on (0 for
 // the whole log). It fails at once if the session does not exist.
-func (m *Client) Subscribe(ctx context.Context, id session.SessionID, from int64) (*Subscription, error) {
+func (m *Client) Subscribe(ctx context.Context, id session.SessionID, from int64) (supervisor.Subscription, error) {
 	r, err := m.call(ctx, id, &clusterpb.GetEvents{From: from})
 	if err != nil {
 		return nil, err

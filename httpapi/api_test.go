@@ -47,7 +47,7 @@ func TestSessionLifecycle(t *testing.T) {
 	require.NotEmpty(t, sent.ID)
 	require.EqualValues(t, 1, sent.Turn)
 	require.JSONEq(t, `{"kind":"completed"}`, string(sent.Reason))
-	st, err := f.h.Stats("alpha")
+	st, err := f.h.Stats(testCtx(t), "alpha")
 	require.NoError(t, err)
 
 	f.must(t, http.StatusOK, "GET", "/v1/sessions/alpha", nil, &one)
@@ -76,7 +76,7 @@ func TestSessionLifecycle(t *testing.T) {
 	evs, err := f.h.Events(testCtx(t), "alpha", 0)
 	require.NoError(t, err)
 	end := int64(-1)
-	for ev := range evs.All() {
+	for _, ev := range evs {
 		if ev.Type() == session.TypeTurnEnd {
 			end = ev.Seq()
 			break
@@ -133,7 +133,7 @@ func TestCancelRunningTurn(t *testing.T) {
 	require.Equal(t, StatusIdle, one.Status)
 	evs, err := f.h.Events(testCtx(t), "s", 0)
 	require.NoError(t, err)
-	last := evs.At(evs.Len() - 1)
+	last := evs[len(evs)-1]
 	te, ok := last.Payload().(session.TurnEnd)
 	require.True(t, ok, "last event %s", last.Type())
 	require.Equal(t, session.EndAborted, te.Reason.Kind)
@@ -163,7 +163,7 @@ func TestWaitForAQueuedFollowup(t *testing.T) {
 			eventually(t, "the followup to be pending", func() bool {
 				evs, err := f.h.Events(testCtx(t), "s", 0)
 				require.NoError(t, err)
-				for ev := range evs.All() {
+				for _, ev := range evs {
 					if ev.Type() == session.TypeInboxSpliced && strings.Contains(ev.Data().String(), "second") {
 						return true
 					}

@@ -75,7 +75,7 @@ func runStreamLoad(b *testing.B, overHTTP bool) streamLoad {
 	var ts *httptest.Server
 	var client *http.Client
 	if overHTTP {
-		srv, err := New(Config{Backend: HostBackend{h}})
+		srv, err := New(Config{Backend: h})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func readSub(ctx context.Context, h *supervisor.Host, id session.SessionID, read
 	}
 	defer sub.Close()
 	ready()
-	for ev := range sub.C {
+	for ev := range sub.Events() {
 		record(string(ev.Type()), ev.Time())
 		if ev.Type() == session.TypeTurnEnd {
 			return nil

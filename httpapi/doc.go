@@ -1,7 +1,8 @@
 // Package httpapi is the HTTP face of dsh (`dsh serve`): JSON routes for
-// the verbs of a place where sessions live (a supervisor.Host, through
-// [HostBackend]), Server-Sent Events for a session's log, and the error
-// envelope every failure is answered with.
+// the verbs of a place where sessions live (a [Backend], which is
+// supervisor.Sessions: a *supervisor.Host, or a cluster's client),
+// Server-Sent Events for a session's log, and the error envelope every
+// failure is answered with.
 //
 // # Routes
 //
@@ -21,9 +22,9 @@
 // kin-openapi), so the document and the server cannot drift apart.
 //
 // Listing and describing a session never resume it (resuming appends to
-// its log): a stored session is read through the host's Peek (a cluster's
-// backend, in cmd/dsh, reads the members' shared store instead, so its
-// listing activates nothing). A session's
+// its log): a stored session is read through the backend's Peek (a
+// cluster's client dialed with the members' shared store reads the store,
+// so its listing activates nothing). A session's
 // status is idle or running (resident), passivated (stored after this
 // host passivated it) or stored. Its title is the last session/title
 // event's, else the first line of its first user message.

@@ -79,7 +79,7 @@ func TestErrorsOfEveryRoute(t *testing.T) {
 	// Nothing of all that reached the session.
 	evs, err := f.h.Events(testCtx(t), "s", 0)
 	require.NoError(t, err)
-	require.Zero(t, evs.Len())
+	require.Zero(t, len(evs))
 }
 
 // chunked hides its length, so the request is sent chunked.
@@ -106,7 +106,7 @@ func TestAuth(t *testing.T) {
 	f.must(t, http.StatusOK, "GET", "/v1/sessions", nil, nil)
 	evs, err := f.h.Events(testCtx(t), "s", 0)
 	require.NoError(t, err)
-	require.Zero(t, evs.Len())
+	require.Zero(t, len(evs))
 }
 
 // TestHostAndOrigin: without a token only loopback Host headers are
@@ -171,12 +171,14 @@ func TestInboxFullAndInUse(t *testing.T) {
 
 // failing is a backend whose every call fails with err.
 type failing struct {
-	HostBackend
+	*supervisor.Host
 	err error
 }
 
-func (b failing) Send(context.Context, session.SessionID, Mode, messages.Message) error { return b.err }
-func (b failing) List(context.Context) ([]supervisor.Info, error)                       { return nil, b.err }
+func (b failing) Followup(context.Context, session.SessionID, messages.Message) error { return b.err }
+func (b failing) Steer(context.Context, session.SessionID, messages.Message) error    { return b.err }
+func (b failing) Inject(context.Context, session.SessionID, messages.Message) error   { return b.err }
+func (b failing) List(context.Context) ([]supervisor.Info, error)                     { return nil, b.err }
 
 // TestBackendErrorsMapped: NOT_DURABLE, CLOSED and INTERNAL, the last
 // without the error's text.
@@ -191,7 +193,7 @@ func TestBackendErrorsMapped(t *testing.T) {
 	} {
 		h, err := supervisor.Open(supervisor.Config{Provider: smallModel(t)})
 		require.NoError(t, err)
-		f := start(t, supervisor.Config{}, Config{Backend: failing{HostBackend{h}, c.err}})
+		f := start(t, supervisor.Config{}, Config{Backend: failing{h, c.err}})
 		f.must(t, http.StatusCreated, "POST", "/v1/sessions", map[string]any{"id": "s"}, nil)
 		msg := f.fails(t, c.code, "POST", "/v1/sessions/s/messages", map[string]any{"text": "x"})
 		require.NotContains(t, msg, "secret")

@@ -179,7 +179,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	page := infos[start:min(start+limit, len(infos))]
 	out := listJSON{Sessions: make([]sessionJSON, 0, len(page))}
 	for _, i := range page {
-		info, evs, err := s.cfg.Backend.Inspect(r.Context(), i.Header.ID)
+		info, evs, err := s.cfg.Backend.Peek(r.Context(), i.Header.ID, 0)
 		if errors.Is(err, supervisor.ErrNoSession) {
 			continue // gone since the listing
 		}
@@ -200,7 +200,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info, evs, err := s.cfg.Backend.Inspect(r.Context(), id)
+	info, evs, err := s.cfg.Backend.Peek(r.Context(), id, 0)
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 			return s.sent(w, r, id, string(msg.ID()), wait)
 		}
 	}
-	if err := s.cfg.Backend.Send(ctx, id, mode, msg); err != nil {
+	if err := deliver(ctx, s.cfg.Backend, id, mode, msg); err != nil {
 		if !errors.Is(err, inbox.ErrDuplicateID) {
 			return err
 		}

@@ -57,7 +57,7 @@ func start(t *testing.T, hcfg supervisor.Config, cfg Config) *fixture {
 	h, err := supervisor.Open(hcfg)
 	require.NoError(t, err)
 	if cfg.Backend == nil {
-		cfg.Backend = HostBackend{h}
+		cfg.Backend = h
 	}
 	srv, err := New(cfg)
 	require.NoError(t, err)

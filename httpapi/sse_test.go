@@ -93,9 +93,9 @@ func checkEvents(t *testing.T, h *supervisor.Host, id session.SessionID, from in
 	t.Helper()
 	evs, err := h.Events(testCtx(t), id, from)
 	require.NoError(t, err)
-	require.Len(t, got, evs.Len())
+	require.Len(t, got, len(evs))
 	for i, ev := range got {
-		want := evs.At(i)
+		want := evs[i]
 		require.Equal(t, want.Seq(), ev.id)
 		require.Equal(t, string(want.Type()), ev.event)
 		require.Equal(t, string(session.AppendEvent(nil, want)), ev.data)

@@ -69,7 +69,7 @@ func crashChild(dir string) {
 		panic(err)
 	}
 	chunks := 0
-	for ev := range sub.C {
+	for ev := range sub.Events() {
 		if tp, ok := ev.Payload().(session.TurnStart); ok && tp.Turn == 4 {
 			chunks = 1
 		}
@@ -121,7 +121,7 @@ func TestKilledMidTurn(t *testing.T) {
 	require.NoError(t, h.Resume(ctx, "crashy"))
 	evs, err := h.Events(ctx, "crashy", 0)
 	require.NoError(t, err)
-	all := evs.Slice()
+	all := evs
 	require.NoError(t, session.CheckTrace(all))
 	require.Empty(t, session.InterruptedTurnClosers(all))
 	var ends []session.TurnEndKind
@@ -138,8 +138,8 @@ func TestKilledMidTurn(t *testing.T) {
 	require.NoError(t, h.WaitIdle(ctx, "crashy"))
 	evs, err = h.Events(ctx, "crashy", 0)
 	require.NoError(t, err)
-	require.NoError(t, session.CheckTrace(evs.Slice()))
-	require.Equal(t, session.EndCompleted, lastTurnEnd(t, evs.Slice()).Kind)
+	require.NoError(t, session.CheckTrace(evs))
+	require.Equal(t, session.EndCompleted, lastTurnEnd(t, evs).Kind)
 }
 
 // switchProvider streams fast until the history reaches the fourth turn.

@@ -1,5 +1,6 @@
-// Package supervisor is the host: many sessions in one process (DESIGN §4,
-// §8). A [Host] owns a persister, a store and, for each resident session,
+// Package supervisor is the host: many sessions in one process
+// (docs/architecture.md#actors, docs/architecture.md#interfaces-for-people).
+// A [Host] owns a persister, a store and, for each resident session,
 // a session actor (the only writer of its log) and an agent actor (which
 // spawns its inbox and one stream actor per model call as children).
 //
@@ -11,6 +12,12 @@
 //	err = h.WaitIdle(ctx, id) // idle, and the turn is durable
 //	msgs, err := h.Messages(ctx, id)
 //	err = h.Close(ctx)
+//
+// [Sessions] is the interface of a place where sessions live, with those
+// verbs: a *Host implements it, and so does a cluster's client
+// (cluster.Client), so code written against Sessions (dsh run and chat,
+// the HTTP server of package httpapi) runs on one process or a cluster
+// alike.
 //
 // With Config.System the host's actors live in the caller's actor system,
 // and the session's actors are reachable as PIDs ([Host.SessionPID],
@@ -104,9 +111,9 @@
 // worker goroutines the host keeps (workers.go) rather than on a new
 // goroutine per wake-up; Close joins them once the actors are stopped.
 // Config.MaxConcurrentModelCalls bounds the model calls open at once:
-// the rest wait in a queue ([Host.ModelCalls]). [Host.Stats] and
-// [Host.Usage] cover the whole log (the loaded events are folded on
-// resume) and stay readable after a passivation. A session whose last
+// the rest wait in a queue ([Host.ModelCalls]). [Host.Stats] covers the
+// whole log (the loaded events are folded on resume) and stays readable
+// after a passivation. A session whose last
 // write failed is not passivated (it stays resident, retried; see
 // Durability).
 //

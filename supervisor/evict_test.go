@@ -33,7 +33,7 @@ func TestManualResumeLoadsOnlyOnResume(t *testing.T) {
 	require.NoError(t, h2.Resume(ctx, id))
 	require.NoError(t, h2.Followup(ctx, id, userMsg(t, "again")))
 	require.NoError(t, h2.WaitIdle(ctx, id))
-	st, err := h2.Stats(id)
+	st, err := h2.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 }
@@ -52,13 +52,13 @@ func TestEvictMidTurnLeavesAValidLogAndResumes(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "long")))
 	// Wait until the turn is running (its first chunk is logged).
-	for ev := range sub.C {
+	for ev := range sub.Events() {
 		if ev.Type() == session.TypeAssistantChunk {
 			break
 		}
 	}
 	require.NoError(t, h.Evict(ctx, id))
-	for range sub.C {
+	for range sub.Events() {
 	}
 	require.ErrorIs(t, sub.Err(), ErrEvicted)
 	require.Zero(t, h.Resident())
@@ -78,7 +78,7 @@ func TestEvictMidTurnLeavesAValidLogAndResumes(t *testing.T) {
 	require.NoError(t, h.Resume(ctx, id))
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "next")))
 	require.NoError(t, h.WaitIdle(ctx, id))
-	st, err := h.Stats(id)
+	st, err := h.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 }

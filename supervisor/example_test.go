@@ -45,7 +45,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	for _, m := range history.All() {
+	for _, m := range history {
 		fmt.Println(m.Role())
 	}
 	// Output:

@@ -42,7 +42,7 @@ func requireHealthy(t *testing.T, h *Host, id session.SessionID, turnsBefore int
 	require.NoError(t, h.WaitIdle(ctx, id))
 	evs, err := h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	all := evs.Slice()
+	all := evs
 	require.NoError(t, session.CheckTrace(all))
 	require.Empty(t, session.InterruptedTurnClosers(all), "open turn after WaitIdle")
 	var turns int64
@@ -56,7 +56,7 @@ func requireHealthy(t *testing.T, h *Host, id session.SessionID, turnsBefore int
 	require.NoError(t, h.WaitIdle(ctx, id))
 	evs, err = h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	all = evs.Slice()
+	all = evs
 	require.NoError(t, session.CheckTrace(all))
 	require.Equal(t, session.TypeTurnEnd, all[len(all)-1].Type())
 	require.Equal(t, session.EndCompleted, lastTurnEnd(t, all).Kind)
@@ -94,7 +94,7 @@ func TestFaultToolPanic(t *testing.T) {
 	require.NoError(t, err)
 	// The panic is the call's error result (TOOL_PANIC); the turn goes on.
 	var sawPanic bool
-	for ev := range evs.All() {
+	for _, ev := range evs {
 		if p, ok := ev.Payload().(session.ToolResult); ok && p.Error.Code == "TOOL_PANIC" {
 			sawPanic = true
 		}
@@ -146,7 +146,7 @@ func TestFaultObserverPanic(t *testing.T) {
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
 	requireHealthy(t, h, id, 1)
 	require.Positive(t, fired.Load())
-	st, err := h.Stats(id)
+	st, err := h.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 }
@@ -174,7 +174,7 @@ func TestFaultAgentHookPanic(t *testing.T) {
 	require.NoError(t, h.WaitIdle(ctx, id))
 	evs, err := h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	end := lastTurnEnd(t, evs.Slice())
+	end := lastTurnEnd(t, evs)
 	require.Equal(t, session.EndError, end.Kind)
 	require.Contains(t, end.Error.Message, "request hook panicked")
 	requireHealthy(t, h, id, 1)
@@ -202,7 +202,7 @@ func TestFaultPreStepHookPanic(t *testing.T) {
 	require.NoError(t, h.WaitIdle(ctx, id))
 	evs, err := h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	end := lastTurnEnd(t, evs.Slice())
+	end := lastTurnEnd(t, evs)
 	require.Equal(t, session.EndError, end.Kind)
 	require.Contains(t, end.Error.Message, "pre-step hook panicked")
 	requireHealthy(t, h, id, 1)
@@ -256,14 +256,14 @@ func TestFaultSessionActorPanic(t *testing.T) {
 	require.GreaterOrEqual(t, crashedAt.Load(), int64(0))
 	evs, err := h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	require.Equal(t, session.EndCompleted, lastTurnEnd(t, evs.Slice()).Kind, "the turn went on")
+	require.Equal(t, session.EndCompleted, lastTurnEnd(t, evs).Kind, "the turn went on")
 	requireHealthy(t, h, id, 1)
-	st, err := h.Stats(id)
+	st, err := h.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 	evs, err = h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	want := evs.Slice()
+	want := evs
 	require.NoError(t, h.Close(ctx))
 
 	// Everything acknowledged was written: a fresh host loads it all.
@@ -272,12 +272,12 @@ func TestFaultSessionActorPanic(t *testing.T) {
 	got, err := h2.Events(ctx, id, 0)
 	require.NoError(t, err)
 	// (The resumed session may append after them.)
-	require.GreaterOrEqual(t, got.Len(), len(want))
+	require.GreaterOrEqual(t, len(got), len(want))
 	for i, ev := range want {
-		require.Equal(t, ev.Type(), got.At(i).Type(), "seq %d", i)
-		require.Equal(t, ev.Data().String(), got.At(i).Data().String(), "seq %d", i)
+		require.Equal(t, ev.Type(), got[i].Type(), "seq %d", i)
+		require.Equal(t, ev.Data().String(), got[i].Data().String(), "seq %d", i)
 	}
-	require.NoError(t, session.CheckTrace(got.Slice()))
+	require.NoError(t, session.CheckTrace(got))
 }
 
 // diskFull is a MemFS whose writes fail with ENOSPC while full is set (a
@@ -348,12 +348,12 @@ func TestFaultDiskFullTurnEndRetriedInTheBackground(t *testing.T) {
 	// The persister retries by itself; while the disk is full each retry
 	// fails and the session stays closed.
 	eventually(t, "two background retries", func() bool {
-		st, err := h.Stats(id)
+		st, err := h.Stats(ctx, id)
 		require.NoError(t, err)
 		return st.WriteRetries >= 2
 	})
 	require.ErrorIs(t, h.Steer(ctx, id, userMsg(t, "three")), ErrNotDurable)
-	st, err := h.Stats(id)
+	st, err := h.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 	require.GreaterOrEqual(t, st.WriteFailures, int64(2), "the turn end's write and the first retry (the second started after it failed)")
@@ -364,7 +364,7 @@ func TestFaultDiskFullTurnEndRetriedInTheBackground(t *testing.T) {
 	followupAccepted(t, h, id, "three")
 	require.NoError(t, h.WaitIdle(ctx, id))
 	eventually(t, "the durable notice of the last event", func() bool {
-		st, err = h.Stats(id)
+		st, err = h.Stats(ctx, id)
 		require.NoError(t, err)
 		return st.Durable == st.Events-1
 	})
@@ -411,7 +411,7 @@ func TestFaultRetryingSessionEvictedAndClosed(t *testing.T) {
 		require.ErrorIs(t, h.WaitIdle(ctx, id), syscall.ENOSPC)
 	}
 	eventually(t, "background retries", func() bool {
-		st, err := h.Stats(ids[0])
+		st, err := h.Stats(ctx, ids[0])
 		require.NoError(t, err)
 		return st.WriteRetries >= 3
 	})

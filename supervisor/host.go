@@ -46,7 +46,7 @@ type Host struct {
 	mu         sync.Mutex
 	closed     bool
 	sessions   map[session.SessionID]*entry
-	subs       map[*Subscription]struct{}
+	subs       map[*subscription]struct{}
 	parked     map[session.SessionID]parkedStats // counters of passivated and evicted sessions
 	passivated int64                             // passivations so far
 }
@@ -58,7 +58,7 @@ func Open(cfg Config) (*Host, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*Subscription]struct{}{},
+	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*subscription]struct{}{},
 		parked: map[session.SessionID]parkedStats{}, name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now(),
 		workers: &workers{}}
 	if h.cfg.RequestTimeout == 0 {
@@ -247,7 +247,7 @@ func (h *Host) Close(ctx context.Context) error {
 	for _, e := range h.sessions {
 		entries = append(entries, e)
 	}
-	subs := make([]*Subscription, 0, len(h.subs))
+	subs := make([]*subscription, 0, len(h.subs))
 	for s := range h.subs {
 		subs = append(subs, s)
 	}

@@ -57,9 +57,9 @@ func openHost(t *testing.T, cfg Config) *Host {
 	return h
 }
 
-func roles(ms session.Messages) []messages.Role {
+func roles(ms []messages.Message) []messages.Role {
 	var out []messages.Role
-	for _, m := range ms.Slice() {
+	for _, m := range ms {
 		out = append(out, m.Role())
 	}
 	return out
@@ -88,7 +88,7 @@ func TestMemoryHostTurn(t *testing.T) {
 	ms, err := h.Messages(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, []messages.Role{messages.RoleUser, messages.RoleAssistant}, roles(ms))
-	st, err := h.Stats(id)
+	st, err := h.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Turns)
 	require.Positive(t, st.Chunks)
@@ -166,8 +166,8 @@ func TestFork(t *testing.T) {
 	require.NoError(t, err)
 	cm, err := h.Messages(ctx, child)
 	require.NoError(t, err)
-	require.Equal(t, 2, pm.Len())
-	require.Equal(t, 4, cm.Len())
+	require.Equal(t, 2, len(pm))
+	require.Equal(t, 4, len(cm))
 	list, err := h.List(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 2)
@@ -190,14 +190,14 @@ func TestSubscribeReplaysThenLive(t *testing.T) {
 	require.NoError(t, h.WaitIdle(ctx, id))
 	all, err := h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	require.Greater(t, all.Len(), past.Len())
+	require.Greater(t, len(all), len(past))
 
-	for i := range all.Len() {
+	for i := range len(all) {
 		select {
-		case ev, ok := <-sub.C:
+		case ev, ok := <-sub.Events():
 			require.True(t, ok, "closed early: %v", sub.Err())
 			require.EqualValues(t, i, ev.Seq())
-			require.Equal(t, all.At(i).Type(), ev.Type())
+			require.Equal(t, all[i].Type(), ev.Type())
 		case <-ctx.Done():
 			t.Fatalf("event %d never came", i)
 		}
@@ -222,7 +222,7 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	// holds) before reading, or the reader would make room for more.
 	require.Eventually(t, func() bool { return sub.Err() != nil }, 10*time.Second, time.Millisecond)
 	n := 0
-	for range sub.C {
+	for range sub.Events() {
 		n++
 	}
 	require.LessOrEqual(t, n, 5)
@@ -230,7 +230,7 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	sub.Close()
 	ms, err := h.Messages(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, 2, ms.Len())
+	require.Equal(t, 2, len(ms))
 }
 
 func TestCloseDisposesRunningTurn(t *testing.T) {

@@ -69,11 +69,11 @@ func (h *Host) List(ctx context.Context) ([]Info, error) {
 // without resuming it: a resident session's from its actor, a stored
 // one's as the store inspects it (an open turn closed in memory only;
 // nothing is written and no lock is taken). A session neither resident
-// nor stored is ErrNoSession.
-func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (Info, session.Events, error) {
+// nor stored is ErrNoSession. The slice is the caller's.
+func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (Info, []session.Event, error) {
 	e, err := h.lockSettled(ctx, id)
 	if err != nil {
-		return Info{}, session.Events{}, err
+		return Info{}, nil, err
 	}
 	if e != nil {
 		e.inflight++
@@ -85,15 +85,15 @@ func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (Info
 		case <-e.ready:
 		case <-ctx.Done():
 			h.unuse(e)
-			return Info{}, session.Events{}, context.Cause(ctx)
+			return Info{}, nil, context.Cause(ctx)
 		}
 		if e.err == nil {
 			defer h.unuse(e)
 			res, err := h.ask(ctx, e.session, session.QueryEvents{Ref: h.refs.Add(1), From: from})
 			if err != nil {
-				return Info{}, session.Events{}, err
+				return Info{}, nil, err
 			}
-			return Info{Header: e.header, Resident: true, Running: e.open.Load()}, res.(session.EventsReply).Events, nil
+			return Info{Header: e.header, Resident: true, Running: e.open.Load()}, res.(session.EventsReply).Events.Slice(), nil
 		}
 	}
 	st, err := h.store.Inspect(ctx, id)
@@ -101,10 +101,10 @@ func (h *Host) Peek(ctx context.Context, id session.SessionID, from int64) (Info
 		if errors.Is(err, persister.ErrNotFound) {
 			err = fmt.Errorf("%w: %s", ErrNoSession, id)
 		}
-		return Info{}, session.Events{}, err
+		return Info{}, nil, err
 	}
 	from = min(max(from, 0), int64(len(st.Events)))
-	return Info{Header: st.Header, Passivated: parked}, session.EventsOf(st.Events[from:]), nil
+	return Info{Header: st.Header, Passivated: parked}, slices.Clone(st.Events[from:]), nil
 }
 
 // Stats are a session's counters. Chunks, Turns and Usage cover the whole
@@ -138,7 +138,7 @@ type Stats struct {
 // Stats returns a session's counters: a resident one's, or a passivated
 // one's as it passivated. A session that is only stored (never resident
 // in this host) is ErrNoSession: Resume it first.
-func (h *Host) Stats(id session.SessionID) (Stats, error) {
+func (h *Host) Stats(_ context.Context, id session.SessionID) (Stats, error) {
 	e, err := h.resident(id)
 	if err != nil {
 		h.mu.Lock()
@@ -150,11 +150,4 @@ func (h *Host) Stats(id session.SessionID) (Stats, error) {
 		return Stats{}, err
 	}
 	return e.stats(), nil
-}
-
-// Usage returns a session's token usage totals over its whole log (see
-// Stats).
-func (h *Host) Usage(id session.SessionID) (messages.TokenUsage, error) {
-	s, err := h.Stats(id)
-	return s.Usage, err
 }

@@ -76,7 +76,7 @@ func TestPassivationManySessions(t *testing.T) {
 	eventually(t, "every session to passivate", func() bool { return h.Resident() == 0 })
 	require.GreaterOrEqual(t, h.Passivated(), int64(n))
 	require.Zero(t, h.ResidentBytes())
-	st, err := h.Stats(ids[7])
+	st, err := h.Stats(ctx, ids[7])
 	require.NoError(t, err)
 	require.False(t, st.Resident)
 	require.EqualValues(t, 1, st.Turns)
@@ -91,13 +91,13 @@ func TestPassivationManySessions(t *testing.T) {
 	evs, err := h.Events(ctx, ids[7], 0)
 	require.NoError(t, err)
 	var turns []int64
-	for ev := range evs.All() {
+	for _, ev := range evs {
 		if p, ok := ev.Payload().(session.TurnStart); ok {
 			turns = append(turns, p.Turn)
 		}
 	}
 	require.Equal(t, []int64{1, 2}, turns)
-	st, err = h.Stats(ids[7])
+	st, err = h.Stats(ctx, ids[7])
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 	if st.Resident {
@@ -201,7 +201,7 @@ func TestMaxConcurrentModelCalls(t *testing.T) {
 		require.NoError(t, h.WaitIdle(ctx, id))
 		ms, err := h.Messages(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, 2, ms.Len())
+		require.Equal(t, 2, len(ms))
 	}
 	require.EqualValues(t, 2, g.maxOpen.Load())
 	open, queued := h.ModelCalls()
@@ -238,26 +238,29 @@ func TestUsageSurvivesResume(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
 	require.NoError(t, h.WaitIdle(ctx, id))
-	u1, err := h.Usage(id)
+	u1st, err := h.Stats(ctx, id)
 	require.NoError(t, err)
+	u1 := u1st.Usage
 	require.Positive(t, u1.OutputTokens)
 	require.NoError(t, h.Close(ctx))
 
 	h2 := openHost(t, Config{Dir: dir})
 	defer func() { require.NoError(t, h2.Close(ctx)) }()
-	_, err = h2.Usage(id)
+	_, err = h2.Stats(ctx, id)
 	require.ErrorIs(t, err, ErrNoSession)
 	require.NoError(t, h2.Resume(ctx, id))
-	u, err := h2.Usage(id)
+	ust, err := h2.Stats(ctx, id)
 	require.NoError(t, err)
+	u := ust.Usage
 	require.Equal(t, u1, u)
 	require.NoError(t, h2.Followup(ctx, id, userMsg(t, "two")))
 	require.NoError(t, h2.WaitIdle(ctx, id))
-	u2, err := h2.Usage(id)
+	u2st, err := h2.Stats(ctx, id)
 	require.NoError(t, err)
+	u2 := u2st.Usage
 	require.Greater(t, u2.OutputTokens, u1.OutputTokens)
 	require.Greater(t, u2.InputTokens, u1.InputTokens)
-	st, err := h2.Stats(id)
+	st, err := h2.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 }
@@ -298,7 +301,7 @@ func TestFailClosedUntilFlushSucceeds(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotDurable)
 	require.ErrorIs(t, err, boom)
 	require.ErrorIs(t, h.Steer(ctx, id, userMsg(t, "three")), ErrNotDurable)
-	st, err := h.Stats(id)
+	st, err := h.Stats(ctx, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 

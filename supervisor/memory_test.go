@@ -56,7 +56,7 @@ func TestPassivatedSessionIsGarbage(t *testing.T) {
 		runtime.Gosched()
 	}
 	for id := range entries {
-		st, err := h.Stats(id)
+		st, err := h.Stats(ctx, id)
 		require.NoError(t, err, "the counters stay")
 		require.EqualValues(t, 1, st.Turns, id)
 		require.False(t, st.Resident)

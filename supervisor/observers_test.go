@@ -80,16 +80,16 @@ func TestObserversSeeEveryCommittedEventOnce(t *testing.T) {
 	require.Len(t, opens, 2)
 	all, err := h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	require.Equal(t, all.Len()-len(opens[1].seqs), opens[1].past, "the second residency's past is the log before it")
+	require.Equal(t, len(all)-len(opens[1].seqs), opens[1].past, "the second residency's past is the log before it")
 	require.Equal(t, seqsOf(all)[opens[1].past:], opens[1].seqs)
 	skipMu.Lock()
 	require.Equal(t, 2, skipped)
 	skipMu.Unlock()
 }
 
-func seqsOf(evs session.Events) []int64 {
+func seqsOf(evs []session.Event) []int64 {
 	var out []int64
-	for ev := range evs.All() {
+	for _, ev := range evs {
 		out = append(out, ev.Seq())
 	}
 	return out

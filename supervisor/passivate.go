@@ -268,7 +268,7 @@ func (h *Host) Evict(ctx context.Context, id session.SessionID) error {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	var subs []*Subscription
+	var subs []*subscription
 	for s := range h.subs {
 		if s.e == e {
 			subs = append(subs, s)

@@ -62,7 +62,7 @@ func TestPassivationOutwaitedByItsUntrackStillPassivates(t *testing.T) {
 		<-time.After(time.Minute)
 		synctest.Wait()
 
-		st, err := h.Stats(id)
+		st, err := h.Stats(ctx, id)
 		require.NoError(t, err)
 		require.False(t, st.Resident, "the session passivated once its untrack completed")
 

@@ -9,17 +9,11 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 )
 
-// Subscription delivers a session's committed events, in seq order and
-// without gaps: first the past from the requested seq, then live. It is
-// backed by a small actor subscribed to the session actor that never
-// blocks it: when the consumer falls more than Config.SubscriberBuffer
-// events behind, the subscription is dropped (C is closed and Err returns
-// ErrSlowSubscriber) while the session goes on. An open subscription keeps
-// its session resident (no passivation) until Close.
-type Subscription struct {
-	// C carries the events. It is closed when the subscription ends
-	// (Close, a drop, the host closing).
-	C <-chan session.Event
+// subscription is a Host's Subscription: a small actor subscribed to the
+// session actor forwards its events to a buffered channel, never blocking
+// it.
+type subscription struct {
+	c <-chan session.Event // closed when the subscription ends (Close, a drop, the host closing)
 
 	h    *Host
 	e    *entry
@@ -29,16 +23,19 @@ type Subscription struct {
 	err  error
 }
 
-// Err returns why the subscription ended: nil after Close or while it is
-// running, ErrSlowSubscriber after a drop, ErrClosed when the host closed.
-// Read it after C is closed.
-func (s *Subscription) Err() error {
+// Events implements Subscription.
+func (s *subscription) Events() <-chan session.Event { return s.c }
+
+// Err implements Subscription: nil after Close or while it is running,
+// ErrSlowSubscriber after a drop, ErrClosed when the host closed,
+// ErrEvicted after Evict.
+func (s *subscription) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
 }
 
-func (s *Subscription) fail(err error) {
+func (s *subscription) fail(err error) {
 	s.mu.Lock()
 	if s.err == nil {
 		s.err = err
@@ -46,10 +43,11 @@ func (s *Subscription) fail(err error) {
 	s.mu.Unlock()
 }
 
-// Close ends the subscription and waits for its actor to stop.
-func (s *Subscription) Close() { s.stop(nil) }
+// Close implements Subscription: it waits for the subscription's actor to
+// stop.
+func (s *subscription) Close() { s.stop(nil) }
 
-func (s *Subscription) stop(err error) {
+func (s *subscription) stop(err error) {
 	s.once.Do(func() {
 		if err != nil {
 			s.fail(err)
@@ -63,8 +61,13 @@ func (s *Subscription) stop(err error) {
 }
 
 // Subscribe returns a subscription to the session's events from seq from
-// on (0 for the whole log).
-func (h *Host) Subscribe(ctx context.Context, id session.SessionID, from int64) (*Subscription, error) {
+// on (0 for the whole log): in seq order and without gaps, first the past,
+// then live. It never blocks the session: when the consumer falls more
+// than Config.SubscriberBuffer events behind, the subscription is dropped
+// (its channel closed, Err ErrSlowSubscriber) while the session goes on.
+// An open subscription keeps its session resident (no passivation) until
+// Close.
+func (h *Host) Subscribe(ctx context.Context, id session.SessionID, from int64) (Subscription, error) {
 	e, err := h.live(ctx, id)
 	if err != nil {
 		return nil, err
@@ -76,7 +79,7 @@ func (h *Host) Subscribe(ctx context.Context, id session.SessionID, from int64) 
 	}
 	backlog := max(hr.(session.HeaderReply).Len-max(from, 0), 0)
 	ch := make(chan session.Event, int64(h.cfg.SubscriberBuffer)+backlog)
-	s := &Subscription{C: ch, h: h, e: e}
+	s := &subscription{c: ch, h: h, e: e}
 	sa := &subActor{sess: e.session, from: from, ch: ch, s: s}
 	h.mu.Lock()
 	if h.closed {
@@ -96,7 +99,7 @@ type subActor struct {
 	sess    *actor.PID
 	from    int64
 	ch      chan session.Event
-	s       *Subscription
+	s       *subscription
 	dropped bool
 	closed  bool
 }

@@ -117,7 +117,7 @@ func TestMetricsScrapeCountsTheLog(t *testing.T) {
 	byType := map[session.EventType]int{}
 	var usage messages.TokenUsage
 	var calls int // assistant messages: model calls that ended ok
-	for ev := range evs.All() {
+	for _, ev := range evs {
 		byType[ev.Type()]++
 		if p, ok := ev.Payload().(session.AssistantMessage); ok {
 			calls++
@@ -228,7 +228,7 @@ func TestLogWriteFailureOnceAndItsRecovery(t *testing.T) {
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "two")))
 	require.ErrorIs(t, h.WaitIdle(ctx, id), syscall.ENOSPC)
 	eventually(t, "three failed writes", func() bool {
-		st, err := h.Stats(id)
+		st, err := h.Stats(ctx, id)
 		require.NoError(t, err)
 		return st.WriteFailures >= 3
 	})

@@ -37,7 +37,7 @@ func TestSendTooLargeToRecordIsRefused(t *testing.T) {
 	}
 	after, err := h.Events(ctx, id, 0)
 	require.NoError(t, err)
-	require.Equal(t, before.Len(), after.Len(), "nothing was appended")
+	require.Equal(t, len(before), len(after), "nothing was appended")
 
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "hello")))
 	require.NoError(t, h.WaitIdle(ctx, id))

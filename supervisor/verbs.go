@@ -56,7 +56,7 @@ func (h *Host) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 	}
 }
 
-// Followup queues msg as its own later turn (spec §4.3). When the session
+// Followup queues msg as its own later turn (docs/agent-loop.md#delivery). When the session
 // was idle, the turn has started by the time Followup returns. A message
 // too large to record is refused (session.ErrTooLarge), as by Steer and
 // Inject.
@@ -191,32 +191,34 @@ func (h *Host) barrier(ctx context.Context, msg any) (int64, error) {
 	}
 }
 
-// Messages returns the session's derived (model-visible) messages.
-func (h *Host) Messages(ctx context.Context, id session.SessionID) (session.Messages, error) {
+// Messages returns the session's derived (model-visible) messages. The
+// slice is the caller's.
+func (h *Host) Messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
 	e, err := h.live(ctx, id)
 	if err != nil {
-		return session.Messages{}, err
+		return nil, err
 	}
 	defer h.unuse(e)
 	res, err := h.ask(ctx, e.session, session.QueryMessages{Ref: h.refs.Add(1)})
 	if err != nil {
-		return session.Messages{}, err
+		return nil, err
 	}
-	return res.(session.MessagesReply).Messages, nil
+	return res.(session.MessagesReply).Messages.Slice(), nil
 }
 
-// Events returns the session's events from seq from on.
-func (h *Host) Events(ctx context.Context, id session.SessionID, from int64) (session.Events, error) {
+// Events returns the session's events from seq from on. The slice is the
+// caller's.
+func (h *Host) Events(ctx context.Context, id session.SessionID, from int64) ([]session.Event, error) {
 	e, err := h.live(ctx, id)
 	if err != nil {
-		return session.Events{}, err
+		return nil, err
 	}
 	defer h.unuse(e)
 	res, err := h.ask(ctx, e.session, session.QueryEvents{Ref: h.refs.Add(1), From: from})
 	if err != nil {
-		return session.Events{}, err
+		return nil, err
 	}
-	return res.(session.EventsReply).Events, nil
+	return res.(session.EventsReply).Events.Slice(), nil
 }
 
 // Fork creates a new session seeded with the events of id up to boundary

@@ -262,7 +262,7 @@ func (c *chat) handle(ctx context.Context, line string) error {
 	case "/wait":
 		return c.report(c.wait(ctx))
 	case "/messages":
-		ms, err := c.t.be.messages(ctx, c.t.id)
+		ms, err := c.t.be.Messages(ctx, c.t.id)
 		if err != nil {
 			return c.report(err)
 		}

@@ -107,78 +107,19 @@ var cmdTalkEnv talkEnv
 
 // talk is an open host (or a cluster client) with one current session.
 type talk struct {
-	h      *supervisor.Host // nil on a cluster (dsh run --peers)
-	be     backend
-	tools  *fstools.Set // nil on a cluster
+	h      *supervisor.Host    // nil on a cluster (dsh run --peers)
+	be     supervisor.Sessions // h, or a cluster client
+	tools  *fstools.Set        // nil on a cluster
 	id     session.SessionID
 	dir    string
 	traces traceExport // off on a cluster: its members export
 	obs    *obs
 }
 
-// backend is what dsh run drives: the local host, or a cluster's members.
-type backend interface {
-	Followup(ctx context.Context, id session.SessionID, msg messages.Message) error
-	Steer(ctx context.Context, id session.SessionID, msg messages.Message) error
-	Inject(ctx context.Context, id session.SessionID, msg messages.Message) error
-	WaitIdle(ctx context.Context, id session.SessionID) error
-	Flush(ctx context.Context, id session.SessionID) (int64, error)
-	Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error
-	Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error)
-	// messages returns the session's derived messages.
-	messages(ctx context.Context, id session.SessionID) ([]messages.Message, error)
-	// events is the number of events the session has logged.
-	events(ctx context.Context, id session.SessionID) (int64, error)
-	// subscribe delivers the session's events from seq from on.
-	subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error)
-}
-
-// subscription is what the streamer needs of a subscription besides its
-// channel.
-type subscription interface {
-	Err() error
-	Close()
-}
-
-// hostBackend is a local host.
-type hostBackend struct{ *supervisor.Host }
-
-func (b hostBackend) events(_ context.Context, id session.SessionID) (int64, error) {
-	st, err := b.Stats(id)
+// logged is the number of events the current session has logged.
+func (t *talk) logged(ctx context.Context) (int64, error) {
+	st, err := t.be.Stats(ctx, t.id)
 	return st.Events, err
-}
-
-func (b hostBackend) messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
-	ms, err := b.Messages(ctx, id)
-	return ms.Slice(), err
-}
-
-func (b hostBackend) subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error) {
-	sub, err := b.Subscribe(ctx, id, from)
-	if err != nil {
-		return nil, nil, err
-	}
-	return sub.C, sub, nil
-}
-
-// clusterBackend is a cluster reached as a client.
-type clusterBackend struct{ *cluster.Client }
-
-func (b clusterBackend) events(ctx context.Context, id session.SessionID) (int64, error) {
-	st, err := b.Stats(ctx, id)
-	return st.Events, err
-}
-
-func (b clusterBackend) messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
-	return b.Messages(ctx, id)
-}
-
-func (b clusterBackend) subscribe(ctx context.Context, id session.SessionID, from int64) (<-chan session.Event, subscription, error) {
-	sub, err := b.Subscribe(ctx, id, from)
-	if err != nil {
-		return nil, nil, err
-	}
-	return sub.C, sub, nil
 }
 
 // openTalk opens the host and creates or resumes the session.
@@ -256,7 +197,7 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv, o *obs) (*talk, err
 		_ = fst.Close()
 		return nil, err
 	}
-	t := &talk{h: h, be: hostBackend{h}, tools: fst, dir: loc.Path, traces: tr, obs: o}
+	t := &talk{h: h, be: h, tools: fst, dir: loc.Path, traces: tr, obs: o}
 	if loc.Scheme != persister.SchemeJSONL {
 		t.dir = loc.String()
 	}
@@ -323,10 +264,10 @@ func dialTalk(ctx context.Context, f talkFlags, peers string) (*talk, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &talk{be: clusterBackend{cl}, dir: peers}
+	t := &talk{be: cl, dir: peers}
 	if f.sessionID != "" {
 		t.id = session.SessionID(f.sessionID)
-		if _, err := t.be.events(ctx, t.id); err != nil {
+		if _, err := t.logged(ctx); err != nil {
 			_ = cl.Close()
 			return nil, err
 		}
@@ -344,7 +285,7 @@ func dialTalk(ctx context.Context, f talkFlags, peers string) (*talk, error) {
 // close flushes and stops everything (bounded, whatever the caller's
 // context).
 func (t *talk) close() error {
-	if cb, ok := t.be.(clusterBackend); ok {
+	if cb, ok := t.be.(*cluster.Client); ok {
 		return cb.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -369,7 +310,7 @@ func (t *talk) waitIdle(ctx context.Context, s *streamer) error {
 	if werr == nil || ctx.Err() == nil {
 		// Idle either way (a failed flush fails after the agent is idle):
 		// let the streamer catch up, so that the ends reported are all.
-		n, err := t.be.events(ctx, t.id)
+		n, err := t.logged(ctx)
 		if err == nil {
 			err = s.waitSeen(ctx, n-1)
 		}
@@ -413,15 +354,15 @@ func userMessage(text string) (messages.Message, error) {
 
 // subscribe starts a streamer on the current session from its end.
 func (t *talk) subscribe(ctx context.Context, out, diag io.Writer, f talkFlags) (*streamer, error) {
-	n, err := t.be.events(ctx, t.id)
+	n, err := t.logged(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, sub, err := t.be.subscribe(ctx, t.id, n)
+	sub, err := t.be.Subscribe(ctx, t.id, n)
 	if err != nil {
 		return nil, err
 	}
-	s := newStreamer(c, sub, n, out, diag)
+	s := newStreamer(sub.Events(), sub, n, out, diag)
 	s.showReasoning, s.verbose, s.dim, s.quietText = f.showReasoning, f.verbose, dimmed(diag), f.asJSON
 	s.start()
 	return s, nil

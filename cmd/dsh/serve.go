@@ -22,10 +22,8 @@ import (
 	"github.com/dshgo/dsh/actors/llm/deepseek"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
-	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/cluster"
 	"github.com/dshgo/dsh/httpapi"
-	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
 )
 
@@ -212,7 +210,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		defer tr.close() // after the host: its sessions' last spans end as they stop
 		return drainHost(h, drain)
 	}
-	return listenAndServe(ctx, f, httpapi.HostBackend{Host: h}, token, o, &logMu, stderr, env, loc.String(), closeHost)
+	return listenAndServe(ctx, f, h, token, o, &logMu, stderr, env, loc.String(), closeHost)
 }
 
 // servePeers serves the sessions of the cluster of --peers.
@@ -228,7 +226,7 @@ func servePeers(ctx context.Context, f serveFlags, loc persister.Location, token
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: splitPeers(f.peers), TLS: tc})
+	cl, err := cluster.Dial(dctx, cluster.ClientConfig{Peers: splitPeers(f.peers), TLS: tc, Store: rd})
 	if err != nil {
 		_ = rd.Close()
 		return err
@@ -236,7 +234,7 @@ func servePeers(ctx context.Context, f serveFlags, loc persister.Location, token
 	closeAll := func(time.Duration) error {
 		return errors.Join(cl.Close(), rd.Close())
 	}
-	return listenAndServe(ctx, f, peersBackend{c: cl, store: rd}, token, o, logMu, stderr, env, "the cluster of "+f.peers, closeAll)
+	return listenAndServe(ctx, f, cl, token, o, logMu, stderr, env, "the cluster of "+f.peers, closeAll)
 }
 
 // listenAndServe serves be on --addr until ctx ends, then shuts down:
@@ -359,93 +357,3 @@ func loopbackAddr(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-// peersBackend serves the sessions of a cluster (dsh serve --peers): the
-// verbs go to the members through a cluster client; listing reads the
-// members' shared store without locks, so it activates nothing.
-type peersBackend struct {
-	c     *cluster.Client
-	store persister.Reader
-}
-
-func (b peersBackend) Create(ctx context.Context, opts supervisor.CreateOptions) (session.SessionID, error) {
-	return b.c.Create(ctx, opts)
-}
-
-func (b peersBackend) SetSystem(ctx context.Context, id session.SessionID, prompt string) error {
-	return b.c.SetSystem(ctx, id, prompt)
-}
-
-func (b peersBackend) Send(ctx context.Context, id session.SessionID, mode httpapi.Mode, msg messages.Message) error {
-	switch mode {
-	case httpapi.ModeSteer:
-		return b.c.Steer(ctx, id, msg)
-	case httpapi.ModeInject:
-		return b.c.Inject(ctx, id, msg)
-	}
-	return b.c.Followup(ctx, id, msg)
-}
-
-func (b peersBackend) Cancel(ctx context.Context, id session.SessionID, cause session.CancelCause) error {
-	return b.c.Cancel(ctx, id, cause)
-}
-
-func (b peersBackend) Flush(ctx context.Context, id session.SessionID) (int64, error) {
-	return b.c.Flush(ctx, id)
-}
-
-func (b peersBackend) Messages(ctx context.Context, id session.SessionID) ([]messages.Message, error) {
-	return b.c.Messages(ctx, id)
-}
-
-func (b peersBackend) Fork(ctx context.Context, id session.SessionID, at int64) (session.SessionID, error) {
-	return b.c.Fork(ctx, id, at)
-}
-
-func (b peersBackend) List(ctx context.Context) ([]supervisor.Info, error) {
-	ls, err := b.store.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]supervisor.Info, len(ls))
-	for i, l := range ls {
-		out[i] = supervisor.Info{Header: l.Header}
-	}
-	return out, nil
-}
-
-// Peek asks the member that runs the session (activating it if needed):
-// the events committed so far.
-func (b peersBackend) Peek(ctx context.Context, id session.SessionID, from int64) (supervisor.Info, []session.Event, error) {
-	evs, err := b.c.Events(ctx, id, from)
-	if err != nil {
-		return supervisor.Info{}, nil, err
-	}
-	return supervisor.Info{Header: session.Header{ID: id}, Resident: true}, evs, nil
-}
-
-// Inspect reads the shared store: a session whose log is on disk with a
-// turn open is running (or was cut off), else stored. One not written yet
-// (just created) is asked of its member.
-func (b peersBackend) Inspect(ctx context.Context, id session.SessionID) (supervisor.Info, []session.Event, error) {
-	st, err := b.store.Inspect(ctx, id)
-	if errors.Is(err, persister.ErrNotFound) {
-		return b.Peek(ctx, id, 0)
-	}
-	if err != nil {
-		return supervisor.Info{}, nil, err
-	}
-	return supervisor.Info{Header: st.Header, Running: len(st.Closers) > 0}, st.Events[:len(st.Events)-len(st.Closers)], nil
-}
-
-func (b peersBackend) Subscribe(ctx context.Context, id session.SessionID, from int64) (httpapi.Stream, error) {
-	sub, err := b.c.Subscribe(ctx, id, from)
-	if err != nil {
-		return nil, err
-	}
-	return peersStream{sub}, nil
-}
-
-type peersStream struct{ *cluster.Subscription }
-
-func (s peersStream) Events() <-chan session.Event { return s.C }

@@ -12,13 +12,14 @@ import (
 	"github.com/dshgo/dsh/actors/llm/deepseek"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/messages"
+	"github.com/dshgo/dsh/supervisor"
 )
 
 // streamer prints a session's events as they commit: text deltas to out,
 // reasoning (when asked) and notices to diag.
 type streamer struct {
 	c             <-chan session.Event
-	sub           subscription
+	sub           supervisor.Subscription
 	out, diag     io.Writer
 	showReasoning bool
 	verbose       bool // tool calls and turn ends on diag
@@ -43,7 +44,7 @@ type streamer struct {
 	warned  int
 }
 
-func newStreamer(c <-chan session.Event, sub subscription, from int64, out, diag io.Writer) *streamer {
+func newStreamer(c <-chan session.Event, sub supervisor.Subscription, from int64, out, diag io.Writer) *streamer {
 	s := &streamer{c: c, sub: sub, out: out, diag: diag, seen: from - 1, changed: make(chan struct{}), done: make(chan struct{}),
 		ended: make(chan struct{}, 1)}
 	return s
