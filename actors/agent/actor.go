@@ -33,7 +33,7 @@ type caller struct {
 	ref uint64
 }
 
-// agentActor is the shell around Driver. Everything is touched only in
+// agentActor is the shell around driver. Everything is touched only in
 // Receive, except what the goroutines capture (immutable values, the
 // root context, and wg, which is safe for concurrent use).
 type agentActor struct {
@@ -42,7 +42,7 @@ type agentActor struct {
 	session *actor.PID    // the session actor the agent writes to
 	lin     *lineage
 	epoch   uint64
-	d       *Driver
+	d       *driver
 	inbox   *actor.PID
 	self    *actor.PID
 	root    *actor.RootContext
@@ -275,7 +275,7 @@ func (a *agentActor) build(ctx actor.Context) {
 		}
 		a.repairing = false
 	}
-	d, err := newDriver(a.driver, a.header, a.past)
+	d, err := newDriverFrom(a.driver, a.header, a.past)
 	if err != nil {
 		panic(err)
 	}
@@ -396,9 +396,9 @@ func (a *agentActor) handle(ctx actor.Context, msg any) {
 // protocol requests it takes (Cancel, SetSystem, SetRuntimeContext,
 // Dispose) are inputs already; the inbox's, the session's and the
 // stream's messages carry one.
-func inputOf(m any) (Input, bool) {
+func inputOf(m any) (input, bool) {
 	switch m := m.(type) {
-	case Input:
+	case input:
 		return m, true
 	case inbox.Woken:
 		return woken{Target: m.Target}, true
@@ -421,7 +421,7 @@ func inputOf(m any) (Input, bool) {
 }
 
 // step feeds in to the driver and performs the effects.
-func (a *agentActor) step(ctx actor.Context, in Input) {
+func (a *agentActor) step(ctx actor.Context, in input) {
 	eff, err := a.d.Step(in)
 	if err != nil {
 		panic(err)
@@ -445,47 +445,47 @@ func (a *agentActor) maintenanceDone(ctx actor.Context, m maintDone) {
 	}
 }
 
-func (a *agentActor) perform(ctx actor.Context, eff Effects) {
+func (a *agentActor) perform(ctx actor.Context, eff effects) {
 	for _, e := range eff {
-		if ae, ok := e.(AppendEffect); ok && isChunkAppend(ae) {
+		if ae, ok := e.(appendEffect); ok && isChunkAppend(ae) {
 			a.appendChunk(ctx, ae)
 			continue
 		}
 		a.sendHeld(ctx) // everything else goes after the chunks before it
 		switch e := e.(type) {
-		case AppendEffect:
+		case appendEffect:
 			ctx.Request(a.session, session.NewAppend(e.Ref, e.Drafts...).Delivering())
-		case ClaimEffect:
+		case claimEffect:
 			ctx.Request(a.inbox, inbox.Claim{Ref: e.Ref, Target: e.Target, Turn: e.Turn})
-		case ClearInboxEffect:
+		case clearInboxEffect:
 			ctx.Request(a.inbox, inbox.Clear{Ref: a.nextRef()})
-		case PushContextEffect:
+		case pushContextEffect:
 			ref := a.nextRef()
 			if a.pushes == nil {
 				a.pushes = map[uint64]uint64{}
 			}
 			a.pushes[ref] = e.Ref
 			ctx.Request(a.inbox, inbox.Send{Ref: ref, Message: e.Message, Target: inbox.NextStep, Origin: inbox.Loop})
-		case StartStreamEffect:
+		case startStreamEffect:
 			props, err := llm.StreamProps(llm.StreamConfig{Provider: a.cfg.Provider, Request: e.Request, Ref: e.Ref,
 				Timeout: a.cfg.StreamTimeout})
 			if err != nil {
 				panic(err)
 			}
 			a.stream = ctx.Spawn(props)
-		case CancelStreamEffect:
+		case cancelStreamEffect:
 			if a.stream != nil {
 				ctx.Send(a.stream, llm.CancelStream{Ref: e.Ref})
 			}
-		case RunToolEffect:
+		case runToolEffect:
 			a.runTool(e)
-		case RunPreStepEffect:
+		case runPreStepEffect:
 			a.runPreStep(e)
-		case RunTurnStoppingEffect:
+		case runTurnStoppingEffect:
 			a.runTurnStopping(e)
-		case RunStepEndEffect:
+		case runStepEndEffect:
 			a.runStepEnd(e)
-		case InboxOpEffect:
+		case inboxOpEffect:
 			ref := a.nextRef()
 			if a.stepOps == nil {
 				a.stepOps = map[uint64]uint64{}
@@ -497,34 +497,34 @@ func (a *agentActor) perform(ctx actor.Context, eff Effects) {
 			} else {
 				ctx.Request(a.inbox, inbox.Remove{Ref: ref, ID: e.Op.id})
 			}
-		case StartTimerEffect:
+		case startTimerEffect:
 			root, self, gen := a.root, a.self, e.Gen
 			if a.timer != nil {
 				a.timer.Stop()
 			}
 			a.timer = time.AfterFunc(e.Delay, func() { root.Send(self, retryTimerFired{Gen: gen}) })
-		case NewSignalEffect:
+		case newSignalEffect:
 			if a.signalCancel != nil {
 				a.signalCancel()
 			}
 			a.signal, a.signalCancel = nil, nil // made again when needed
-		case AbortEffect:
+		case abortEffect:
 			a.abortSignal()
 			a.signalCancel()
 			if a.timer != nil {
 				a.timer.Stop()
 			}
-		case StatusEffect:
+		case statusEffect:
 			if a.cfg.Observer != nil {
 				ctx.Send(a.cfg.Observer, StatusChanged(e))
 			}
-		case TurnErrorEffect:
+		case turnErrorEffect:
 			if a.cfg.Observer != nil {
 				ctx.Send(a.cfg.Observer, TurnFailed(e))
 			}
-		case MaintenanceEffect:
+		case maintenanceEffect:
 			a.runMaintenance(ctx, e.Err)
-		case CompactDoneEffect:
+		case compactDoneEffect:
 			c, ok := a.compacts[e.Ref]
 			delete(a.compacts, e.Ref)
 			if ok && c.pid != nil {

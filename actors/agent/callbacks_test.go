@@ -87,7 +87,7 @@ func TestCompactionCallbackPanicIsContained(t *testing.T) {
 		boom := panicOnce()
 		return func(m messages.Message) int {
 			boom()
-			return EstimateMessageTokens(m)
+			return estimateMessageTokens(m)
 		}
 	}
 	idPanicsOnce := func() func() string {
@@ -139,7 +139,7 @@ func TestCompactionCallbackPanicIsContained(t *testing.T) {
 				c.Compaction.PruneToolResultBytes = 1000
 				c.Compaction.NewID = fixedIDs("cmp-p")
 				c.Compaction.EstimateTokens = func(m messages.Message) int {
-					n := EstimateMessageTokens(m)
+					n := estimateMessageTokens(m)
 					if seen[m.ID()]++; seen[m.ID()] == 2 && n > 1000 {
 						panic("hook exploded")
 					}

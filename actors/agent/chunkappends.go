@@ -22,7 +22,7 @@ import (
 // what is held. Nothing held is left behind: something is held only while
 // a chunk Append is in flight, and its answer sends it.
 //
-// Rejected alternative: a Driver that batches its own chunk drafts. The
+// Rejected alternative: a driver that batches its own chunk drafts. The
 // core's effects per input are its tested contract (one append per
 // chunk, acknowledged with the chunk's seq); coalescing is transport.
 type chunkAppends struct {
@@ -40,13 +40,13 @@ type chunkFlight struct {
 }
 
 // isChunkAppend reports whether e appends a single assistant/chunk.
-func isChunkAppend(e AppendEffect) bool {
+func isChunkAppend(e appendEffect) bool {
 	return len(e.Drafts) == 1 && e.Drafts[0].Type() == session.TypeAssistantChunk
 }
 
 // appendChunk sends the chunk append e, or holds it behind the chunk
 // Append in flight (see chunkAppends).
-func (a *agentActor) appendChunk(ctx actor.Context, e AppendEffect) {
+func (a *agentActor) appendChunk(ctx actor.Context, e appendEffect) {
 	c := &a.chunks
 	if len(c.flight) > 0 {
 		c.heldRefs = append(c.heldRefs, e.Ref)

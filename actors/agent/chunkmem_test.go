@@ -140,7 +140,7 @@ func TestAgentAppendsComeBackOnceByTheirReply(t *testing.T) {
 // was dropped whenever it emptied, and reallocated by the next chunk: an
 // allocation per chunk), and drops it once the stream has ended.
 func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
-	r := newRig(t, DriverConfig{})
+	r := newRig(t, driverConfig{})
 	r.followup("hello")
 	require.NotZero(t, r.stream)
 	body := textResponse("hi").chunks
@@ -152,7 +152,7 @@ func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
 		if len(eff) != 1 {
 			t.Fatal("a chunk is one append")
 		}
-		if _, err := r.d.Step(appended{Ref: eff[0].(AppendEffect).Ref, Events: ack}); err != nil {
+		if _, err := r.d.Step(appended{Ref: eff[0].(appendEffect).Ref, Events: ack}); err != nil {
 			t.Fatal(err)
 		}
 	}

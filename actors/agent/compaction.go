@@ -30,29 +30,29 @@ import (
 // or, when the summary fails, compaction/start … compaction/end
 // {compactionId, turn, error} with the surface untouched.
 
-// CompactionPlugin is the plugin name of a compaction checkpoint's source.
-const CompactionPlugin = "compact"
+// compactionPlugin is the plugin name of a compaction checkpoint's source.
+const compactionPlugin = "compact"
 
-// PurposeCompaction is the llm.Request purpose of a summariser call.
-const PurposeCompaction = "compaction"
+// purposeCompaction is the llm.Request purpose of a summariser call.
+const purposeCompaction = "compaction"
 
-// CompactionPreamble opens a checkpoint's content, before the
+// compactionPreamble opens a checkpoint's content, before the
 // <compacted-summary> tag.
-const CompactionPreamble = "This is an automatically generated checkpoint condensing an earlier span of the " +
+const compactionPreamble = "This is an automatically generated checkpoint condensing an earlier span of the " +
 	"conversation to free up context. Treat the captured context as established background and build on it " +
 	"without restating it. Continue the task directly from the messages that follow, without acknowledging " +
 	"this checkpoint.\n\n<compacted-summary>"
 
-// CompactionInstruction is the final user message of a summariser request
+// compactionInstructionText is the final user message of a summariser request
 // (sent to the model, never logged).
-const CompactionInstruction = "Summarize the conversation above for a checkpoint that will replace it. " +
+const compactionInstructionText = "Summarize the conversation above for a checkpoint that will replace it. " +
 	"Keep every fact, decision, file, command and open task needed to continue the work; omit pleasantries. " +
 	"Reply with the summary only."
 
 // Compaction defaults (the reference's compaction-basic settings).
 const (
-	DefaultCompactionThreshold = 0.8
-	DefaultCompactionRetain    = 0.16
+	defaultCompactionThreshold = 0.8
+	defaultCompactionRetain    = 0.16
 	// maxOverflowCompactions bounds the context-overflow compactions of
 	// one step, so that a request that still overflows after them fails.
 	maxOverflowCompactions = 2
@@ -67,16 +67,17 @@ type CompactionConfig struct {
 	// NoPressure turns the pre-step pressure trigger off.
 	NoPressure bool
 	// ThresholdRatio of the context window over which pressure compacts.
-	// Default DefaultCompactionThreshold.
+	// Default 0.8.
 	ThresholdRatio float64
 	// RetainRatio of the surface's estimated tokens kept verbatim as the
-	// most recent tail. Default DefaultCompactionRetain.
+	// most recent tail. Default 0.16.
 	RetainRatio float64
 	// MaxTokens, when present, is the summariser call's maxTokens (and is
 	// recorded in compaction/summary).
 	MaxTokens messages.OptInt
-	// EstimateTokens estimates a message's tokens. Default
-	// EstimateMessageTokens. Called inside Receive; must not block. A
+	// EstimateTokens estimates a message's tokens. Default: 8 per message
+	// plus a quarter of the bytes of its model-visible text (256 bytes
+	// for an image). Called inside Receive; must not block. A
 	// panic is recovered and is the compaction's failure: the turn ends
 	// in error (a manual Compact is answered CompactFailed).
 	EstimateTokens func(messages.Message) int
@@ -94,19 +95,19 @@ type CompactionConfig struct {
 	PruneToolResultBytes int
 }
 
-// PrunedToolResultText is the placeholder content of a pruned tool
+// prunedToolResultText is the placeholder content of a pruned tool
 // result; %d is the number of bytes removed.
-const PrunedToolResultText = "[tool result pruned by compaction: %d bytes omitted]"
+const prunedToolResultText = "[tool result pruned by compaction: %d bytes omitted]"
 
 func (c CompactionConfig) withDefaults() CompactionConfig {
 	if c.ThresholdRatio <= 0 {
-		c.ThresholdRatio = DefaultCompactionThreshold
+		c.ThresholdRatio = defaultCompactionThreshold
 	}
 	if c.RetainRatio <= 0 {
-		c.RetainRatio = DefaultCompactionRetain
+		c.RetainRatio = defaultCompactionRetain
 	}
 	if c.EstimateTokens == nil {
-		c.EstimateTokens = EstimateMessageTokens
+		c.EstimateTokens = estimateMessageTokens
 	}
 	if c.NewID == nil {
 		c.NewID = uuid.NewString
@@ -147,8 +148,8 @@ func (o CompactOutcome) String() string {
 	return "disabled"
 }
 
-// ErrCompactBusy is the error of a CompactBusy outcome.
-var ErrCompactBusy = errors.New("agent: a compaction or a turn is running")
+// errCompactBusy is the error of a CompactBusy outcome.
+var errCompactBusy = errors.New("agent: a compaction or a turn is running")
 
 type compactTrigger uint8
 
@@ -183,19 +184,19 @@ type compaction struct {
 	then  func(CompactOutcome)
 }
 
-// CompactDoneEffect answers a manual compaction (Driver.Compact).
-type CompactDoneEffect struct {
+// compactDoneEffect answers a manual compaction (driver.Compact).
+type compactDoneEffect struct {
 	Ref          uint64
 	Outcome      CompactOutcome
 	CompactionID string
 	Err          string
 }
 
-func (CompactDoneEffect) effect() {}
+func (compactDoneEffect) isEffect() {}
 
 // surfaceMessage is the model-visible message of surface node seq (zero
 // for an empty completion anchor).
-func (d *Driver) surfaceMessage(seq int64) messages.Message {
+func (d *driver) surfaceMessage(seq int64) messages.Message {
 	e, ok := d.mirror.Event(seq)
 	if !ok {
 		return messages.Message{}
@@ -227,18 +228,18 @@ func recoverCallback(name string, err *error) {
 }
 
 // newID mints a compaction id; the error is NewID's panic.
-func (d *Driver) newID() (id string, err error) {
+func (d *driver) newID() (id string, err error) {
 	defer recoverCallback("new-id", &err)
 	return d.comp.NewID(), nil
 }
 
 // compactionLive reports whether the log has an unmatched
 // compaction/start after its newest session/end-seed (the durable lock).
-func (d *Driver) compactionLive() bool { return len(d.openCompactions) > 0 }
+func (d *driver) compactionLive() bool { return len(d.openCompactions) > 0 }
 
 // observeCompaction folds the lock and the replace generation from a
 // committed event.
-func (d *Driver) observeCompaction(e session.Event) {
+func (d *driver) observeCompaction(e session.Event) {
 	switch e.Type() {
 	case session.TypeEndSeed:
 		clear(d.openCompactions)
@@ -258,24 +259,24 @@ func (d *Driver) observeCompaction(e session.Event) {
 
 // ReplaceGeneration returns the surface's replace generation: the number
 // of surface replaces in the log.
-func (d *Driver) ReplaceGeneration() int { return d.replaceGen }
+func (d *driver) ReplaceGeneration() int { return d.replaceGen }
 
 // Compacting reports whether a compaction of this driver is in flight.
-func (d *Driver) Compacting() bool { return d.cmp != nil }
+func (d *driver) Compacting() bool { return d.cmp != nil }
 
 // onCompact starts a manual compaction between turns
 // (docs/agent-loop.md#compaction). Its outcome comes back as a
-// CompactDoneEffect with ref. While a turn or a compaction runs it is
+// compactDoneEffect with ref. While a turn or a compaction runs it is
 // answered CompactBusy at once.
-func (d *Driver) onCompact(ref uint64) {
+func (d *driver) onCompact(ref uint64) {
 	reply := func(o CompactOutcome, id, err string) {
-		d.emit(CompactDoneEffect{Ref: ref, Outcome: o, CompactionID: id, Err: err})
+		d.emit(compactDoneEffect{Ref: ref, Outcome: o, CompactionID: id, Err: err})
 	}
 	switch {
 	case d.cfg.Compaction.Disabled:
 		reply(CompactDisabled, "", "agent: compaction is disabled")
 	case d.phase != phIdle || d.t != nil || d.cmp != nil || d.inflight > 0 || d.disposed || d.maintenance:
-		reply(CompactBusy, "", ErrCompactBusy.Error())
+		reply(CompactBusy, "", errCompactBusy.Error())
 	default:
 		d.phase = phCompact
 		d.startCompaction(trigManual, 0, false, d.system, d.seedConfig(), func(o CompactOutcome) {
@@ -294,7 +295,7 @@ func (d *Driver) onCompact(ref uint64) {
 // entering messages, the system prompt and the tools) would exceed
 // floor(contextWindow × ThresholdRatio) of the route in force. The error
 // is the Routes or EstimateTokens callback's panic.
-func (d *Driver) pressure(entering []messages.Message) (bool, error) {
+func (d *driver) pressure(entering []messages.Message) (bool, error) {
 	if d.cfg.Compaction.Disabled || d.cfg.Compaction.NoPressure {
 		return false, nil
 	}
@@ -327,10 +328,10 @@ func (d *Driver) pressure(entering []messages.Message) (bool, error) {
 // startCompaction runs one compaction and calls then with its outcome once
 // its bracket is committed (at once, with nothing logged, for
 // CompactNothing and CompactBusy). The phase is the caller's.
-func (d *Driver) startCompaction(trig compactTrigger, turn int64, hasTurn bool, system string,
+func (d *driver) startCompaction(trig compactTrigger, turn int64, hasTurn bool, system string,
 	cfg messages.CallConfig, then func(CompactOutcome)) {
 	if d.compactionLive() || d.cmp != nil {
-		d.lastCompaction = &compaction{outcome: CompactBusy, err: ErrCompactBusy.Error()}
+		d.lastCompaction = &compaction{outcome: CompactBusy, err: errCompactBusy.Error()}
 		then(CompactBusy)
 		return
 	}
@@ -374,31 +375,31 @@ func (d *Driver) startCompaction(trig compactTrigger, turn int64, hasTurn bool, 
 }
 
 // summarise starts the summariser call of compaction c.
-func (d *Driver) summarise(c *compaction, system string) {
+func (d *driver) summarise(c *compaction, system string) {
 	if c.cancelled {
 		d.endCompaction(CompactFailed, "compaction aborted")
 		return
 	}
 	msgs := append(c.msgs[:len(c.msgs):len(c.msgs)], compactionInstruction())
 	req := llm.NewRequest(c.cfg, system, msgs, d.cfg.Tools).WithSession(string(d.mirror.ID())).
-		WithPurpose(PurposeCompaction)
+		WithPurpose(purposeCompaction)
 	c.streamRef = d.ref()
 	d.phase = phCompact
-	d.emit(StartStreamEffect{Ref: c.streamRef, Request: req})
+	d.emit(startStreamEffect{Ref: c.streamRef, Request: req})
 }
 
 func compactionInstruction() messages.Message {
-	m, _ := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(CompactionInstruction)},
+	m, _ := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(compactionInstructionText)},
 		messages.UserSource())
 	return m
 }
 
 // compactionChunk feeds a summariser chunk (not logged).
-func (d *Driver) compactionChunk(c messages.StreamChunk) { d.cmp.asm.Push(c) }
+func (d *driver) compactionChunk(c messages.StreamChunk) { d.cmp.asm.Push(c) }
 
 // compactionStreamDone records the summary and the checkpoint, or the
 // failure.
-func (d *Driver) compactionStreamDone(in streamEnded) {
+func (d *driver) compactionStreamDone(in streamEnded) {
 	finish := in.Finish
 	c := d.cmp
 	c.streamRef = 0
@@ -458,12 +459,12 @@ func (d *Driver) compactionStreamDone(in streamEnded) {
 	d.appendDrafts(appendTag{compaction: compSummary}, sum)
 	d.settle(func() {
 		content := make([]messages.ContentBlock, 0, len(summary)+2)
-		content = append(content, messages.TextBlock(CompactionPreamble))
+		content = append(content, messages.TextBlock(compactionPreamble))
 		content = append(content, summary...)
 		content = append(content, messages.TextBlock("</compacted-summary>"))
 		var extra messages.ObjectBuilder
 		extra.String("compactionId", c.id)
-		src, err := messages.PluginSource(CompactionPlugin, extra.Build())
+		src, err := messages.PluginSource(compactionPlugin, extra.Build())
 		var m messages.Message
 		if err == nil {
 			m, err = messages.NewUserMessage(content, src)
@@ -485,7 +486,7 @@ func (d *Driver) compactionStreamDone(in streamEnded) {
 
 // shadowedStillCurrent reports whether the shadowed nodes are still a
 // contiguous span of the surface (nothing else replaced them meanwhile).
-func (d *Driver) shadowedStillCurrent() bool {
+func (d *driver) shadowedStillCurrent() bool {
 	c := d.cmp
 	all := d.mirror.SurfaceNodes()
 	for i, s := range all {
@@ -506,7 +507,7 @@ func (d *Driver) shadowedStillCurrent() bool {
 
 // endCompaction appends compaction/end and, once it is committed, hands
 // the outcome to the compaction's continuation.
-func (d *Driver) endCompaction(out CompactOutcome, errMsg string) {
+func (d *driver) endCompaction(out CompactOutcome, errMsg string) {
 	c := d.cmp
 	c.outcome, c.err = out, errMsg
 	var o messages.ObjectBuilder
@@ -528,19 +529,19 @@ func (d *Driver) endCompaction(out CompactOutcome, errMsg string) {
 
 // cancelCompaction aborts the compaction in flight: its summariser call
 // is cancelled and the bracket closes with an error.
-func (d *Driver) cancelCompaction() {
+func (d *driver) cancelCompaction() {
 	c := d.cmp
 	if c == nil || c.cancelled {
 		return
 	}
 	c.cancelled = true
 	if c.streamRef != 0 {
-		d.emit(CancelStreamEffect{Ref: c.streamRef})
+		d.emit(cancelStreamEffect{Ref: c.streamRef})
 	}
 }
 
 // compactionSeq records the seq of a bracket event.
-func (d *Driver) compactionSeq(kind uint8, seq int64) {
+func (d *driver) compactionSeq(kind uint8, seq int64) {
 	if d.cmp == nil {
 		return
 	}
@@ -561,7 +562,7 @@ const (
 // (docs/agent-loop.md#errors-and-retries): compact, then retry the attempt in
 // the same step only if the replace generation advanced; otherwise the
 // failure takes the ordinary request-error path.
-func (d *Driver) overflowCompaction(f messages.LlmFailure) bool {
+func (d *driver) overflowCompaction(f messages.LlmFailure) bool {
 	t := d.t
 	if d.cfg.Compaction.Disabled || f.Code != llm.CodeContextWindowExceeded || t.overflows >= maxOverflowCompactions {
 		return false
@@ -585,7 +586,7 @@ func (d *Driver) overflowCompaction(f messages.LlmFailure) bool {
 
 // pressureCompaction is the pressure trigger, run at pre-step before the
 // claimed batch is recorded; next continues the pre-step.
-func (d *Driver) pressureCompaction(entering []messages.Message, next func()) {
+func (d *driver) pressureCompaction(entering []messages.Message, next func()) {
 	t := d.t
 	over, err := d.pressure(entering)
 	if err != nil {

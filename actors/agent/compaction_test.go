@@ -118,7 +118,7 @@ func TestCompactionContextOverflow(t *testing.T) {
 	require.Equal(t, `"mock-1"`, field(t, sum, "model"))
 	require.Equal(t, `32`, field(t, sum, "maxTokens"))
 	require.JSONEq(t, `{"inputTokens":10,"outputTokens":7}`, field(t, sum, "usage"))
-	require.Equal(t, strconv.Itoa(EstimateMessageTokens(u)), field(t, sum, "shadowedTokenCount"))
+	require.Equal(t, strconv.Itoa(estimateMessageTokens(u)), field(t, sum, "shadowedTokenCount"))
 	require.Equal(t, fixtureKeys(t, session.TypeCompactionStart), keys(t, start))
 	require.Equal(t, fixtureKeys(t, session.TypeCompactionSum), keys(t, sum))
 	require.Equal(t, fixtureKeys(t, session.TypeCompactionEnd), keys(t, end))
@@ -130,7 +130,7 @@ func TestCompactionContextOverflow(t *testing.T) {
 	require.Equal(t, []int64{start.Seq(), sum.Seq(), 4}, src)
 	m := cp.Payload().(session.UserMessage).Message
 	require.Equal(t, `{"kind":"plugin","plugin":"compact","compactionId":"cmp-1"}`, m.Source().JSON().String())
-	require.Equal(t, CompactionPreamble+"SUMMARY</compacted-summary>", texts(m))
+	require.Equal(t, compactionPreamble+"SUMMARY</compacted-summary>", texts(m))
 	require.Equal(t, 3, m.NumBlocks())
 
 	// The summariser call replays the shadowed messages under the same
@@ -140,12 +140,12 @@ func TestCompactionContextOverflow(t *testing.T) {
 	reqs := mock.Requests()
 	require.Len(t, reqs, 4)
 	sreq := reqs[2]
-	require.Equal(t, PurposeCompaction, sreq.Purpose())
+	require.Equal(t, purposeCompaction, sreq.Purpose())
 	require.Equal(t, reqs[1].System(), sreq.System())
 	require.Equal(t, len(reqs[1].Tools()), len(sreq.Tools()))
 	require.Equal(t, 2, sreq.NumMessages())
 	require.True(t, sreq.Message(0).Equal(u))
-	require.Equal(t, CompactionInstruction, texts(sreq.Message(1)))
+	require.Equal(t, compactionInstructionText, texts(sreq.Message(1)))
 	retried := reqs[3]
 	require.Equal(t, 3, retried.NumMessages())
 	require.True(t, retried.Message(0).Equal(m))
@@ -186,7 +186,7 @@ func TestCompactionFailureLeavesSurface(t *testing.T) {
 // step/start, and the step's request is the compacted projection.
 func TestCompactionPressure(t *testing.T) {
 	mock := newMock(textResponse("ok"), textResponse("SUM"), textResponse("ok2"))
-	win := int64(EstimateMessageTokens(user(t, longPremise))) + 60
+	win := int64(estimateMessageTokens(user(t, longPremise))) + 60
 	h := newHarness(t, mock, nil, withCompaction(CompactionConfig{NewID: fixedIDs("cmp-p")}),
 		func(_ *harness, c *Config) {
 			c.Routes = func(string, string) Route { return Route{ContextWindow: messages.Some(win)} }
@@ -206,7 +206,7 @@ func TestCompactionPressure(t *testing.T) {
 	require.JSONEq(t, `{"start":4,"end":4}`, field(t, es[i+1], "shadowedRange"))
 	reqs := mock.Requests()
 	require.Len(t, reqs, 3)
-	require.Equal(t, PurposeCompaction, reqs[1].Purpose())
+	require.Equal(t, purposeCompaction, reqs[1].Purpose())
 	last := reqs[2]
 	require.Equal(t, 3, last.NumMessages(), "checkpoint, the first answer, the new message")
 	require.Equal(t, "compact", last.Message(0).Source().Plugin())
@@ -352,9 +352,9 @@ func (b *logBuilder) pair(id, args, result string) (int64, int64) {
 	return a, r
 }
 
-func (b *logBuilder) driver() *Driver {
+func (b *logBuilder) driver() *driver {
 	b.t.Helper()
-	d, err := NewDriver(DriverConfig{Provider: "mock", Model: "mock-1"}, b.l.Header(), b.l.Events().Slice())
+	d, err := newDriver(driverConfig{Provider: "mock", Model: "mock-1"}, b.l.Header(), b.l.Events().Slice())
 	require.NoError(b.t, err)
 	return d
 }
@@ -413,17 +413,17 @@ func TestCompactionLock(t *testing.T) {
 	d := b.driver()
 	eff, err := d.Step(compactRequested{Ref: 7})
 	require.NoError(t, err)
-	require.Equal(t, Effects{CompactDoneEffect{Ref: 7, Outcome: CompactBusy, Err: ErrCompactBusy.Error()}}, eff)
+	require.Equal(t, effects{compactDoneEffect{Ref: 7, Outcome: CompactBusy, Err: errCompactBusy.Error()}}, eff)
 
 	seeded, err := session.NewSeeded(testHeader(), b.l.Events().Slice(), 1)
 	require.NoError(t, err)
-	d, err = NewDriver(DriverConfig{Provider: "mock", Model: "mock-1",
+	d, err = newDriver(driverConfig{Provider: "mock", Model: "mock-1",
 		Compaction: CompactionConfig{NewID: fixedIDs("y")}}, seeded.Header(), seeded.Events().Slice())
 	require.NoError(t, err)
 	eff, err = d.Step(compactRequested{Ref: 8})
 	require.NoError(t, err)
 	require.Len(t, eff, 1)
-	app, ok := eff[0].(AppendEffect)
+	app, ok := eff[0].(appendEffect)
 	require.True(t, ok, "%#v", eff)
 	require.Equal(t, session.TypeCompactionStart, app.Drafts[0].Type())
 }

@@ -8,12 +8,12 @@ import (
 // framing).
 const messageOverhead = 8
 
-// EstimateMessageTokens is the default token estimator: 8 per message
+// estimateMessageTokens is the default token estimator: 8 per message
 // plus ceil(n/4), where n counts the bytes of the model-visible text of
 // its blocks (text and reasoning text, a tool call's name and arguments,
 // a tool result's nested blocks; 256 for an image). It reproduces the
 // shadowedTokenCount the reference recorded in the compaction fixture.
-func EstimateMessageTokens(m messages.Message) int {
+func estimateMessageTokens(m messages.Message) int {
 	n := 0
 	for b := range m.Blocks() {
 		n += blockBytes(b)
@@ -41,7 +41,7 @@ func blockBytes(b messages.ContentBlock) int {
 
 // estimate returns the estimated tokens of the messages; the error is
 // EstimateTokens's panic.
-func (d *Driver) estimate(msgs []messages.Message) (n int, err error) {
+func (d *driver) estimate(msgs []messages.Message) (n int, err error) {
 	defer recoverCallback("estimate-tokens", &err)
 	for _, m := range msgs {
 		if !m.IsZero() {
@@ -52,7 +52,7 @@ func (d *Driver) estimate(msgs []messages.Message) (n int, err error) {
 }
 
 // tokensOf estimates one message; the error is EstimateTokens's panic.
-func (d *Driver) tokensOf(m messages.Message) (n int, err error) {
+func (d *driver) tokensOf(m messages.Message) (n int, err error) {
 	defer recoverCallback("estimate-tokens", &err)
 	return d.comp.EstimateTokens(m), nil
 }
@@ -62,7 +62,7 @@ func (d *Driver) tokensOf(m messages.Message) (n int, err error) {
 // with the edge moved back (retaining more) until no tool call is cut
 // from its results. It returns the nodes, their messages and tokens; the
 // error is EstimateTokens's panic.
-func (d *Driver) compactionRange() (nodes []int64, msgs []messages.Message, tokens int, err error) {
+func (d *driver) compactionRange() (nodes []int64, msgs []messages.Message, tokens int, err error) {
 	defer recoverCallback("estimate-tokens", &err)
 	all := d.mirror.SurfaceNodes()
 	ms := make([]messages.Message, len(all))

@@ -7,11 +7,11 @@
 //
 // # Layers
 //
-// [Driver] (state.go) is the pure core: a state machine with no goroutines,
-// clock or I/O. [Driver.Step] takes one [Input] (an append acknowledged, a
+// [driver] (state.go) is the pure core: a state machine with no goroutines,
+// clock or I/O. [driver.Step] takes one [input] (an append acknowledged, a
 // claim answered, a chunk, a hook's or a tool's end, a timer, the inbox's
 // notices, the committed events for the log mirror, and the protocol's
-// Cancel, SetSystem, SetRuntimeContext and Dispose) and returns [Effects].
+// Cancel, SetSystem, SetRuntimeContext and Dispose) and returns [effects].
 // state_test.go drives it alone (inputs in, effects out). The core
 // keeps a mirror of the session log (fed by the agent's subscription to the
 // session) and builds every request from it: messages = DeriveMessages(),
@@ -22,7 +22,7 @@
 // its chunks, a tool/result citing its tool/call, a claim whose splice must
 // follow our events) the core waits for every append in flight.
 //
-// The actor (actor.go) is the thin shell: it owns the Driver, spawns the
+// The actor (actor.go) is the thin shell: it owns the driver, spawns the
 // inbox actor (owner = the agent) and one llm stream actor per model
 // call as children, runs tool bodies and blocking hooks in goroutines it
 // owns (under the turn's abort signal), and arms retry timers with
@@ -65,7 +65,7 @@
 //
 // # Concurrency contract
 //
-// The actor is the lock: the Driver is touched only in Receive, and
+// The actor is the lock: the driver is touched only in Receive, and
 // Receive never blocks, except Stopped, which joins the tool and hook
 // goroutines it has just cancelled (tools must honour their context).
 // Tool goroutines report with Send(self, ...): a tool's emitted drafts
@@ -179,7 +179,7 @@
 // sandbox:policy and approval:policy) are not in the system prompt. They
 // travel as a user/message with source {kind:plugin,
 // plugin:@deepseek-ai/dsh-system-prompt, form:snapshot, sections:[{name,
-// text}...]} and one text block: RuntimeContextPreamble, then each section's
+// text}...]} and one text block: runtimeContextPreamble, then each section's
 // text after a blank line (the reference's rendering, checked byte for byte
 // against every snapshot of the corpus). At pre-step, after the pressure
 // compaction, the candidate is appended to the default enter batch (claimed +
@@ -192,7 +192,7 @@
 // surface node) and then follows the committed events: a snapshot is the
 // retained one, a replace that shadows it forgets it (so it is sent again;
 // the reference does not fall back on an earlier one). When every section is
-// gone, RuntimeContextNone is sent once, if a snapshot other than it is
+// gone, runtimeContextNone is sent once, if a snapshot other than it is
 // retained. Off by default: an empty Config.RuntimeContext sends nothing and
 // builds no projection until a SetRuntimeContext (which turns it on even when
 // empty, so that a cleared context sends the none text). Like SetSystem's
@@ -213,7 +213,7 @@
 //   - pressure: after a claim, before the pre-step hook (the reference's
 //     compaction listener precedes the hook bridges), the request is
 //     estimated (the surface's messages, the claimed batch, the system
-//     prompt and the tool schemas; EstimateMessageTokens or
+//     prompt and the tool schemas; estimateMessageTokens or
 //     CompactionConfig.EstimateTokens, the prompt and schemas at bytes/4)
 //     against floor(contextWindow × 0.8), the window being the route's
 //     (Route.ContextWindow) for the config in force. No window, no
@@ -226,7 +226,7 @@
 // shadowed messages and a fixed final instruction that is sent, not
 // logged; its chunks are not logged), compaction/summary, the checkpoint
 // user/message (source {kind:plugin, plugin:compact, compactionId};
-// CompactionPreamble + the summary + </compacted-summary>; surface
+// compactionPreamble + the summary + </compacted-summary>; surface
 // replace over the shadowed span; sourceEventSeqs [start, summary,
 // ...shadowed]) and compaction/end. A failed, empty or cancelled summary
 // writes compaction/end {error} and leaves the surface untouched. The
@@ -245,7 +245,7 @@
 // turns does not prune): each tool result of the shadowed span whose
 // model-visible content exceeds the bound gets compaction/prune
 // {shadowedRange, shadowedSeqs, shadowedTokenCount} and a tool/result
-// replace of that single node (same data, content = PrunedToolResultText),
+// replace of that single node (same data, content = prunedToolResultText),
 // in one atomic append. The summariser then sees the pruned content, and
 // the checkpoint shadows the replacements. Prunes are durable: they stay
 // when the summary fails.

@@ -218,7 +218,7 @@ func newHarness(t *testing.T, mock *mockProvider, l *session.Log, opts ...option
 }
 
 func (h *harness) checkReconstruction(req llm.Request) error {
-	if req.Purpose() == PurposeCompaction {
+	if req.Purpose() == purposeCompaction {
 		return nil // a summariser call replays a part of the log, plus its instruction
 	}
 	msgs, err := h.sys.Root.RequestFuture(h.session, session.QueryMessages{}, waitFor).Result()

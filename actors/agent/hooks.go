@@ -125,15 +125,15 @@ const (
 	// DecideFail ends the turn with the failure.
 	DecideFail
 	// DecideRetryHeld retries after a backoff that lasts until the turn is
-	// cancelled (HeldRetryDelay): llm/retry is written, llm/retry-started
+	// cancelled (24 hours): llm/retry is written, llm/retry-started
 	// is not. Log replay uses it to reproduce a recording cancelled during
 	// a retry's backoff (docs/replay.md).
 	DecideRetryHeld
 )
 
-// HeldRetryDelay is the backoff of DecideRetryHeld: longer than any run
+// heldRetryDelay is the backoff of DecideRetryHeld: longer than any run
 // that means to cancel it.
-const HeldRetryDelay = 24 * time.Hour
+const heldRetryDelay = 24 * time.Hour
 
 // PreStepInput is what the pre-step hook sees (agent/pre-step).
 type PreStepInput struct {

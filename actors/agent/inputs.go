@@ -15,7 +15,7 @@ import (
 // onCommittedEvents is Committed for a view, as the session's
 // EventsCommitted carries it: the shell need not copy the events out of
 // it first (a copy per chunk on the streaming path).
-func (d *Driver) onCommitted(events session.Events) error {
+func (d *driver) onCommitted(events session.Events) error {
 	for i := range events.Len() {
 		if err := d.committed(events.At(i)); err != nil {
 			return err
@@ -24,7 +24,7 @@ func (d *Driver) onCommitted(events session.Events) error {
 	return nil
 }
 
-func (d *Driver) committed(e session.Event) error {
+func (d *driver) committed(e session.Event) error {
 	if e.Seq() != d.mirror.Len() {
 		if e.Seq() < d.mirror.Len() {
 			return nil // already mirrored
@@ -43,13 +43,13 @@ func (d *Driver) committed(e session.Event) error {
 }
 
 // onInboxPending sets the inbox counts (the answer to a query made at boot).
-func (d *Driver) onInboxPending(nextTurn, nextStep int) {
+func (d *driver) onInboxPending(nextTurn, nextStep int) {
 	d.pendingTurn, d.pendingStep = nextTurn, nextStep
 }
 
 // onInboxChanged adjusts the count of list t by delta (an insert +1, a
 // discard or claim −1).
-func (d *Driver) onInboxChanged(t inbox.Target, delta int) {
+func (d *driver) onInboxChanged(t inbox.Target, delta int) {
 	if t == inbox.NextTurn {
 		d.pendingTurn = max(d.pendingTurn+delta, 0)
 	} else {
@@ -61,7 +61,7 @@ func (d *Driver) onInboxChanged(t inbox.Target, delta int) {
 // A wake that arrives after the turn's abort fired is latched and replays
 // once the turn has closed, unless the cause is disposal; a disposed
 // driver never starts a turn again.
-func (d *Driver) onWoken(t inbox.Target) {
+func (d *driver) onWoken(t inbox.Target) {
 	switch {
 	case d.disposed:
 	case d.maintenance:
@@ -83,15 +83,15 @@ func (d *Driver) onWoken(t inbox.Target) {
 // onCancel aborts the running turn with c.Cause (the first cause wins)
 // and, unless c.KeepInbox, clears the inbox and drops a latched wake
 // (docs/agent-loop.md#cancellation).
-func (d *Driver) onCancel(c Cancel) {
+func (d *driver) onCancel(c Cancel) {
 	if !c.KeepInbox {
-		d.emit(ClearInboxEffect{})
+		d.emit(clearInboxEffect{})
 		d.wakeRequested = false
 	}
 	if d.maintenance {
 		// The task's context is the signal: abort it. Its end comes back
 		// as maintenanceDone.
-		d.emit(AbortEffect{Cause: c.Cause})
+		d.emit(abortEffect{Cause: c.Cause})
 		return
 	}
 	if d.t == nil && d.cmp != nil {
@@ -103,7 +103,7 @@ func (d *Driver) onCancel(c Cancel) {
 	}
 	t := d.t
 	t.aborted, t.cause = true, c.Cause
-	d.emit(AbortEffect{Cause: c.Cause})
+	d.emit(abortEffect{Cause: c.Cause})
 	if d.cmp != nil {
 		d.cancelCompaction()
 	}
@@ -115,7 +115,7 @@ func (d *Driver) onCancel(c Cancel) {
 	}
 	switch d.phase {
 	case phStream:
-		d.emit(CancelStreamEffect{Ref: t.streamRef})
+		d.emit(cancelStreamEffect{Ref: t.streamRef})
 	case phRetryWait:
 		t.timerGen = d.ref()
 		d.finishStep(outAborted, messages.LlmFailure{})
@@ -128,7 +128,7 @@ func (d *Driver) onCancel(c Cancel) {
 // step keeps the prompt it started with, across its retries): the next
 // request logs a request/header {change} snapshot when the prompt really
 // changed, and nothing when it did not (docs/session-log.md#request-headers).
-func (d *Driver) onSetSystem(prompt string) {
+func (d *driver) onSetSystem(prompt string) {
 	d.system = prompt
 }
 
@@ -137,14 +137,14 @@ func (d *Driver) onSetSystem(prompt string) {
 // and makes the driver inert: no turn starts again
 // (docs/agent-loop.md#cancellation). The caller waits for Idle and then stops
 // the agent.
-func (d *Driver) onDispose() {
+func (d *driver) onDispose() {
 	d.disposed = true
 	d.wakeRequested = false
 	d.onCancel(Cancel{Cause: session.CancelCause{Kind: session.CauseDisposed}, KeepInbox: true})
 }
 
 // onAppended acknowledges append ref with its committed events.
-func (d *Driver) onAppended(ref uint64, events session.Events) error {
+func (d *driver) onAppended(ref uint64, events session.Events) error {
 	if d.inflight == 0 {
 		return fmt.Errorf("agent: unexpected append ack %d", ref)
 	}
@@ -175,7 +175,7 @@ func (d *Driver) onAppended(ref uint64, events session.Events) error {
 }
 
 // takeTag removes and returns the tag of append ref, if it has one.
-func (d *Driver) takeTag(ref uint64) (appendTag, bool) {
+func (d *driver) takeTag(ref uint64) (appendTag, bool) {
 	if q := d.chunkRefs[d.chunkHead:]; len(q) > 0 {
 		if q[0] == ref {
 			d.chunkHead++
@@ -198,7 +198,7 @@ func (d *Driver) takeTag(ref uint64) (appendTag, bool) {
 // chunkRefsTaken empties the chunk queue once every ref in it is
 // acknowledged: its array is kept for the next chunk while the stream
 // runs, and dropped otherwise (an idle driver keeps no array).
-func (d *Driver) chunkRefsTaken() {
+func (d *driver) chunkRefsTaken() {
 	switch {
 	case d.chunkHead < len(d.chunkRefs):
 	case d.phase == phStream:
@@ -210,10 +210,10 @@ func (d *Driver) chunkRefsTaken() {
 
 // Streaming reports whether a model call's chunks are being received (the
 // shell keeps its chunk buffers meanwhile).
-func (d *Driver) Streaming() bool { return d.phase == phStream }
+func (d *driver) Streaming() bool { return d.phase == phStream }
 
 // onClaimed delivers the inbox's answer to the claim ref.
-func (d *Driver) onClaimed(ref uint64, msgs []messages.Message) {
+func (d *driver) onClaimed(ref uint64, msgs []messages.Message) {
 	if d.phase != phClaim || ref != d.claimRef {
 		return
 	}
@@ -231,7 +231,7 @@ func (d *Driver) onClaimed(ref uint64, msgs []messages.Message) {
 
 // afterClaim goes on from a claim's batch: the end of the turn, or the
 // pressure check and the pre-step (docs/agent-loop.md#turns-and-steps).
-func (d *Driver) afterClaim(msgs []messages.Message) {
+func (d *driver) afterClaim(msgs []messages.Message) {
 	t := d.t
 	switch {
 	case t.ends != nil && len(msgs) == 0:
@@ -260,7 +260,7 @@ func (d *Driver) afterClaim(msgs []messages.Message) {
 				d.phase = phPreStep
 				d.hookRef = d.ref()
 				t.snapshot = snap
-				d.emit(RunPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs),
+				d.emit(runPreStepEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step + 1, Messages: slices.Clone(msgs),
 					Snapshot: snap})
 				return
 			}
@@ -275,7 +275,7 @@ func (d *Driver) afterClaim(msgs []messages.Message) {
 }
 
 // onPreStepDone delivers the pre-step hook's decision.
-func (d *Driver) onPreStepDone(ref uint64, dec PreStepDecision, err error) {
+func (d *driver) onPreStepDone(ref uint64, dec PreStepDecision, err error) {
 	if d.phase != phPreStep || ref != d.hookRef {
 		return
 	}
@@ -305,7 +305,7 @@ func (d *Driver) onPreStepDone(ref uint64, dec PreStepDecision, err error) {
 }
 
 // onTurnStoppingDone delivers the end of the turn-stopping hook.
-func (d *Driver) onTurnStoppingDone(ref uint64, err error) {
+func (d *driver) onTurnStoppingDone(ref uint64, err error) {
 	if d.phase != phTurnStopping || ref != d.hookRef {
 		return
 	}
@@ -322,7 +322,7 @@ func (d *Driver) onTurnStoppingDone(ref uint64, err error) {
 }
 
 // onStreamChunk delivers chunk c of call ref.
-func (d *Driver) onStreamChunk(ref uint64, c messages.StreamChunk) {
+func (d *driver) onStreamChunk(ref uint64, c messages.StreamChunk) {
 	if d.cmp != nil && ref != 0 && ref == d.cmp.streamRef {
 		d.compactionChunk(c)
 		return
@@ -355,7 +355,7 @@ func (d *Driver) onStreamChunk(ref uint64, c messages.StreamChunk) {
 }
 
 // onStreamEnded delivers the end of call in.Ref.
-func (d *Driver) onStreamEnded(in streamEnded) {
+func (d *driver) onStreamEnded(in streamEnded) {
 	if d.cmp != nil && in.Ref != 0 && in.Ref == d.cmp.streamRef {
 		d.compactionStreamDone(in)
 		return
@@ -369,7 +369,7 @@ func (d *Driver) onStreamEnded(in streamEnded) {
 }
 
 // onRetryTimerFired delivers the backoff timer of generation gen.
-func (d *Driver) onRetryTimerFired(gen uint64) {
+func (d *driver) onRetryTimerFired(gen uint64) {
 	if d.phase != phRetryWait || gen != d.t.timerGen {
 		return
 	}
@@ -382,7 +382,7 @@ func (d *Driver) onRetryTimerFired(gen uint64) {
 // onToolEmitted appends a draft a running tool asked for. Call.Emit has
 // refused a draft too large to record; one that got here anyway is
 // dropped rather than refused by the session, which would crash the agent.
-func (d *Driver) onToolEmitted(ref uint64, dr session.Draft) {
+func (d *driver) onToolEmitted(ref uint64, dr session.Draft) {
 	if d.t == nil || session.CheckDraftSize(dr) != nil {
 		return
 	}
@@ -395,7 +395,7 @@ func (d *Driver) onToolEmitted(ref uint64, dr session.Draft) {
 }
 
 // onToolDone delivers the result of tool call ref.
-func (d *Driver) onToolDone(ref uint64, r Result) {
+func (d *driver) onToolDone(ref uint64, r Result) {
 	if d.phase != phTools {
 		return
 	}
@@ -419,7 +419,7 @@ func (d *Driver) onToolDone(ref uint64, r Result) {
 // splice is committed, or the send was refused (the context is then lost,
 // as a refused loop insert leaves the inbox unchanged). The step's commit
 // goes on.
-func (d *Driver) onContextPushed(ref uint64) {
+func (d *driver) onContextPushed(ref uint64) {
 	if d.t == nil || !d.t.pushes[ref] {
 		return
 	}

@@ -21,32 +21,32 @@ import (
 // disposed.
 var ErrNotIdle = errors.New("agent: not idle")
 
-// MaintenanceEffect answers a maintenance task's request to run: Err is
-// nil when it may run, under the fresh abort signal of the NewSignalEffect
+// maintenanceEffect answers a maintenance task's request to run: Err is
+// nil when it may run, under the fresh abort signal of the newSignalEffect
 // before it (a Cancel aborts it; its end comes back as maintenanceDone),
 // or ErrNotIdle.
-type MaintenanceEffect struct{ Err error }
+type maintenanceEffect struct{ Err error }
 
-func (MaintenanceEffect) effect() {}
+func (maintenanceEffect) isEffect() {}
 
 // onStartMaintenance begins a maintenance task, unless the agent is not
 // idle or is disposed (ErrNotIdle).
-func (d *Driver) onStartMaintenance() {
+func (d *driver) onStartMaintenance() {
 	if d.disposed || !d.Idle() || d.t != nil || d.cmp != nil {
-		d.emit(MaintenanceEffect{Err: ErrNotIdle})
+		d.emit(maintenanceEffect{Err: ErrNotIdle})
 		return
 	}
 	d.maintenance = true
-	d.emit(NewSignalEffect{})
-	d.emit(MaintenanceEffect{})
+	d.emit(newSignalEffect{})
+	d.emit(maintenanceEffect{})
 }
 
 // Maintaining reports whether a maintenance task runs.
-func (d *Driver) Maintaining() bool { return d.maintenance }
+func (d *driver) Maintaining() bool { return d.maintenance }
 
 // onMaintenanceDone ends the maintenance task. A wake latched during it
 // replays now: a turn starts if input is pending.
-func (d *Driver) onMaintenanceDone() {
+func (d *driver) onMaintenanceDone() {
 	if !d.maintenance {
 		return
 	}
@@ -81,7 +81,7 @@ func (a *agentActor) startMaintenance(ctx actor.Context, m maintReq) {
 }
 
 // runMaintenance answers the maintenance request the driver was asked
-// about (a MaintenanceEffect): it refuses it with err, or runs its task
+// about (a maintenanceEffect): it refuses it with err, or runs its task
 // under the abort signal.
 func (a *agentActor) runMaintenance(ctx actor.Context, err error) {
 	m := a.maintAsk

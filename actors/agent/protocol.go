@@ -83,7 +83,8 @@ type SetSystem struct{ Prompt string }
 // from the next pre-step on, and turns the snapshot on even when Context
 // is empty: the first step after it enters a snapshot of the new context
 // if its text differs from the last snapshot on the surface, or, when
-// every section is gone, RuntimeContextNone once. No reply; handled in
+// every section is gone, a text saying that no runtime context applies
+// any more, once. No reply; handled in
 // order with the sender's other messages, as SetSystem is.
 type SetRuntimeContext struct{ Context RuntimeContext }
 

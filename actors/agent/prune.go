@@ -13,7 +13,7 @@ import (
 // by a placeholder; each replace is preceded by its compaction/prune, in one
 // atomic append. Only inside a turn. Once they are committed, c's span,
 // messages and tokens are those of the pruned surface, and next runs.
-func (d *Driver) pruneToolResults(c *compaction, next func()) {
+func (d *driver) pruneToolResults(c *compaction, next func()) {
 	bound := d.comp.PruneToolResultBytes
 	if bound <= 0 || !c.hasTurn {
 		// A tool/result replace belongs inside a turn (the trace
@@ -68,7 +68,7 @@ func (d *Driver) pruneToolResults(c *compaction, next func()) {
 // replace of surface node seq, when it is a tool result over bound bytes
 // whose event dsh can rewrite without changing anything but the content.
 // The error is EstimateTokens's panic.
-func (d *Driver) pruneDrafts(seq int64, bound int) ([]session.Draft, bool, error) {
+func (d *driver) pruneDrafts(seq int64, bound int) ([]session.Draft, bool, error) {
 	e, ok := d.mirror.Event(seq)
 	if !ok {
 		return nil, false, nil
@@ -82,7 +82,7 @@ func (d *Driver) pruneDrafts(seq int64, bound int) ([]session.Draft, bool, error
 	if b.Type() != messages.BlockToolResult || n <= bound || !p.Draft().Data().Equal(e.Data()) {
 		return nil, false, nil
 	}
-	nb, err := b.WithNestedContent([]messages.ContentBlock{messages.TextBlock(fmt.Sprintf(PrunedToolResultText, n))})
+	nb, err := b.WithNestedContent([]messages.ContentBlock{messages.TextBlock(fmt.Sprintf(prunedToolResultText, n))})
 	if err != nil {
 		return nil, false, nil
 	}

@@ -50,7 +50,7 @@ func TestCompactionPrunesOversizedToolResults(t *testing.T) {
 	prune, repl := added[1], added[2]
 	old, _ := es[big].Payload().(session.ToolResult)
 	require.JSONEq(t, fmt.Sprintf(`{"shadowedRange":{"start":%d,"end":%d},"shadowedSeqs":[%d],"shadowedTokenCount":%d}`,
-		big, big, big, EstimateMessageTokens(old.Message)), prune.Data().String())
+		big, big, big, estimateMessageTokens(old.Message)), prune.Data().String())
 	op := repl.SurfaceOp()
 	require.Equal(t, session.OpReplace, op.Kind())
 	start, end := op.Range()
@@ -59,7 +59,7 @@ func TestCompactionPrunesOversizedToolResults(t *testing.T) {
 	require.Equal(t, []int64{big}, src)
 	nm := repl.Payload().(session.ToolResult).Message
 	require.Equal(t, old.Message.ID(), nm.ID(), "the replace keeps the message id")
-	want := fmt.Sprintf(PrunedToolResultText, len(bigText))
+	want := fmt.Sprintf(prunedToolResultText, len(bigText))
 	nested := ""
 	for c := range nm.Block(0).NestedBlocks() {
 		nested += c.Text()
@@ -68,7 +68,7 @@ func TestCompactionPrunesOversizedToolResults(t *testing.T) {
 
 	// The summariser saw the pruned result, and the small one as it was.
 	req := mock.Requests()[1]
-	require.Equal(t, PurposeCompaction, req.Purpose())
+	require.Equal(t, purposeCompaction, req.Purpose())
 	var seen []string
 	for _, m := range req.Messages() {
 		if b := m.Block(0); b.Type() == messages.BlockToolResult {
@@ -90,7 +90,7 @@ func TestCompactionPrunesOversizedToolResults(t *testing.T) {
 
 	// The retried request runs on the checkpoint.
 	retried := mock.Requests()[2]
-	require.Equal(t, CompactionPlugin, retried.Message(0).Source().Plugin())
+	require.Equal(t, compactionPlugin, retried.Message(0).Source().Plugin())
 }
 
 // Off by default; and a manual compaction between turns never prunes (a

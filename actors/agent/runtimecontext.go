@@ -18,17 +18,17 @@ import (
 // step's input only when its text differs from the last snapshot still on the
 // surface.
 
-// RuntimeContextPlugin is the plugin of a snapshot's source (the
+// runtimeContextPlugin is the plugin of a snapshot's source (the
 // reference's system-prompt plugin).
-const RuntimeContextPlugin = "@deepseek-ai/dsh-system-prompt"
+const runtimeContextPlugin = "@deepseek-ai/dsh-system-prompt"
 
-// RuntimeContextPreamble opens a snapshot's text; the sections' texts
+// runtimeContextPreamble opens a snapshot's text; the sections' texts
 // follow, each after a blank line.
-const RuntimeContextPreamble = "Current runtime context. This snapshot supersedes earlier runtime-context snapshots."
+const runtimeContextPreamble = "Current runtime context. This snapshot supersedes earlier runtime-context snapshots."
 
-// RuntimeContextNone is the text sent, once, when every section is gone
+// runtimeContextNone is the text sent, once, when every section is gone
 // while an earlier snapshot is still on the surface.
-const RuntimeContextNone = "Current runtime context: none. Earlier runtime-context snapshots no longer apply."
+const runtimeContextNone = "Current runtime context: none. Earlier runtime-context snapshots no longer apply."
 
 // ContextSection is one named section of the runtime context: Name
 // identifies it ("sandbox:policy", "approval:policy"), Text is what the
@@ -71,15 +71,16 @@ func (rc RuntimeContext) Len() int { return len(rc.sections) }
 // Sections returns a copy of the sections, owned by the caller.
 func (rc RuntimeContext) Sections() []ContextSection { return slices.Clone(rc.sections) }
 
-// Text renders the context as a snapshot's text: RuntimeContextPreamble
-// and each section's text, separated by blank lines (the reference's
-// rendering, byte for byte); RuntimeContextNone when there is no section.
-func (rc RuntimeContext) Text() string {
+// text renders the context as a snapshot's text: a preamble saying that
+// it supersedes earlier snapshots and each section's text, separated by
+// blank lines (the reference's rendering, byte for byte); when there is
+// no section, a text saying that no runtime context applies any more.
+func (rc RuntimeContext) text() string {
 	if len(rc.sections) == 0 {
-		return RuntimeContextNone
+		return runtimeContextNone
 	}
 	var b strings.Builder
-	b.WriteString(RuntimeContextPreamble)
+	b.WriteString(runtimeContextPreamble)
 	for _, s := range rc.sections {
 		b.WriteString("\n\n")
 		b.WriteString(s.Text)
@@ -87,10 +88,10 @@ func (rc RuntimeContext) Text() string {
 	return b.String()
 }
 
-// Snapshot returns the snapshot message of the context (a fresh id): one
-// text block, source {kind:plugin, plugin:RuntimeContextPlugin,
+// snapshot returns the snapshot message of the context (a fresh id): one
+// text block, source {kind:plugin, plugin:@deepseek-ai/dsh-system-prompt,
 // form:snapshot, sections:[{name, text}...]}.
-func (rc RuntimeContext) Snapshot() (messages.Message, error) {
+func (rc RuntimeContext) snapshot() (messages.Message, error) {
 	secs := make([]messages.JSON, len(rc.sections))
 	for i, s := range rc.sections {
 		var o messages.ObjectBuilder
@@ -98,11 +99,11 @@ func (rc RuntimeContext) Snapshot() (messages.Message, error) {
 	}
 	var extra messages.ObjectBuilder
 	extra.String("form", "snapshot").Raw("sections", messages.ArrayOf(secs...))
-	src, err := messages.PluginSource(RuntimeContextPlugin, extra.Build())
+	src, err := messages.PluginSource(runtimeContextPlugin, extra.Build())
 	if err != nil {
 		return messages.Message{}, err
 	}
-	return messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(rc.Text())}, src)
+	return messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(rc.text())}, src)
 }
 
 // snapshotText reports whether e is a runtime-context snapshot (a
@@ -117,7 +118,7 @@ func snapshotText(e session.Event) (string, bool) {
 		return "", false
 	}
 	src := p.Message.Source()
-	if src.Kind() != messages.SourcePlugin || src.Plugin() != RuntimeContextPlugin {
+	if src.Kind() != messages.SourcePlugin || src.Plugin() != runtimeContextPlugin {
 		return "", false
 	}
 	if f, ok := src.Field("form"); !ok {
@@ -144,19 +145,19 @@ type snapshotState struct {
 
 // onSetRuntimeContext replaces the runtime context from the next pre-step
 // on, and turns the snapshot on (even for an empty context: clearing the
-// sections then sends RuntimeContextNone once, if a snapshot is on the
+// sections then sends runtimeContextNone once, if a snapshot is on the
 // surface).
-func (d *Driver) onSetRuntimeContext(rc RuntimeContext) {
+func (d *driver) onSetRuntimeContext(rc RuntimeContext) {
 	d.rc, d.rcOn = rc, true
 }
 
 // RuntimeContext returns the runtime context the next pre-step uses.
-func (d *Driver) RuntimeContext() RuntimeContext { return d.rc }
+func (d *driver) RuntimeContext() RuntimeContext { return d.rc }
 
 // retainedSnapshot returns the seq and text of the last snapshot still on
 // the surface (seq -1 for none), building the projection from the log the
 // first time.
-func (d *Driver) retainedSnapshot() (int64, string) {
+func (d *driver) retainedSnapshot() (int64, string) {
 	if !d.snap.known {
 		d.snap = snapshotState{known: true, seq: -1}
 		for seq := d.mirror.Len() - 1; seq >= 0; seq-- {
@@ -179,7 +180,7 @@ func (d *Driver) retainedSnapshot() (int64, string) {
 // snapshot is the retained one; a replace that shadows the retained one
 // forgets it (the reference does not fall back on an earlier one), so that
 // the context is sent again.
-func (d *Driver) followSnapshot(e session.Event) {
+func (d *driver) followSnapshot(e session.Event) {
 	if !d.snap.known {
 		return
 	}
@@ -222,18 +223,18 @@ func withSnapshot(dec PreStepDecision, snap messages.Message, stepOpens bool) Pr
 
 // snapshotCandidate returns the snapshot to enter with the step about to
 // open, if any: none while the feature is off; the context's snapshot
-// when its text differs from the retained one's; RuntimeContextNone when
+// when its text differs from the retained one's; runtimeContextNone when
 // the context is empty and a snapshot other than that is retained.
-func (d *Driver) snapshotCandidate() (messages.Message, bool) {
+func (d *driver) snapshotCandidate() (messages.Message, bool) {
 	if !d.rcOn {
 		return messages.Message{}, false
 	}
 	seq, retained := d.retainedSnapshot()
-	text := d.rc.Text()
+	text := d.rc.text()
 	if seq < 0 && d.rc.Len() == 0 || seq >= 0 && text == retained {
 		return messages.Message{}, false
 	}
-	m, err := d.rc.Snapshot()
+	m, err := d.rc.snapshot()
 	if err != nil {
 		return messages.Message{}, false
 	}

@@ -86,7 +86,7 @@ func TestRuntimeContextRenderingMatchesCorpus(t *testing.T) {
 				text, _ := x.AsString()
 				in = append(in, ContextSection{Name: name, Text: text})
 			}
-			m, err := mustContext(t, in...).Snapshot()
+			m, err := mustContext(t, in...).snapshot()
 			require.NoError(t, err)
 			got, _ := m.JSON().Field("content")
 			require.Equal(t, content.String(), got.String(), path)
@@ -110,9 +110,9 @@ func TestNewRuntimeContext(t *testing.T) {
 	in[0].Text = "changed"
 	require.Equal(t, []ContextSection{{Name: "a", Text: "x"}, {Name: "b", Text: "y"}}, rc.Sections(),
 		"copied; a section without text is gone")
-	require.Equal(t, RuntimeContextPreamble+"\n\nx\n\ny", rc.Text())
-	require.Equal(t, RuntimeContextNone, RuntimeContext{}.Text())
-	m, err := RuntimeContext{}.Snapshot()
+	require.Equal(t, runtimeContextPreamble+"\n\nx\n\ny", rc.text())
+	require.Equal(t, runtimeContextNone, RuntimeContext{}.text())
+	m, err := RuntimeContext{}.snapshot()
 	require.NoError(t, err)
 	require.Equal(t, `{"kind":"plugin","plugin":"@deepseek-ai/dsh-system-prompt","form":"snapshot","sections":[]}`,
 		m.Source().JSON().String())
@@ -128,7 +128,7 @@ func TestRuntimeContextSnapshot(t *testing.T) {
 	h.followup("one")
 	h.waitIdle()
 	es := h.events()
-	first := policyContext(t, approvalOff).Text()
+	first := policyContext(t, approvalOff).text()
 	require.Equal(t, []string{first}, snapshotTexts(es))
 	require.Equal(t, []session.EventType{session.TypeStepStart, session.TypeUserMessage, session.TypeUserMessage,
 		session.TypeRequestHeader}, types(es[3:7]))
@@ -146,7 +146,7 @@ func TestRuntimeContextSnapshot(t *testing.T) {
 	h.sys.Root.Send(h.agent, SetRuntimeContext{Context: policyContext(t, approvalAsk)})
 	h.followup("three")
 	h.waitIdle()
-	require.Equal(t, []string{first, policyContext(t, approvalAsk).Text()}, snapshotTexts(h.events()), "changed")
+	require.Equal(t, []string{first, policyContext(t, approvalAsk).text()}, snapshotTexts(h.events()), "changed")
 
 	h.sys.Root.Send(h.agent, SetRuntimeContext{})
 	h.followup("four")
@@ -156,7 +156,7 @@ func TestRuntimeContextSnapshot(t *testing.T) {
 	es = h.events()
 	got := snapshotTexts(es)
 	require.Len(t, got, 3, "cleared: the none text once")
-	require.Equal(t, RuntimeContextNone, got[2])
+	require.Equal(t, runtimeContextNone, got[2])
 
 	h.sys.Root.Send(h.agent, SetRuntimeContext{Context: policyContext(t, approvalOff)})
 	h.followup("six")
@@ -219,7 +219,7 @@ func TestRuntimeContextShadowedIsResent(t *testing.T) {
 	reqs := mock.Requests()
 	last := reqs[len(reqs)-1]
 	require.Equal(t, "compact", last.Message(0).Source().Plugin())
-	require.Equal(t, policyContext(t, approvalOff).Text(), texts(last.Message(last.NumMessages()-1)))
+	require.Equal(t, policyContext(t, approvalOff).text(), texts(last.Message(last.NumMessages()-1)))
 	require.Equal(t, "after", texts(last.Message(last.NumMessages()-2)))
 
 	h.followup("later")
@@ -246,7 +246,7 @@ func TestRuntimeContextWithPreStepHook(t *testing.T) {
 				})))
 			h.followup("one")
 			h.waitIdle()
-			require.Equal(t, policyContext(t, approvalOff).Text(), texts(<-offered))
+			require.Equal(t, policyContext(t, approvalOff).text(), texts(<-offered))
 			es := h.events()
 			require.Len(t, snapshotTexts(es), 1, "entered once")
 			require.Len(t, ofType(es, session.TypeUserMessage), 2)

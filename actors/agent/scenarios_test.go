@@ -478,7 +478,7 @@ func TestStopsReplenishingAfterAbortCommitsStartedResultsAndParksContexts(t *tes
 func TestTodoWriteRecordsTodoWriteBetweenItsCallAndResult(t *testing.T) {
 	h := newHarness(t, newMock(toolCallResponse(tc{"c1", "todo_write",
 		`{"todos":[{"content":"write tests","status":"in_progress"}]}`}), textResponse("noted")), nil,
-		withTools(t, TodoWrite{}))
+		withTools(t, TodoWriteTool{}))
 	h.followup("plan")
 	h.waitIdle()
 	es := h.events()

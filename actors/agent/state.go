@@ -28,9 +28,9 @@ func (s Status) String() string {
 	return "idle"
 }
 
-// The pure core: Driver is the turn/step state machine of
+// The pure core: the driver is the turn/step state machine of
 // docs/agent-loop.md#turns-and-steps. It has no goroutines, no clock and
-// no I/O: Step takes one Input (step.go) and returns the Effects
+// no I/O: Step takes one input (step.go) and returns the effects
 // (effects.go) the shell must perform, in order. Appends are pipelined: the
 // core issues Append effects and learns the seqs from the acknowledgements
 // (appended), which arrive in issue order. Where it needs seqs or a
@@ -48,8 +48,8 @@ func (s Status) String() string {
 // alternative, asking the session actor (QueryMessages) before each dispatch,
 // costs a round trip per request and still races with the inbox's splices.
 
-// DriverConfig configures a Driver. Provider and Model are required.
-type DriverConfig struct {
+// driverConfig configures a driver. Provider and Model are required.
+type driverConfig struct {
 	// Provider and Model seed the first request's config
 	// (docs/agent-loop.md#building-a-request).
 	Provider, Model string
@@ -71,8 +71,8 @@ type DriverConfig struct {
 	// NoRetry disables retries unless the request-error hook asks.
 	NoRetry bool
 	// PreStep, TurnStopping and StepEnd say whether those hooks exist:
-	// when they do, the core asks the shell to run them (RunPreStepEffect,
-	// RunTurnStoppingEffect, RunStepEndEffect) and waits for the answer.
+	// when they do, the core asks the shell to run them (runPreStepEffect,
+	// runTurnStoppingEffect, runStepEndEffect) and waits for the answer.
 	PreStep, TurnStopping, StepEnd bool
 	// Request is the request hook (agent/request): it may replace the
 	// seed config. It runs inside the core, so it must not block.
@@ -109,11 +109,11 @@ type Route struct {
 	ContextWindow messages.OptInt
 }
 
-// DefaultMaxParallelTools is the reference's DEFAULT_MAX_PARALLEL_TOOL_CALLS.
-const DefaultMaxParallelTools = 10
+// defaultMaxParallelTools is the reference's DEFAULT_MAX_PARALLEL_TOOL_CALLS.
+const defaultMaxParallelTools = 10
 
 // Validate reports a missing provider or model, or a negative pool.
-func (c DriverConfig) Validate() error {
+func (c driverConfig) Validate() error {
 	switch {
 	case c.Provider == "" || c.Model == "":
 		return errors.New("agent: config needs a provider and a model")
@@ -218,12 +218,12 @@ type turnState struct {
 	snapshot messages.Message
 }
 
-// Driver is the agent's pure core. Not safe for concurrent use: it
+// driver is the agent's pure core. Not safe for concurrent use: it
 // belongs to the agent actor.
-type Driver struct {
-	cfg    *DriverConfig // shared by the drivers of one Template: read only
+type driver struct {
+	cfg    *driverConfig // shared by the drivers of one Template: read only
 	mirror *session.Log
-	out    Effects
+	out    effects
 
 	refs     uint64
 	inflight int                  // appends not acknowledged yet
@@ -273,36 +273,36 @@ type Driver struct {
 	snap snapshotState
 }
 
-// NewDriver returns a driver over a session whose log so far is past
+// newDriver returns a driver over a session whose log so far is past
 // (the mirror is restored from it). The log must not have an open turn:
 // crash repair closes it before an agent runs on it.
-func NewDriver(cfg DriverConfig, h session.Header, past []session.Event) (*Driver, error) {
+func newDriver(cfg driverConfig, h session.Header, past []session.Event) (*driver, error) {
 	ds, err := newDriverShared(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return newDriver(ds, h, past)
+	return newDriverFrom(ds, h, past)
 }
 
 // driverShared is a driver configuration prepared once (validated, with
 // its defaults) and shared, read only, by every driver made from it.
 type driverShared struct {
-	cfg  DriverConfig
+	cfg  driverConfig
 	comp CompactionConfig // cfg.Compaction with defaults
 }
 
-func newDriverShared(cfg DriverConfig) (*driverShared, error) {
+func newDriverShared(cfg driverConfig) (*driverShared, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxParallelTools == 0 {
-		cfg.MaxParallelTools = DefaultMaxParallelTools
+		cfg.MaxParallelTools = defaultMaxParallelTools
 	}
 	return &driverShared{cfg: cfg, comp: cfg.Compaction.withDefaults()}, nil
 }
 
-// newDriver is NewDriver over a prepared configuration.
-func newDriver(ds *driverShared, h session.Header, past []session.Event) (*Driver, error) {
+// newDriverFrom is newDriver over a prepared configuration.
+func newDriverFrom(ds *driverShared, h session.Header, past []session.Event) (*driver, error) {
 	cfg := &ds.cfg
 	m, err := session.Restore(h, past)
 	if err != nil {
@@ -311,7 +311,7 @@ func newDriver(ds *driverShared, h session.Header, past []session.Event) (*Drive
 	if turn, _, open := m.OpenTurn(); open {
 		return nil, fmt.Errorf("agent: the log has turn %d open; repair it first", turn)
 	}
-	d := &Driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true, system: cfg.System,
+	d := &driver{cfg: cfg, mirror: m, tags: map[uint64]appendTag{}, firstRequest: true, system: cfg.System,
 		comp: &ds.comp, openCompactions: map[string]bool{},
 		rc: cfg.RuntimeContext, rcOn: cfg.RuntimeContext.Len() > 0}
 	for _, e := range past {
@@ -324,49 +324,49 @@ func newDriver(ds *driverShared, h session.Header, past []session.Event) (*Drive
 }
 
 // Status returns the current status.
-func (d *Driver) Status() Status { return d.status }
+func (d *driver) Status() Status { return d.status }
 
 // LastTurn returns the number of the last turn started.
-func (d *Driver) LastTurn() int64 { return d.lastTurn }
+func (d *driver) LastTurn() int64 { return d.lastTurn }
 
 // Idle reports whether the agent is quiescent: no turn, no append in
 // flight, no latched wake.
-func (d *Driver) Idle() bool {
+func (d *driver) Idle() bool {
 	return d.phase == phIdle && d.inflight == 0 && !d.wakeRequested && !d.maintenance
 }
 
 // Disposed reports whether Dispose was called.
-func (d *Driver) Disposed() bool { return d.disposed }
+func (d *driver) Disposed() bool { return d.disposed }
 
 // System returns the system prompt the next step will use.
-func (d *Driver) System() string { return d.system }
+func (d *driver) System() string { return d.system }
 
 // SendTarget returns the list send s must go to: a waking send that
 // arrives after the running turn's abort fired is forced to next-turn
 // (docs/agent-loop.md#delivery), so that it runs as its own turn when the
 // latched wake replays, rather than riding as steering into whatever
 // claims next-step first.
-func (d *Driver) SendTarget(s inbox.Send) inbox.Target {
+func (d *driver) SendTarget(s inbox.Send) inbox.Target {
 	if s.Wake && d.t != nil && d.t.aborted {
 		return inbox.NextTurn
 	}
 	return s.Target
 }
 
-func (d *Driver) ref() uint64 {
+func (d *driver) ref() uint64 {
 	d.refs++
 	return d.refs
 }
 
-func (d *Driver) emit(e Effect) { d.out = append(d.out, e) }
+func (d *driver) emit(e effect) { d.out = append(d.out, e) }
 
-func (d *Driver) flush() Effects {
+func (d *driver) flush() effects {
 	out := d.out
 	d.out = nil
 	return out
 }
 
-func (d *Driver) appendDrafts(tag appendTag, drafts ...session.Draft) {
+func (d *driver) appendDrafts(tag appendTag, drafts ...session.Draft) {
 	r := d.ref()
 	d.inflight++
 	switch {
@@ -375,12 +375,12 @@ func (d *Driver) appendDrafts(tag appendTag, drafts ...session.Draft) {
 	case tag != appendTag{}:
 		d.tags[r] = tag
 	}
-	d.emit(AppendEffect{Ref: r, Drafts: drafts})
+	d.emit(appendEffect{Ref: r, Drafts: drafts})
 }
 
 // settle runs fn once every append in flight is acknowledged (now, if
 // none is).
-func (d *Driver) settle(fn func()) {
+func (d *driver) settle(fn func()) {
 	d.phase = phSettle
 	if d.inflight == 0 {
 		fn()
@@ -389,9 +389,9 @@ func (d *Driver) settle(fn func()) {
 	d.settled = fn
 }
 
-func (d *Driver) setStatus(s Status) {
+func (d *driver) setStatus(s Status) {
 	if d.status != s {
 		d.status = s
-		d.emit(StatusEffect{Status: s})
+		d.emit(statusEffect{Status: s})
 	}
 }

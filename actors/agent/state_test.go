@@ -15,7 +15,7 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Core tests: the Driver alone, with no actor. A rig plays the session
+// Core tests: the driver alone, with no actor. A rig plays the session
 // (appends go to a session.Log and are acknowledged in issue order, after
 // the input that issued them) and the inbox (a scripted next-turn list);
 // the test feeds stream chunks, timers and cancels. Each case reads as
@@ -23,35 +23,35 @@ import (
 
 type rig struct {
 	t      *testing.T
-	d      *Driver
+	d      *driver
 	l      *session.Log
 	turn   []messages.Message // next-turn list
 	step   []messages.Message // next-step list
-	acks   []AppendEffect     // issued, not acknowledged
+	acks   []appendEffect     // issued, not acknowledged
 	stream uint64             // the running call, 0 for none
 	timer  uint64             // the armed timer generation, 0 for none
 	out    []string           // the transcript of effects
-	tools  []RunToolEffect    // tool calls started
+	tools  []runToolEffect    // tool calls started
 	held   []uint64           // unanswered context pushes (holdPushes)
 	hold   bool               // holdPushes: do not answer context pushes
 
-	stepEnds []RunStepEndEffect // step-end hook runs, answered by the test
+	stepEnds []runStepEndEffect // step-end hook runs, answered by the test
 }
 
-func newRig(t *testing.T, cfg DriverConfig) *rig {
+func newRig(t *testing.T, cfg driverConfig) *rig {
 	l, err := session.New(testHeader())
 	require.NoError(t, err)
 	if cfg.Provider == "" {
 		cfg.Provider, cfg.Model = "mock", "mock-1"
 	}
-	d, err := NewDriver(cfg, testHeader(), nil)
+	d, err := newDriver(cfg, testHeader(), nil)
 	require.NoError(t, err)
 	return &rig{t: t, d: d, l: l}
 }
 
 // input feeds in to the driver, which must not fail, and returns the
 // effects.
-func (r *rig) input(in Input) Effects {
+func (r *rig) input(in input) effects {
 	r.t.Helper()
 	eff, err := r.d.Step(in)
 	require.NoError(r.t, err)
@@ -59,7 +59,7 @@ func (r *rig) input(in Input) Effects {
 }
 
 // run performs eff, then acknowledges appends until none is in flight.
-func (r *rig) run(eff Effects) {
+func (r *rig) run(eff effects) {
 	r.t.Helper()
 	r.perform(eff)
 	for len(r.acks) > 0 {
@@ -76,17 +76,17 @@ func (r *rig) run(eff Effects) {
 	}
 }
 
-func (r *rig) perform(eff Effects) {
+func (r *rig) perform(eff effects) {
 	for _, e := range eff {
 		switch e := e.(type) {
-		case AppendEffect:
+		case appendEffect:
 			r.acks = append(r.acks, e)
 			var ts []string
 			for _, dr := range e.Drafts {
 				ts = append(ts, string(dr.Type()))
 			}
 			r.out = append(r.out, "append "+strings.Join(ts, ","))
-		case ClaimEffect:
+		case claimEffect:
 			var got []messages.Message
 			got, r.step = r.step, nil
 			if e.Target == inbox.NextTurn && len(r.turn) > 0 {
@@ -97,23 +97,23 @@ func (r *rig) perform(eff Effects) {
 			}
 			r.out = append(r.out, fmt.Sprintf("claim %s %d", e.Target, len(got)))
 			r.perform(r.input(claimed{Ref: e.Ref, Messages: got}))
-		case StartStreamEffect:
+		case startStreamEffect:
 			r.stream = e.Ref
 			r.out = append(r.out, "stream "+e.Request.Config().Model)
-		case CancelStreamEffect:
+		case cancelStreamEffect:
 			r.out = append(r.out, "cancel-stream")
-		case StartTimerEffect:
+		case startTimerEffect:
 			r.timer = e.Gen
 			r.out = append(r.out, "timer")
-		case StatusEffect:
+		case statusEffect:
 			r.out = append(r.out, "status "+e.Status.String())
-		case AbortEffect:
+		case abortEffect:
 			r.out = append(r.out, "abort "+string(e.Cause.Kind))
-		case NewSignalEffect:
+		case newSignalEffect:
 			r.out = append(r.out, "signal")
-		case TurnErrorEffect:
+		case turnErrorEffect:
 			r.out = append(r.out, "turn-error "+e.Error.Code)
-		case PushContextEffect:
+		case pushContextEffect:
 			r.step = append(r.step, e.Message)
 			r.input(inboxChanged{Target: inbox.NextStep, Delta: 1})
 			r.out = append(r.out, "push")
@@ -122,13 +122,13 @@ func (r *rig) perform(eff Effects) {
 				continue
 			}
 			r.perform(r.input(contextPushed{Ref: e.Ref}))
-		case RunToolEffect:
+		case runToolEffect:
 			r.tools = append(r.tools, e)
 			r.out = append(r.out, "tool "+e.Call.ID)
-		case RunStepEndEffect:
+		case runStepEndEffect:
 			r.stepEnds = append(r.stepEnds, e)
 			r.out = append(r.out, fmt.Sprintf("step-end %d.%d", e.Turn, e.Step))
-		case InboxOpEffect:
+		case inboxOpEffect:
 			op := e.Op
 			switch s, ok := op.send(); {
 			case ok && s.Target == inbox.NextTurn:
@@ -146,7 +146,7 @@ func (r *rig) perform(eff Effects) {
 			}
 			r.out = append(r.out, "inbox-op "+opNames[op.kind])
 			r.perform(r.input(stepEndOpDone{Ref: e.Ref}))
-		case ClearInboxEffect:
+		case clearInboxEffect:
 			r.turn, r.step = nil, nil
 			r.input(inboxPending{NextTurn: 0, NextStep: 0})
 			r.out = append(r.out, "clear-inbox")
@@ -195,7 +195,7 @@ func TestDriverTurns(t *testing.T) {
 	body, finish := text[:len(text)-1], messages.FinishStop
 	for _, tt := range []struct {
 		name    string
-		cfg     DriverConfig
+		cfg     driverConfig
 		drive   func(r *rig)
 		effects []string
 		log     []string
@@ -232,7 +232,7 @@ func TestDriverTurns(t *testing.T) {
 		ends: []session.TurnEndReason{{Kind: session.EndAborted, Cause: session.CancelCause{Kind: session.CauseUser}}},
 	}, {
 		name: "a failed attempt retries inside its step",
-		cfg:  DriverConfig{Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, JitterRatio: -1}},
+		cfg:  driverConfig{Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, JitterRatio: -1}},
 		drive: func(r *rig) {
 			r.followup("hello")
 			r.end(messages.FinishError, messages.LlmFailure{Message: "busy", Code: "SERVER"}, false)
@@ -316,7 +316,7 @@ func TestDriverTurns(t *testing.T) {
 }
 
 func TestDriverDisposeIsFinal(t *testing.T) {
-	r := newRig(t, DriverConfig{})
+	r := newRig(t, driverConfig{})
 	r.followup("a")
 	r.run(r.input(Dispose{}))
 	require.Equal(t, "cancel-stream", r.out[len(r.out)-1])
@@ -330,7 +330,7 @@ func TestDriverDisposeIsFinal(t *testing.T) {
 }
 
 func TestDriverSendTarget(t *testing.T) {
-	r := newRig(t, DriverConfig{})
+	r := newRig(t, driverConfig{})
 	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.Send{Target: inbox.NextStep, Wake: true}))
 	r.followup("a")
 	require.Equal(t, inbox.NextStep, r.d.SendTarget(inbox.Send{Target: inbox.NextStep, Wake: true}))
@@ -342,7 +342,7 @@ func TestDriverSendTarget(t *testing.T) {
 // The core starts a second tool step's calls, and holds step/end until
 // the inbox has answered every context push.
 func TestDriverToolStepsAndContextPushes(t *testing.T) {
-	r := newRig(t, DriverConfig{})
+	r := newRig(t, driverConfig{})
 	r.hold = true
 	r.followup("go")
 	r.chunks(toolCallResponse(tc{"c1", "echo", `{}`}).chunks...)

@@ -6,13 +6,13 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// Input is one thing that happened to the agent, fed to Driver.Step: an
+// input is one thing that happened to the agent, fed to driver.Step: an
 // answer to an effect (an append acknowledged, a claim answered, a hook
 // or tool done, a timer fired), a notice from the session or the inbox,
 // or a request of the agent's protocol (Cancel, SetSystem,
 // SetRuntimeContext, Dispose). Refs name the effect answered: an input
 // whose ref the driver is not waiting for is stale and changes nothing.
-type Input interface{ input() }
+type input interface{ isInput() }
 
 // The inputs that answer the driver's own effects and the session's and
 // the inbox's notices. The shell builds them from the messages it
@@ -31,18 +31,18 @@ type (
 	}
 	// woken: a waking send to list Target was committed.
 	woken struct{ Target inbox.Target }
-	// appended: append Ref (an AppendEffect) was committed as Events. An
+	// appended: append Ref (an appendEffect) was committed as Events. An
 	// acknowledgement the driver did not ask for is an error.
 	appended struct {
 		Ref    uint64
 		Events session.Events
 	}
-	// claimed: the inbox answered claim Ref (a ClaimEffect).
+	// claimed: the inbox answered claim Ref (a claimEffect).
 	claimed struct {
 		Ref      uint64
 		Messages []messages.Message
 	}
-	// preStepDone: the pre-step hook run Ref (a RunPreStepEffect) returned.
+	// preStepDone: the pre-step hook run Ref (a runPreStepEffect) returned.
 	preStepDone struct {
 		Ref      uint64
 		Decision PreStepDecision
@@ -53,28 +53,28 @@ type (
 		Ref uint64
 		Err error
 	}
-	// stepEndDone: the step-end hook run Ref (a RunStepEndEffect) returned.
+	// stepEndDone: the step-end hook run Ref (a runStepEndEffect) returned.
 	stepEndDone struct {
 		Ref      uint64
 		Decision StepEndDecision
 		Err      error
 	}
 	// stepEndOpDone: the inbox answered step-end operation Ref (an
-	// InboxOpEffect), or refused it.
+	// inboxOpEffect), or refused it.
 	stepEndOpDone struct{ Ref uint64 }
-	// streamChunk: model call Ref (a StartStreamEffect) streamed Chunk.
+	// streamChunk: model call Ref (a startStreamEffect) streamed Chunk.
 	streamChunk struct {
 		Ref   uint64
 		Chunk messages.StreamChunk
 	}
 	// streamEnded: model call Ref ended with Finish; Cancelled when a
-	// CancelStreamEffect stopped it.
+	// cancelStreamEffect stopped it.
 	streamEnded struct {
 		Ref       uint64
 		Finish    messages.FinishReason
 		Cancelled bool
 	}
-	// retryTimerFired: the backoff timer Gen (a StartTimerEffect) fired.
+	// retryTimerFired: the backoff timer Gen (a startTimerEffect) fired.
 	retryTimerFired struct{ Gen uint64 }
 	// toolEmitted: running tool call Ref asked for Draft to be appended
 	// (Call.Emit).
@@ -82,16 +82,16 @@ type (
 		Ref   uint64
 		Draft session.Draft
 	}
-	// toolDone: tool call Ref (a RunToolEffect) returned Result.
+	// toolDone: tool call Ref (a runToolEffect) returned Result.
 	toolDone struct {
 		Ref    uint64
 		Result Result
 	}
 	// contextPushed: the inbox answered context push Ref (a
-	// PushContextEffect): its splice is committed, or the send was refused.
+	// pushContextEffect): its splice is committed, or the send was refused.
 	contextPushed struct{ Ref uint64 }
 	// compactRequested: a manual compaction is asked for; its outcome
-	// comes back as a CompactDoneEffect with Ref.
+	// comes back as a compactDoneEffect with Ref.
 	compactRequested struct{ Ref uint64 }
 	// startMaintenance: a maintenance task asks to run; the answer is a
 	// maintenanceEffect.
@@ -100,36 +100,36 @@ type (
 	maintenanceDone struct{}
 )
 
-func (eventsCommitted) input()   {}
-func (inboxPending) input()      {}
-func (inboxChanged) input()      {}
-func (woken) input()             {}
-func (appended) input()          {}
-func (claimed) input()           {}
-func (preStepDone) input()       {}
-func (turnStoppingDone) input()  {}
-func (stepEndDone) input()       {}
-func (stepEndOpDone) input()     {}
-func (streamChunk) input()       {}
-func (streamEnded) input()       {}
-func (retryTimerFired) input()   {}
-func (toolEmitted) input()       {}
-func (toolDone) input()          {}
-func (contextPushed) input()     {}
-func (compactRequested) input()  {}
-func (startMaintenance) input()  {}
-func (maintenanceDone) input()   {}
-func (Cancel) input()            {}
-func (SetSystem) input()         {}
-func (SetRuntimeContext) input() {}
-func (Dispose) input()           {}
+func (eventsCommitted) isInput()   {}
+func (inboxPending) isInput()      {}
+func (inboxChanged) isInput()      {}
+func (woken) isInput()             {}
+func (appended) isInput()          {}
+func (claimed) isInput()           {}
+func (preStepDone) isInput()       {}
+func (turnStoppingDone) isInput()  {}
+func (stepEndDone) isInput()       {}
+func (stepEndOpDone) isInput()     {}
+func (streamChunk) isInput()       {}
+func (streamEnded) isInput()       {}
+func (retryTimerFired) isInput()   {}
+func (toolEmitted) isInput()       {}
+func (toolDone) isInput()          {}
+func (contextPushed) isInput()     {}
+func (compactRequested) isInput()  {}
+func (startMaintenance) isInput()  {}
+func (maintenanceDone) isInput()   {}
+func (Cancel) isInput()            {}
+func (SetSystem) isInput()         {}
+func (SetRuntimeContext) isInput() {}
+func (Dispose) isInput()           {}
 
 // Step feeds one input to the driver and returns the effects the shell
 // must perform, in order. An error means the agent's view of the log is
 // wrong (a gap in the committed events, an acknowledgement of an append
 // it did not make), which the driver cannot repair: the shell crashes the
 // actor, whose restart rebuilds the driver from the log.
-func (d *Driver) Step(in Input) (Effects, error) {
+func (d *driver) Step(in input) (effects, error) {
 	var err error
 	switch in := in.(type) {
 	case eventsCommitted:

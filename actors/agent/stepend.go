@@ -142,38 +142,38 @@ func vetStepEndOps(ops []StepEndOp) ([]StepEndOp, error) {
 	return out, nil
 }
 
-// RunStepEndEffect runs the step-end hook for step Step of turn Turn; its
+// runStepEndEffect runs the step-end hook for step Step of turn Turn; its
 // decision comes back as stepEndDone{Ref}.
-type RunStepEndEffect struct {
+type runStepEndEffect struct {
 	Ref        uint64
 	Turn, Step int64
 }
 
-// InboxOpEffect performs a step-end hook's inbox operation (a Send or a
+// inboxOpEffect performs a step-end hook's inbox operation (a Send or a
 // Remove, see StepEndOp). The inbox's answer, whatever it is (a refused
 // operation changes nothing and is dropped, as a refused context push
 // is), comes back as stepEndOpDone{Ref}.
-type InboxOpEffect struct {
+type inboxOpEffect struct {
 	Ref uint64
 	Op  StepEndOp
 }
 
-func (RunStepEndEffect) effect() {}
-func (InboxOpEffect) effect()    {}
+func (runStepEndEffect) isEffect() {}
+func (inboxOpEffect) isEffect()    {}
 
 // runStepEnd runs the step-end hook over a boundary's claimed batch,
 // which is held until its contributions are performed.
-func (d *Driver) runStepEnd(claimed []messages.Message) {
+func (d *driver) runStepEnd(claimed []messages.Message) {
 	t := d.t
 	t.stepEndRan = true
 	t.held = claimed
 	d.phase = phStepEnd
 	d.hookRef = d.ref()
-	d.emit(RunStepEndEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step})
+	d.emit(runStepEndEffect{Ref: d.hookRef, Turn: t.turn, Step: t.step})
 }
 
 // onStepEndDone delivers the step-end hook's decision.
-func (d *Driver) onStepEndDone(ref uint64, dec StepEndDecision, err error) {
+func (d *driver) onStepEndDone(ref uint64, dec StepEndDecision, err error) {
 	if d.phase != phStepEnd || d.t == nil || ref != d.hookRef || d.t.opRef != 0 {
 		return
 	}
@@ -197,7 +197,7 @@ func (d *Driver) onStepEndDone(ref uint64, dec StepEndDecision, err error) {
 }
 
 // onStepEndOpDone delivers the inbox's answer to step-end operation ref.
-func (d *Driver) onStepEndOpDone(ref uint64) {
+func (d *driver) onStepEndOpDone(ref uint64) {
 	if d.phase != phStepEnd || d.t == nil || ref == 0 || ref != d.t.opRef {
 		return
 	}
@@ -210,7 +210,7 @@ func (d *Driver) onStepEndOpDone(ref uint64) {
 // before it is committed (the inbox appends its splice itself, and log
 // order across the two writers is kept by acknowledgements) and is
 // answered before the next contribution.
-func (d *Driver) nextStepEndOp() {
+func (d *driver) nextStepEndOp() {
 	t := d.t
 	var evs []session.Draft
 	for len(t.ops) > 0 && t.ops[0].kind == opEvent {
@@ -230,7 +230,7 @@ func (d *Driver) nextStepEndOp() {
 			t.ops = t.ops[1:]
 			d.phase = phStepEnd
 			t.opRef = d.ref()
-			d.emit(InboxOpEffect{Ref: t.opRef, Op: op})
+			d.emit(inboxOpEffect{Ref: t.opRef, Op: op})
 		default:
 			d.stepEndFinished()
 		}
@@ -241,7 +241,7 @@ func (d *Driver) nextStepEndOp() {
 // end here (the step completed, nothing claimed) and next-step is no
 // longer empty, the loop claims again (a turn ends only with next-step
 // empty, docs/agent-loop.md#turns-and-steps).
-func (d *Driver) stepEndFinished() {
+func (d *driver) stepEndFinished() {
 	t := d.t
 	msgs := t.held
 	t.held = nil

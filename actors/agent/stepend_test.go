@@ -26,7 +26,7 @@ func marker(name string) session.Draft {
 // the next claim; at the end of a turn it makes the loop claim again and
 // run another step.
 func TestDriverStepEnd(t *testing.T) {
-	r := newRig(t, DriverConfig{StepEnd: true})
+	r := newRig(t, driverConfig{StepEnd: true})
 	answer := func(ops ...StepEndOp) {
 		t.Helper()
 		e := r.stepEnds[len(r.stepEnds)-1]
@@ -89,7 +89,7 @@ func TestDriverStepEnd(t *testing.T) {
 // A stale or duplicate answer changes nothing; an abort while the hook
 // runs drops its decision and ends the turn aborted.
 func TestDriverStepEndAbort(t *testing.T) {
-	r := newRig(t, DriverConfig{StepEnd: true})
+	r := newRig(t, driverConfig{StepEnd: true})
 	r.followup("go")
 	r.chunks(textResponse("a").chunks[:4]...)
 	r.end(messages.FinishStop, messages.LlmFailure{}, false)

@@ -29,7 +29,7 @@ func TestStressConcurrentSendsAndCancels(t *testing.T) {
 	mock := newMock()
 	mock.inner = syn
 	echo := fakeTool{name: "synthetic_echo", mode: Parallel}
-	h := newHarness(t, mock, nil, withTools(t, echo, TodoWrite{}))
+	h := newHarness(t, mock, nil, withTools(t, echo, TodoWriteTool{}))
 
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*ops)

@@ -92,9 +92,9 @@ func (c Config) prepare() (*driverShared, error) {
 // code: a panic is an error here (Props refuses the config), and Props
 // derives it once, so that the actor never calls them inside Receive (a
 // panic there would restart the agent, and again at every restart).
-func (c Config) driverConfig() (dc DriverConfig, err error) {
+func (c Config) driverConfig() (dc driverConfig, err error) {
 	defer recoverCallback("configuration", &err)
-	dc = DriverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
+	dc = driverConfig{Provider: c.Provider.Name(), Model: c.Model, MaxTokens: c.MaxTokens, System: c.System,
 		Tools: c.Tools.Schemas(), Modes: c.Tools.modeOf, MaxParallelTools: c.MaxParallelTools, Retry: c.Retry,
 		NoRetry: c.NoRetry, PreStep: c.Hooks.PreStep != nil, TurnStopping: c.Hooks.TurnStopping != nil,
 		StepEnd: c.Hooks.StepEnd != nil,

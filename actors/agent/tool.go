@@ -107,8 +107,8 @@ func NewRegistry(tools ...Tool) (*Registry, error) {
 	return r, nil
 }
 
-// Lookup returns the tool called name.
-func (r *Registry) Lookup(name string) (Tool, bool) {
+// lookup returns the tool called name.
+func (r *Registry) lookup(name string) (Tool, bool) {
 	if r == nil {
 		return nil, false
 	}
@@ -132,7 +132,7 @@ func (r *Registry) Schemas() []messages.ToolSchema {
 // modeOf classifies a call: unknown tools run exclusive (their result is
 // an error, produced at once, so the choice only keeps ordering simple).
 func (r *Registry) modeOf(name string, input messages.JSON) Mode {
-	t, ok := r.Lookup(name)
+	t, ok := r.lookup(name)
 	if !ok {
 		return Exclusive
 	}
@@ -201,16 +201,16 @@ func runTool(ctx context.Context, t Tool, call Call) (res Result) {
 	return r
 }
 
-// TodoWrite is the built-in todo_write tool: it records the whole todo list
+// TodoWriteTool is the built-in todo_write tool: it records the whole todo list
 // as a todo/write event (docs/session-log.md#event-catalogue), between its
 // tool/call and tool/result. Exclusive: two writes must not race.
-type TodoWrite struct{}
+type TodoWriteTool struct{}
 
 // Name returns "todo_write".
-func (TodoWrite) Name() string { return "todo_write" }
+func (TodoWriteTool) Name() string { return "todo_write" }
 
 // Schema returns the tool's schema.
-func (TodoWrite) Schema() messages.ToolSchema {
+func (TodoWriteTool) Schema() messages.ToolSchema {
 	return messages.ToolSchema{Name: "todo_write", Description: "Replace the session's todo list.",
 		Parameters: messages.MustParseJSON(`{"type":"object","properties":{"todos":{"type":"array","items":` +
 			`{"type":"object","properties":{"content":{"type":"string"},"status":{"type":"string",` +
@@ -218,12 +218,12 @@ func (TodoWrite) Schema() messages.ToolSchema {
 }
 
 // Mode returns Exclusive.
-func (TodoWrite) Mode(messages.JSON) Mode { return Exclusive }
+func (TodoWriteTool) Mode(messages.JSON) Mode { return Exclusive }
 
 // Execute validates the list, emits todo/write, and answers with a short
 // confirmation. Once ctx is cancelled it returns ctx's error and emits
 // nothing (a list of any length is checked item by item).
-func (TodoWrite) Execute(ctx context.Context, call Call) (Result, error) {
+func (TodoWriteTool) Execute(ctx context.Context, call Call) (Result, error) {
 	list, ok := call.Input.Field("todos")
 	if !ok || list.Kind() != messages.KindArray {
 		return Result{}, errors.New("todo_write: todos must be an array")

@@ -17,7 +17,7 @@ import (
 // alternative, the reference's "internal scheduler failure" (the turn
 // ends in error with the call unanswered until crash repair), punishes
 // the whole turn for one tool's fault.
-func (d *Driver) modeOf(c *toolCall) (m Mode, err error) {
+func (d *driver) modeOf(c *toolCall) (m Mode, err error) {
 	if d.cfg.Modes == nil {
 		return Exclusive, nil
 	}
@@ -33,7 +33,7 @@ func (d *Driver) modeOf(c *toolCall) (m Mode, err error) {
 // run of parallel calls in a rolling pool of MaxParallelTools. A call
 // whose mode cannot be told is answered at once with its error result
 // (its body never runs, so it needs no slot in the pool).
-func (d *Driver) scheduleTools() {
+func (d *driver) scheduleTools() {
 	t := d.t
 	for !t.aborted && t.next < len(t.calls) && !t.exclusive {
 		c := &t.calls[t.next]
@@ -58,19 +58,19 @@ func (d *Driver) scheduleTools() {
 }
 
 // startCall records call i's tool/call and runs it.
-func (d *Driver) startCall(i int) {
+func (d *driver) startCall(i int) {
 	t := d.t
 	c := &t.calls[i]
 	d.recordCall(i)
 	t.running++
 	b := c.block
-	d.emit(RunToolEffect{Ref: c.ref, Call: Call{Turn: t.turn, Step: t.step, ID: b.ID(), Name: b.Name(),
+	d.emit(runToolEffect{Ref: c.ref, Call: Call{Turn: t.turn, Step: t.step, ID: b.ID(), Name: b.Name(),
 		Arguments: b.Arguments(), Input: c.input}})
 }
 
 // recordCall marks call i started and appends its tool/call (whose seq
 // its result cites).
-func (d *Driver) recordCall(i int) {
+func (d *driver) recordCall(i int) {
 	t := d.t
 	c := &t.calls[i]
 	c.started = true
@@ -83,7 +83,7 @@ func (d *Driver) recordCall(i int) {
 // commitTools commits settled results strictly in model order; after an
 // abort, each never-started call gets a synthetic tool/call + tool/result
 // pair once the calls before it are committed.
-func (d *Driver) commitTools() {
+func (d *driver) commitTools() {
 	t := d.t
 	for t.commitIdx < len(t.calls) {
 		if len(t.pushes) > 0 {
@@ -125,7 +125,7 @@ func (d *Driver) commitTools() {
 				t.pushes = map[uint64]bool{}
 			}
 			t.pushes[ref] = true
-			d.emit(PushContextEffect{Ref: ref, Message: m})
+			d.emit(pushContextEffect{Ref: ref, Message: m})
 		}
 		if r.ConcludesTurn {
 			t.concludes = true

@@ -18,12 +18,12 @@ func abortedReason(c session.CancelCause) session.TurnEndReason {
 	return session.TurnEndReason{Kind: session.EndAborted, Cause: c}
 }
 
-func (d *Driver) startTurn() {
+func (d *driver) startTurn() {
 	d.lastTurn++
 	d.t = &turnState{turn: d.lastTurn, firstClaim: true}
 	d.wakeRequested = false
 	d.setStatus(StatusRunning)
-	d.emit(NewSignalEffect{})
+	d.emit(newSignalEffect{})
 	d.appendDrafts(appendTag{}, session.TurnStart{Turn: d.t.turn}.Draft())
 	// The claim's splice must follow turn/start in the log: the inbox
 	// appends it, so the turn/start must be committed first.
@@ -36,10 +36,10 @@ func (d *Driver) startTurn() {
 	})
 }
 
-func (d *Driver) claim(target inbox.Target) {
+func (d *driver) claim(target inbox.Target) {
 	d.phase = phClaim
 	d.claimRef = d.ref()
-	d.emit(ClaimEffect{Ref: d.claimRef, Target: target, Turn: d.t.turn})
+	d.emit(claimEffect{Ref: d.claimRef, Target: target, Turn: d.t.turn})
 }
 
 // enter is the step boundary's entry (docs/agent-loop.md#turns-and-steps):
@@ -47,7 +47,7 @@ func (d *Driver) claim(target inbox.Target) {
 // case; batch (nmsgs of which are messages) opens the step, or, when it holds
 // no message, is recorded with the preface (its log-only events are not
 // lost).
-func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
+func (d *driver) enter(preface, batch []session.Draft, nmsgs int) {
 	t := d.t
 	if nmsgs == 0 {
 		preface = append(preface, batch...)
@@ -60,7 +60,7 @@ func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
 		if d.cfg.TurnStopping && !t.stoppingRan {
 			d.phase = phTurnStopping
 			d.hookRef = d.ref()
-			d.emit(RunTurnStoppingEffect{Ref: d.hookRef, Turn: t.turn})
+			d.emit(runTurnStoppingEffect{Ref: d.hookRef, Turn: t.turn})
 			return
 		}
 		d.endTurn(*t.ends)
@@ -83,7 +83,7 @@ func (d *Driver) enter(preface, batch []session.Draft, nmsgs int) {
 
 // finishStep appends step/end and decides what follows
 // (docs/agent-loop.md#turns-and-steps).
-func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
+func (d *driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
 	t := d.t
 	d.appendDrafts(appendTag{}, session.StepEnd{Turn: t.turn, Step: t.step}.Draft())
 	switch out {
@@ -91,7 +91,7 @@ func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
 		d.endTurn(abortedReason(t.cause))
 		return
 	case outError:
-		d.emit(TurnErrorEffect{Turn: t.turn, Step: t.step, Error: failure})
+		d.emit(turnErrorEffect{Turn: t.turn, Step: t.step, Error: failure})
 		t.stopAfter = true
 		d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: failure})
 		return
@@ -120,17 +120,17 @@ func (d *Driver) finishStep(out stepOutcome, failure messages.LlmFailure) {
 // failTurn ends the turn in error between steps (a hook or a callback
 // failed at a step boundary): agent/error names step, the step that ended
 // or the one that would have started.
-func (d *Driver) failTurn(step int64, err error) {
+func (d *driver) failTurn(step int64, err error) {
 	t := d.t
 	f := messages.LlmFailure{Message: err.Error(), Code: llm.CodeUnknown}
-	d.emit(TurnErrorEffect{Turn: t.turn, Step: step, Error: f})
+	d.emit(turnErrorEffect{Turn: t.turn, Step: step, Error: f})
 	t.stopAfter = true
 	d.endTurn(session.TurnEndReason{Kind: session.EndError, Error: f})
 }
 
 // endTurn appends turn/end and, once it is committed, either runs the
 // next turn or goes idle (docs/agent-loop.md#turns-and-steps).
-func (d *Driver) endTurn(reason session.TurnEndReason) {
+func (d *driver) endTurn(reason session.TurnEndReason) {
 	t := d.t
 	t.ending = true
 	d.appendDrafts(appendTag{}, session.TurnEnd{Turn: t.turn, Reason: reason}.Draft())
@@ -163,7 +163,7 @@ func (d *Driver) endTurn(reason session.TurnEndReason) {
 
 // seedConfig is the request's seed config
 // (docs/agent-loop.md#building-a-request).
-func (d *Driver) seedConfig() messages.CallConfig {
+func (d *driver) seedConfig() messages.CallConfig {
 	folded, has := d.mirror.RequestHeader()
 	if d.firstRequest || !has {
 		cfg := messages.CallConfig{Provider: d.cfg.Provider, Model: d.cfg.Model, MaxTokens: d.cfg.MaxTokens}
@@ -185,7 +185,7 @@ func (d *Driver) seedConfig() messages.CallConfig {
 
 // beginAttempt builds the attempt's config and header drafts, then, once
 // the log has settled, dispatches the request built from it.
-func (d *Driver) beginAttempt() {
+func (d *driver) beginAttempt() {
 	t := d.t
 	t.attempt++
 	cfg := d.seedConfig()
@@ -257,7 +257,7 @@ func (d *Driver) beginAttempt() {
 // recoverHook), which ends the turn in error; letting it crash the actor
 // would restart it and interrupt the turn for a fault a restart cannot
 // mend.
-func (d *Driver) route(cfg messages.CallConfig) (r Route, err error) {
+func (d *driver) route(cfg messages.CallConfig) (r Route, err error) {
 	if d.cfg.Routes == nil {
 		return Route{}, nil
 	}
@@ -266,7 +266,7 @@ func (d *Driver) route(cfg messages.CallConfig) (r Route, err error) {
 }
 
 // dispatch builds the request from the mirror and starts the call.
-func (d *Driver) dispatch() {
+func (d *driver) dispatch() {
 	t := d.t
 	msgs := d.mirror.DeriveMessages().Slice()
 	if invariants.Enabled {
@@ -287,14 +287,14 @@ func (d *Driver) dispatch() {
 	t.tooLarge = nil
 	t.streamRef = d.ref()
 	d.phase = phStream
-	d.emit(StartStreamEffect{Ref: t.streamRef, Request: req})
+	d.emit(startStreamEffect{Ref: t.streamRef, Request: req})
 }
 
 func retryID(t *turnState) string { return fmt.Sprintf("retry-%d-%d-%d", t.turn, t.step, t.attempt) }
 
 // streamDone handles the end of an attempt, once its chunks are
 // committed (docs/agent-loop.md#turns-and-steps).
-func (d *Driver) streamDone(in streamEnded) {
+func (d *driver) streamDone(in streamEnded) {
 	finish := in.Finish
 	t := d.t
 	src := messages.ModelSource{Provider: t.cfg.Provider, Model: t.cfg.Model}
@@ -382,7 +382,7 @@ func tooLargeFailure(err error) messages.LlmFailure {
 
 // failedAttempt is docs/agent-loop.md#errors-and-retries: retry inside the
 // step, or end the turn in error. No assistant message is written.
-func (d *Driver) failedAttempt(f messages.LlmFailure) {
+func (d *driver) failedAttempt(f messages.LlmFailure) {
 	if f.Code == "" {
 		f.Code = llm.CodeUnknown
 	}
@@ -397,7 +397,7 @@ func (d *Driver) failedAttempt(f messages.LlmFailure) {
 
 // requestError runs the request-error hook and the retry policy over a
 // failed attempt's failure.
-func (d *Driver) requestError(f messages.LlmFailure) {
+func (d *driver) requestError(f messages.LlmFailure) {
 	t := d.t
 	dec := DecideDefault
 	if d.cfg.RequestError != nil {
@@ -422,7 +422,7 @@ func (d *Driver) requestError(f messages.LlmFailure) {
 			delay, ok = policy.WithDefaults().InitialDelay, true
 		}
 	case DecideRetryHeld:
-		delay, ok = HeldRetryDelay, true
+		delay, ok = heldRetryDelay, true
 	case DecideDefault:
 		if !d.cfg.NoRetry {
 			delay, ok = policy.Decide(n, f, nil)
@@ -437,5 +437,5 @@ func (d *Driver) requestError(f messages.LlmFailure) {
 		RetryID: retryID(t), Turn: t.turn, Step: t.step, Provider: t.cfg.Provider, Retry: n, Delay: delay, Failure: f})))
 	t.timerGen = d.ref()
 	d.phase = phRetryWait
-	d.emit(StartTimerEffect{Gen: t.timerGen, Delay: delay})
+	d.emit(startTimerEffect{Gen: t.timerGen, Delay: delay})
 }

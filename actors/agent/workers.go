@@ -11,9 +11,9 @@ import (
 // runTool runs a tool body in a goroutine owned by the actor, under the
 // turn's abort signal. Emits and the result come back as messages, in
 // that order (one goroutine sends both).
-func (a *agentActor) runTool(e RunToolEffect) {
+func (a *agentActor) runTool(e runToolEffect) {
 	root, self, sig, ref := a.root, a.self, a.abortSignal(), e.Ref
-	t, _ := a.cfg.Tools.Lookup(e.Call.Name)
+	t, _ := a.cfg.Tools.lookup(e.Call.Name)
 	call := e.Call
 	var mu sync.Mutex // guards open
 	open := true
@@ -34,7 +34,7 @@ func (a *agentActor) runTool(e RunToolEffect) {
 	})
 }
 
-func (a *agentActor) runPreStep(e RunPreStepEffect) {
+func (a *agentActor) runPreStep(e runPreStepEffect) {
 	root, self, sig, h := a.root, a.self, a.abortSignal(), a.cfg.Hooks.PreStep
 	a.wg.Go(func() {
 		dec, err := func() (dec PreStepDecision, err error) {
@@ -45,7 +45,7 @@ func (a *agentActor) runPreStep(e RunPreStepEffect) {
 	})
 }
 
-func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
+func (a *agentActor) runTurnStopping(e runTurnStoppingEffect) {
 	root, self, sig, h := a.root, a.self, a.abortSignal(), a.cfg.Hooks.TurnStopping
 	steer := func(m messages.Message) { root.Send(self, Steer{Message: m}) }
 	a.wg.Go(func() {
@@ -57,7 +57,7 @@ func (a *agentActor) runTurnStopping(e RunTurnStoppingEffect) {
 	})
 }
 
-func (a *agentActor) runStepEnd(e RunStepEndEffect) {
+func (a *agentActor) runStepEnd(e runStepEndEffect) {
 	root, self, sig, h := a.root, a.self, a.abortSignal(), a.cfg.Hooks.StepEnd
 	a.wg.Go(func() {
 		dec, err := func() (dec StepEndDecision, err error) {

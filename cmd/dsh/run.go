@@ -168,7 +168,7 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv, o *obs) (*talk, err
 	if err != nil {
 		return nil, fmt.Errorf("--workdir: %w", err)
 	}
-	reg, err := agent.NewRegistry(append(fst.Tools(), agent.TodoWrite{})...)
+	reg, err := agent.NewRegistry(append(fst.Tools(), agent.TodoWriteTool{})...)
 	if err != nil {
 		_ = fst.Close()
 		return nil, err

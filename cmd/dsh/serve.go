@@ -185,7 +185,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		defer fst.Close()
 		tools = fst.Tools()
 	}
-	reg, err := agent.NewRegistry(append(tools, agent.TodoWrite{})...)
+	reg, err := agent.NewRegistry(append(tools, agent.TodoWriteTool{})...)
 	if err != nil {
 		return err
 	}
