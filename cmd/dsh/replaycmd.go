@@ -17,7 +17,11 @@ func logReplay(args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rec, override, err := logreplay.Load(path, fixture)
+	load := logreplay.Load
+	if fixture {
+		load = logreplay.LoadFixture
+	}
+	rec, override, err := load(path)
 	if err != nil {
 		if !fixture {
 			if fixtures.HasPlaceholders(filePrefix(path)) {

@@ -19,8 +19,8 @@
 // Cancellation: every tool body checks its context between files,
 // directory entries, lines and read chunks, and returns the context's
 // error (which the agent records as ABORTED) soon after it is cancelled;
-// memory per call is bounded (a line is kept up to MaxLineBytes, a listing
-// up to MaxListEntries names, whatever the file or directory holds).
+// memory per call is bounded (a line is kept up to 2,000 bytes, a listing
+// up to 1,000 names, whatever the file or directory holds).
 //
 // The tools only read, so every call runs in agent.Parallel mode. A [Set]
 // holds an open directory handle: Close it when done.
@@ -49,13 +49,13 @@ import (
 
 // Limits of the tools' output.
 const (
-	DefaultReadLines = 2000      // read_file's default limit
-	MaxReadBytes     = 256 << 10 // read_file stops after this many bytes
-	MaxLineBytes     = 2000      // longer lines are cut (read_file, grep)
-	MaxListEntries   = 1000      // list_dir
-	MaxGlobMatches   = 1000      // glob
-	MaxGrepMatches   = 200       // grep
-	MaxGrepFileBytes = 4 << 20   // grep skips larger files
+	defaultReadLines = 2000      // read_file's default limit
+	maxReadBytes     = 256 << 10 // read_file stops after this many bytes
+	maxLineBytes     = 2000      // longer lines are cut (read_file, grep)
+	maxListEntries   = 1000      // list_dir
+	maxGlobMatches   = 1000      // glob
+	maxGrepMatches   = 200       // grep
+	maxGrepFileBytes = 4 << 20   // grep skips larger files
 )
 
 // Error codes of the tools' error results (session.ToolError.Code; the
@@ -367,8 +367,8 @@ func schema(name, desc, params string) messages.ToolSchema {
 }
 
 func cut(line string) string {
-	if len(line) > MaxLineBytes {
-		return line[:MaxLineBytes] + "…"
+	if len(line) > maxLineBytes {
+		return line[:maxLineBytes] + "…"
 	}
 	return line
 }
@@ -404,7 +404,7 @@ func (t readFile) run(ctx context.Context, in messages.JSON) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	limit, err := intArg(in, "limit", DefaultReadLines)
+	limit, err := intArg(in, "limit", defaultReadLines)
 	if err != nil {
 		return "", err
 	}
@@ -426,7 +426,7 @@ func (t readFile) run(ctx context.Context, in messages.JSON) (string, error) {
 	more := false
 	for {
 		// Keep room for a cut line's "\r\n", so cut still sees it is long.
-		line, nul, err := nextLine(ctx, br, MaxLineBytes+2)
+		line, nul, err := nextLine(ctx, br, maxLineBytes+2)
 		if err == io.EOF {
 			break
 		}
@@ -440,7 +440,7 @@ func (t readFile) run(ctx context.Context, in messages.JSON) (string, error) {
 		if n < offset {
 			continue
 		}
-		if shown == limit || bytesOut >= MaxReadBytes {
+		if shown == limit || bytesOut >= maxReadBytes {
 			more = true
 			break
 		}
@@ -495,7 +495,7 @@ func (t listDir) run(ctx context.Context, in messages.JSON) (string, error) {
 		return "", err
 	}
 	defer d.Close()
-	ents, more, err := readDir(ctx, d, MaxListEntries)
+	ents, more, err := readDir(ctx, d, maxListEntries)
 	if err != nil {
 		return "", fsErr(p, err)
 	}
@@ -566,7 +566,7 @@ func (t globTool) run(ctx context.Context, in messages.JSON) (string, error) {
 			return nil
 		}
 		if matchSegs(segs, strings.Split(rel, "/")) {
-			if len(out) == MaxGlobMatches {
+			if len(out) == maxGlobMatches {
 				more = true
 				return fs.SkipAll
 			}
@@ -582,7 +582,7 @@ func (t globTool) run(ctx context.Context, in messages.JSON) (string, error) {
 	}
 	s := strings.Join(out, "\n") + "\n"
 	if more {
-		s += fmt.Sprintf("(stopped after %d matches)\n", MaxGlobMatches)
+		s += fmt.Sprintf("(stopped after %d matches)\n", maxGlobMatches)
 	}
 	return s, nil
 }
@@ -749,7 +749,7 @@ func (t grepTool) run(ctx context.Context, in messages.JSON) (string, error) {
 				}
 			}
 			if re.MatchString(line) {
-				if count == MaxGrepMatches {
+				if count == maxGrepMatches {
 					more = true
 					return fs.SkipAll
 				}
@@ -766,13 +766,13 @@ func (t grepTool) run(ctx context.Context, in messages.JSON) (string, error) {
 		return "(no matches)", nil
 	}
 	if more {
-		fmt.Fprintf(&b, "(stopped after %d matches)\n", MaxGrepMatches)
+		fmt.Fprintf(&b, "(stopped after %d matches)\n", maxGrepMatches)
 	}
 	return b.String(), nil
 }
 
 // readSmall reads the regular file rel whole, or fails (a special file
-// is never opened in a way that can block; a file over MaxGrepFileBytes
+// is never opened in a way that can block; a file over maxGrepFileBytes
 // is not read).
 func (t grepTool) readSmall(rel string) ([]byte, error) {
 	f, fi, err := t.s.openFile(rel, rel)
@@ -780,8 +780,8 @@ func (t grepTool) readSmall(rel string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if fi.Size() > MaxGrepFileBytes {
+	if fi.Size() > maxGrepFileBytes {
 		return nil, errors.New("skipped")
 	}
-	return io.ReadAll(io.LimitReader(f, MaxGrepFileBytes))
+	return io.ReadAll(io.LimitReader(f, maxGrepFileBytes))
 }

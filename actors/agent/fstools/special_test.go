@@ -108,10 +108,10 @@ func TestAFileSwappedForAFIFOIsRefused(t *testing.T) {
 
 func TestReadFileBoundsAHugeLine(t *testing.T) {
 	s, wd := fixture(t)
-	huge := strings.Repeat("x", 3*MaxReadBytes) + "\r\nshort\n"
+	huge := strings.Repeat("x", 3*maxReadBytes) + "\r\nshort\n"
 	require.NoError(t, os.WriteFile(filepath.Join(wd, "huge.txt"), []byte(huge), 0o600))
 	out := ok(t, call(t, s, "read_file", `{"path":"huge.txt"}`))
-	require.Equal(t, "     1\t"+strings.Repeat("x", MaxLineBytes)+"…\n     2\tshort\n", out)
+	require.Equal(t, "     1\t"+strings.Repeat("x", maxLineBytes)+"…\n     2\tshort\n", out)
 }
 
 // manyFiles makes a workdir of n small files that all match "needle".
@@ -167,16 +167,16 @@ func TestEveryToolReturnsCtxErrorWhenCancelled(t *testing.T) {
 	}
 }
 
-// A listing keeps the first MaxListEntries names, in order, and counts
+// A listing keeps the first maxListEntries names, in order, and counts
 // the rest, however many there are.
 func TestListDirKeepsTheFirstNames(t *testing.T) {
-	n := 2*MaxListEntries + 5
+	n := 2*maxListEntries + 5
 	s := manyFiles(t, n)
 	out := ok(t, call(t, s, "list_dir", `{}`))
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	require.Len(t, lines, MaxListEntries+1)
-	for i, l := range lines[:MaxListEntries] {
+	require.Len(t, lines, maxListEntries+1)
+	for i, l := range lines[:maxListEntries] {
 		require.Equal(t, fmt.Sprintf("f%04d.txt", i), l)
 	}
-	require.Equal(t, fmt.Sprintf("(%d more entries)", n-MaxListEntries), lines[MaxListEntries])
+	require.Equal(t, fmt.Sprintf("(%d more entries)", n-maxListEntries), lines[maxListEntries])
 }

@@ -27,9 +27,9 @@ func (d Divergence) String() string {
 
 const endOfLog = "<end of log>"
 
-// Compare compares a replayed log with the recording (see the package
+// compare compares a replayed log with the recording (see the package
 // doc) and returns the first divergence, or nil when they conform.
-func Compare(expected, got []session.Event) *Divergence {
+func compare(expected, got []session.Event) *Divergence {
 	oe, pe := normalOrder(expected)
 	og, pg := normalOrder(got)
 	for i := 0; i < max(len(oe), len(og)); i++ {

@@ -87,7 +87,7 @@
 //
 // [Load] with fixture substitutes the corpus placeholders; "{{tools}}"
 // stands for one minimal schema per tool the recording calls
-// ([ReplayToolSchema]), since the replayed loop must offer a tool to run
+// ([replayToolSchema]), since the replayed loop must offer a tool to run
 // it, and then logs that list in its header.
 //
 // # Concurrency

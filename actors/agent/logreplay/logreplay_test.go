@@ -32,7 +32,7 @@ func corpusFile(t *testing.T, rel string) string {
 
 func replayFile(t *testing.T, path string) Result {
 	t.Helper()
-	rec, o, err := Load(path, true)
+	rec, o, err := LoadFixture(path)
 	require.NoError(t, err)
 	r, err := Run(context.Background(), rec, Options{Override: o, Timeout: runTimeout})
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func alteredRun(t *testing.T, rel, old, new string) Result {
 	t.Helper()
 	data, err := os.ReadFile(corpusFile(t, rel))
 	require.NoError(t, err)
-	data = SubstituteFixture(data)
+	data = substituteFixture(data)
 	require.Equal(t, 1, bytes.Count(data, []byte(old)), "the alteration must hit exactly once")
 	data = bytes.Replace(data, []byte(old), []byte(new), 1)
 	f, err := session.ParseFile(data, "altered.jsonl")
@@ -151,7 +151,7 @@ func TestReplayWithoutOverride(t *testing.T) {
 	for _, s := range []string{"cancel", "text-turn"} {
 		data, err := os.ReadFile(corpusFile(t, filepath.Join("acp", s, "session.jsonl")))
 		require.NoError(t, err)
-		f, err := session.ParseFile(SubstituteFixture(data), s)
+		f, err := session.ParseFile(substituteFixture(data), s)
 		require.NoError(t, err)
 		r, err := Run(context.Background(), f, Options{Override: replay.Override{}, Timeout: runTimeout})
 		require.NoError(t, err)
@@ -169,7 +169,7 @@ func TestReplayCorpusSweep(t *testing.T) {
 	n := 0
 	for _, f := range files {
 		rel, _ := filepath.Rel(root, f)
-		rec, o, err := Load(f, true)
+		rec, o, err := LoadFixture(f)
 		require.NoError(t, err, rel)
 		r, err := Run(context.Background(), rec, Options{Override: o, Timeout: runTimeout})
 		require.NoError(t, err, rel)

@@ -24,12 +24,12 @@ type Options struct {
 	// Override is applied to the recorded script of model output (the
 	// parsed replay.override.json; Load reads the one beside a file).
 	Override replay.Override
-	// Timeout bounds the whole run. Default DefaultTimeout.
+	// Timeout bounds the whole run. Default one minute.
 	Timeout time.Duration
 }
 
-// DefaultTimeout bounds a run when Options.Timeout is zero.
-const DefaultTimeout = time.Minute
+// defaultTimeout bounds a run when Options.Timeout is zero.
+const defaultTimeout = time.Minute
 
 // Result is a run's outcome: Conformant, or the first Divergence.
 // Replayed is the log dsh wrote.
@@ -53,7 +53,7 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 	}
 	timeout := opts.Timeout
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = defaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -182,7 +182,7 @@ func Run(ctx context.Context, rec *session.File, opts Options) (Result, error) {
 	}
 	got := r.(session.EventsReply).Events.Slice()
 	res := Result{Replayed: got}
-	res.Divergence = Compare(rec.Events, got)
+	res.Divergence = compare(rec.Events, got)
 	res.Conformant = res.Divergence == nil
 	return res, nil
 }
