@@ -1,6 +1,8 @@
 package lint
 
 import (
+	"bytes"
+	"fmt"
 	"go/ast"
 	"go/token"
 	"os"
@@ -296,6 +298,76 @@ func TestAnchor(t *testing.T) {
 	} {
 		if got := anchor(text); got != want {
 			t.Errorf("anchor(%q) = %q, want %q", text, got, want)
+		}
+	}
+}
+
+// outsideRefs match a citation of a document that is not in the
+// repository: a section of the reference's specification or of the design
+// notes, or a path into the directory beside the checkout. Comments cite
+// docs/ instead (TestDocCitations checks those). A section sign may follow
+// its document's name on the next comment line.
+var outsideRefs = []*regexp.Regexp{
+	regexp.MustCompile(`\bspec(?:\s|//)*§`),
+	regexp.MustCompile(`\bDESIGN(?:\s|//)*§`),
+	regexp.MustCompile(`harness-spe[c]`), // [c]: this line does not match itself
+	regexp.MustCompile(`\bDESIGN\.md\b`),
+	regexp.MustCompile(`\.\./shared\b`),
+}
+
+// noOutsideCitations refuses, anywhere in a Go file (code or test), a
+// citation of a document outside the repository: someone who has only the
+// repository cannot follow it.
+func noOutsideCitations(fi *fileInfo) []violation {
+	var out []violation
+	for _, re := range outsideRefs {
+		for _, m := range re.FindAllIndex(fi.src, -1) {
+			pos := fi.fset.Position(fi.file.FileStart)
+			pos.Line = 1 + bytes.Count(fi.src[:m[0]], []byte("\n"))
+			out = append(out, violation{pos: pos, msg: fmt.Sprintf(
+				"%q cites a document outside the repository; cite docs/FILE.md#section, or say it here",
+				fi.src[m[0]:m[1]])})
+		}
+	}
+	return out
+}
+
+// TestOutsideCitations proves noOutsideCitations fires on each kind of
+// outside citation, in comments and strings, code and tests, and stays
+// silent on look-alikes. The snippets spell the refused names in pieces so
+// that this file does not cite them itself.
+func TestOutsideCitations(t *testing.T) {
+	const sect = "§"
+	src := "package x\n\n" +
+		"// The grammar of spec " + sect + "1.8 and DESIGN " + sect + "4.\n" + // line 3: two
+		"// Split over lines: spec\n// " + sect + "2.13.\n" + // line 4
+		"const help = \"see DESIGN" + ".md\"\n" + // line 6
+		"/* ../" + "shared/reference/harness-" + "spec.md */\n" + // line 7: two
+		"// Fine: a spec, the design, docs/session-log.md, " + sect + " alone, shared/x.\n" +
+		"var specs = 1\n"
+	fi, err := parseFile(token.NewFileSet(), "actors/x/x_test.go", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range noOutsideCitations(fi) {
+		got = append(got, v.String())
+	}
+	slices.Sort(got)
+	want := []string{
+		`actors/x/x_test.go:3: "DESIGN ` + sect + `" cites`,
+		`actors/x/x_test.go:3: "spec ` + sect + `" cites`,
+		`actors/x/x_test.go:4: "spec\n// ` + sect + `" cites`,
+		`actors/x/x_test.go:6: "DESIGN` + `.md" cites`,
+		`actors/x/x_test.go:7: "../` + `shared" cites`,
+		`actors/x/x_test.go:7: "harness-` + `spec" cites`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d violations, want %d:\n\t%s", len(got), len(want), strings.Join(got, "\n\t"))
+	}
+	for i := range got {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("violation %d:\ngot  %s\nwant %s...", i, got[i], want[i])
 		}
 	}
 }

@@ -20,6 +20,12 @@
 //	func/method signature, exported
 //	struct field, exported interface
 //	method, or type declaration
+//	a citation of a document outside the   every file (tests included; the text
+//	repository: a section of the           of the file, comments and strings alike)
+//	reference's specification or of the
+//	design notes, those documents' file
+//	names, or a path beside the checkout
+//	(the list is outsideRefs)
 //
 // Calls are matched by the package they resolve to, not by spelling: the
 // checker reads each file's imports, so `stdlog "log"` followed by
@@ -43,6 +49,10 @@
 // spaces turned into hyphens, and -1, -2, ... appended to a repeated one.
 // Headings inside fenced code blocks do not count. The tests of this package
 // are not checked: they cite missing documents on purpose.
+//
+// Citations of documents that are not in the repository are refused by
+// noOutsideCitations (citations_test.go), one of the rules above: someone
+// who has only the repository cannot follow them.
 //
 // # What it skips
 //

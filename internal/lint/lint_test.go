@@ -129,6 +129,7 @@ type fileInfo struct {
 	fset *token.FileSet
 	path string // slash-separated, relative to the module root
 	file *ast.File
+	src  []byte // the file's text, for the rules that read it as text
 
 	// imports maps each local package name in the file to its import path:
 	// the explicit name when there is one, else the last path element
@@ -139,8 +140,7 @@ type fileInfo struct {
 }
 
 // parseFile parses src as the file at rel (slash-separated, relative to the
-// module root). The caller keeps ownership of src; the parser does not retain
-// it.
+// module root). The fileInfo keeps src; the caller must not modify it.
 func parseFile(fset *token.FileSet, rel string, src []byte) (*fileInfo, error) {
 	f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution|parser.ParseComments)
 	if err != nil {
@@ -150,6 +150,7 @@ func parseFile(fset *token.FileSet, rel string, src []byte) (*fileInfo, error) {
 		fset:       fset,
 		path:       rel,
 		file:       f,
+		src:        src,
 		imports:    make(map[string]string),
 		dotImports: make(map[string]bool),
 	}
@@ -244,6 +245,7 @@ var rules = []func(*fileInfo) []violation{
 	noExitOutsideCmd,
 	noPrintOutsideCmd,
 	noAnyInMessages,
+	noOutsideCitations,
 }
 
 // check runs every rule on fi.
