@@ -169,20 +169,8 @@ func ArrayOf(vs ...JSON) JSON {
 	return JSON{text: string(append(b, ']'))}
 }
 
-// IntArray builds a JSON array of integers.
-func IntArray(vs []int64) JSON {
-	b := []byte{'['}
-	for i, v := range vs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, v, 10)
-	}
-	return JSON{text: string(append(b, ']'))}
-}
-
-// StringArray builds a JSON array of strings.
-func StringArray(vs []string) JSON {
+// stringArray builds a JSON array of strings.
+func stringArray(vs []string) JSON {
 	b := []byte{'['}
 	for i, v := range vs {
 		if i > 0 {

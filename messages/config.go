@@ -79,7 +79,7 @@ func (c CallConfig) JSON() JSON {
 		o.Int("maxTokens", v)
 	}
 	if c.stop != nil {
-		o.Raw("stop", StringArray(c.stop))
+		o.Raw("stop", stringArray(c.stop))
 	}
 	return o.Build()
 }

@@ -80,3 +80,12 @@ func TestAsIntShortcutAgreesWithStrconv(t *testing.T) {
 		}
 	}
 }
+
+func TestStringArray(t *testing.T) {
+	if got := stringArray(nil).String(); got != `[]` {
+		t.Fatalf("stringArray(nil) = %s, want []", got)
+	}
+	if got := stringArray([]string{"a", `"`, ""}).String(); got != `["a","\"",""]` {
+		t.Fatalf(`stringArray(a, ", "") = %s`, got)
+	}
+}

@@ -39,8 +39,8 @@ type Message struct {
 	raw     JSON
 }
 
-// NewMessageID mints a fresh id (a random UUID).
-func NewMessageID() MessageID { return MessageID(uuid.NewString()) }
+// newMessageID mints a fresh id (a random UUID).
+func newMessageID() MessageID { return MessageID(uuid.NewString()) }
 
 func build(id MessageID, role Role, content []ContentBlock, src Source) Message {
 	content = cloneBlocks(content)
@@ -61,7 +61,7 @@ func NewUserMessage(content []ContentBlock, source Source) (Message, error) {
 	case source.kind == SourceModel || source.kind == SourceTool:
 		return Message{}, fmt.Errorf("messages: user message may not have a %s source", source.kind)
 	}
-	return build(NewMessageID(), RoleUser, content, source), nil
+	return build(newMessageID(), RoleUser, content, source), nil
 }
 
 // NewAssistantMessage returns an assistant message with a fresh id and a
@@ -71,14 +71,14 @@ func NewAssistantMessage(content []ContentBlock, src ModelSource) (Message, erro
 	if err != nil {
 		return Message{}, err
 	}
-	return build(NewMessageID(), RoleAssistant, content, s), nil
+	return build(newMessageID(), RoleAssistant, content, s), nil
 }
 
 // NewToolResultMessage returns the user-role message that carries a tool's
 // result: source tool{callID} and exactly one tool-result block answering
 // callID with the given content and isError. The content slice is copied.
 func NewToolResultMessage(callID string, content []ContentBlock, isError bool) Message {
-	return build(NewMessageID(), RoleUser, []ContentBlock{ToolResultBlock(callID, content, isError)}, ToolSource(callID))
+	return build(newMessageID(), RoleUser, []ContentBlock{ToolResultBlock(callID, content, isError)}, ToolSource(callID))
 }
 
 // ImportMessage builds a message that already has an id: from a log, a
