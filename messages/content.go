@@ -74,10 +74,23 @@ func ToolCallBlock(id, name, arguments string) ContentBlock {
 	return ContentBlock{typ: BlockToolCall, id: id, name: name, arguments: arguments, raw: o.Build()}
 }
 
-// ToolResultBlock returns a tool-result block answering callID. The content
-// slice is copied; the caller keeps ownership of it.
-func ToolResultBlock(callID string, content []ContentBlock, isError bool) ContentBlock {
+// ToolOutcome says whether a tool result reports success or an error: the
+// tool-result block's isError. A named type, so that a call says which:
+// ToolResultBlock(id, content, ToolFailed).
+type ToolOutcome bool
+
+// The tool outcomes.
+const (
+	ToolSucceeded ToolOutcome = false
+	ToolFailed    ToolOutcome = true
+)
+
+// ToolResultBlock returns a tool-result block answering callID, with
+// isError true when outcome is ToolFailed. The content slice is copied; the
+// caller keeps ownership of it.
+func ToolResultBlock(callID string, content []ContentBlock, outcome ToolOutcome) ContentBlock {
 	content = cloneBlocks(content)
+	isError := outcome == ToolFailed
 	e := boolFalse
 	if isError {
 		e = boolTrue

@@ -19,7 +19,7 @@ func TestContentBlockConstructors(t *testing.T) {
 		{"text", messages.TextBlock("hi\n"), `{"type":"text","text":"hi\n"}`},
 		{"reasoning", messages.ReasoningBlock("hmm"), `{"type":"reasoning","text":"hmm"}`},
 		{"tool-call", messages.ToolCallBlock("c1", "bash", `{"cmd":"ls"`), `{"type":"tool-call","id":"c1","name":"bash","arguments":"{\"cmd\":\"ls\""}`},
-		{"tool-result", messages.ToolResultBlock("c1", []messages.ContentBlock{messages.TextBlock("x")}, true),
+		{"tool-result", messages.ToolResultBlock("c1", []messages.ContentBlock{messages.TextBlock("x")}, messages.ToolFailed),
 			`{"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":"x"}],"isError":true}`},
 		{"image", img, `{"type":"image","attachment":{"attachmentId":"sha256:ab","mediaType":"image/png","bytes":69}}`},
 	} {
@@ -147,7 +147,7 @@ func TestContentBlockWithNestedContent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n.JSON(), back.JSON())
 
-	e, err := messages.ToolResultBlock("c", nil, true).WithNestedContent(nil)
+	e, err := messages.ToolResultBlock("c", nil, messages.ToolFailed).WithNestedContent(nil)
 	require.NoError(t, err)
 	require.Equal(t, `{"type":"tool-result","toolCallId":"c","content":[],"isError":true}`, e.JSON().String())
 

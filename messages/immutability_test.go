@@ -30,7 +30,7 @@ func TestMutatingInputsAndGetterResultsNeverChangesAValue(t *testing.T) {
 	}{
 		{"message content input", func(t *testing.T) (snapshot, func()) {
 			nested := []messages.ContentBlock{messages.TextBlock("n")}
-			content := []messages.ContentBlock{messages.TextBlock("a"), messages.ToolResultBlock("c", nested, false)}
+			content := []messages.ContentBlock{messages.TextBlock("a"), messages.ToolResultBlock("c", nested, messages.ToolSucceeded)}
 			m, err := messages.NewUserMessage(content, messages.UserSource())
 			require.NoError(t, err)
 			return messageSnapshot(m), func() {
@@ -39,7 +39,7 @@ func TestMutatingInputsAndGetterResultsNeverChangesAValue(t *testing.T) {
 			}
 		}},
 		{"message getters", func(t *testing.T) (snapshot, func()) {
-			m := messages.NewToolResultMessage("c", []messages.ContentBlock{messages.TextBlock("out"), messages.TextBlock("more")}, true)
+			m := messages.NewToolResultMessage("c", []messages.ContentBlock{messages.TextBlock("out"), messages.TextBlock("more")}, messages.ToolFailed)
 			return messageSnapshot(m), func() {
 				cs := m.Content()
 				nested := cs[0].Content()
@@ -60,7 +60,7 @@ func TestMutatingInputsAndGetterResultsNeverChangesAValue(t *testing.T) {
 			}
 		}},
 		{"message WithContent input", func(t *testing.T) (snapshot, func()) {
-			base := messages.NewToolResultMessage("c", nil, false)
+			base := messages.NewToolResultMessage("c", nil, messages.ToolSucceeded)
 			content := []messages.ContentBlock{messages.TextBlock("a")}
 			m := base.WithContent(content)
 			return messageSnapshot(m), func() { content[0] = messages.TextBlock("b") }
@@ -75,7 +75,7 @@ func TestMutatingInputsAndGetterResultsNeverChangesAValue(t *testing.T) {
 		}},
 		{"tool-result block", func(t *testing.T) (snapshot, func()) {
 			content := []messages.ContentBlock{messages.TextBlock("a"), messages.TextBlock("b")}
-			b := messages.ToolResultBlock("c", content, false)
+			b := messages.ToolResultBlock("c", content, messages.ToolSucceeded)
 			return blockSnapshot(b), func() {
 				content[0] = messages.TextBlock("x")
 				got := b.Content()
@@ -84,7 +84,7 @@ func TestMutatingInputsAndGetterResultsNeverChangesAValue(t *testing.T) {
 		}},
 		{"tool-result block WithNestedContent", func(t *testing.T) (snapshot, func()) {
 			content := []messages.ContentBlock{messages.TextBlock("a")}
-			b, err := messages.ToolResultBlock("c", nil, false).WithNestedContent(content)
+			b, err := messages.ToolResultBlock("c", nil, messages.ToolSucceeded).WithNestedContent(content)
 			require.NoError(t, err)
 			return blockSnapshot(b), func() { content[0] = messages.TextBlock("x") }
 		}},
@@ -147,7 +147,7 @@ func TestMutatingInputsAndGetterResultsNeverChangesAValue(t *testing.T) {
 		}},
 		{"stream chunk", func(t *testing.T) (snapshot, func()) {
 			content := []messages.ContentBlock{messages.TextBlock("a")}
-			c := messages.BlockEndChunk(0, messages.ToolResultBlock("c", content, false))
+			c := messages.BlockEndChunk(0, messages.ToolResultBlock("c", content, messages.ToolSucceeded))
 			return c.JSON().String, func() {
 				content[0] = messages.TextBlock("b")
 				got := c.Block().Content()

@@ -76,9 +76,9 @@ func NewAssistantMessage(content []ContentBlock, src ModelSource) (Message, erro
 
 // NewToolResultMessage returns the user-role message that carries a tool's
 // result: source tool{callID} and exactly one tool-result block answering
-// callID with the given content and isError. The content slice is copied.
-func NewToolResultMessage(callID string, content []ContentBlock, isError bool) Message {
-	return build(newMessageID(), RoleUser, []ContentBlock{ToolResultBlock(callID, content, isError)}, ToolSource(callID))
+// callID with the given content and outcome. The content slice is copied.
+func NewToolResultMessage(callID string, content []ContentBlock, outcome ToolOutcome) Message {
+	return build(newMessageID(), RoleUser, []ContentBlock{ToolResultBlock(callID, content, outcome)}, ToolSource(callID))
 }
 
 // ImportMessage builds a message that already has an id: from a log, a

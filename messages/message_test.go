@@ -36,14 +36,14 @@ func TestAssignsIdentityImmediatelyAndReturnsDetachedFrozenMessage(t *testing.T)
 			return m
 		}},
 		{"tool result", func(c []messages.ContentBlock) messages.Message {
-			return messages.NewToolResultMessage("call-1", c, false)
+			return messages.NewToolResultMessage("call-1", c, messages.ToolSucceeded)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nested := []messages.ContentBlock{messages.TextBlock("nested")}
 			content := []messages.ContentBlock{
 				messages.TextBlock("hello"),
-				messages.ToolResultBlock("c0", nested, true),
+				messages.ToolResultBlock("c0", nested, messages.ToolFailed),
 			}
 			m := tc.make(content)
 
@@ -76,7 +76,7 @@ func TestAssignsIdentityImmediatelyAndReturnsDetachedFrozenMessage(t *testing.T)
 	}
 	t.Run("nested content of the block", func(t *testing.T) {
 		nested := []messages.ContentBlock{messages.TextBlock("a")}
-		b := messages.ToolResultBlock("c", nested, false)
+		b := messages.ToolResultBlock("c", nested, messages.ToolSucceeded)
 		m, err := messages.NewUserMessage([]messages.ContentBlock{b}, messages.UserSource())
 		require.NoError(t, err)
 		before := m.JSON().String()
@@ -176,7 +176,7 @@ func TestCouplesToolResultContentToOneCallIdentity(t *testing.T) {
 			`[{"type":"tool-result","toolCallId":"c","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"isError":false}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := messages.NewToolResultMessage(tc.callID, tc.content, tc.isError)
+			m := messages.NewToolResultMessage(tc.callID, tc.content, messages.ToolOutcome(tc.isError))
 			require.Equal(t, messages.RoleUser, m.Role())
 			require.Equal(t, messages.SourceTool, m.Source().Kind())
 			require.Equal(t, tc.callID, m.Source().CallID())
@@ -239,7 +239,7 @@ func TestZeroBlocksAreLeftOut(t *testing.T) {
 	_, err = messages.ImportMessage(m.JSON())
 	require.NoError(t, err)
 
-	tr := messages.NewToolResultMessage("c", []messages.ContentBlock{zero}, false)
+	tr := messages.NewToolResultMessage("c", []messages.ContentBlock{zero}, messages.ToolSucceeded)
 	require.Empty(t, tr.Block(0).Content())
 	_, err = messages.ImportMessage(tr.JSON())
 	require.NoError(t, err)
@@ -334,7 +334,7 @@ func TestMessageWithContent(t *testing.T) {
 	require.Equal(t, r.JSON(), back.JSON())
 	require.Equal(t, []string{`{"type":"text","text":"new"}`}, texts(back.Content()))
 
-	fresh := messages.NewToolResultMessage("c", nil, false).WithContent([]messages.ContentBlock{messages.TextBlock("x")})
+	fresh := messages.NewToolResultMessage("c", nil, messages.ToolSucceeded).WithContent([]messages.ContentBlock{messages.TextBlock("x")})
 	require.Equal(t, 1, fresh.NumBlocks())
 	require.Equal(t, "c", fresh.Source().CallID())
 }

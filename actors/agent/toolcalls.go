@@ -105,7 +105,7 @@ func (d *driver) commitTools() {
 			return
 		}
 		resultDraft := func(r Result) session.Draft {
-			msg := messages.NewToolResultMessage(c.block.ID(), r.Content, r.IsError)
+			msg := messages.NewToolResultMessage(c.block.ID(), r.Content, messages.ToolOutcome(r.IsError))
 			return session.ToolResult{Turn: t.turn, Step: t.step, Message: msg, Error: r.Error,
 				Meta: r.Meta}.Draft().WithSources([]int64{c.seq})
 		}

@@ -43,7 +43,7 @@ func TestJSONLFraming(t *testing.T) {
 					require.NotZero(t, hdr[4]&0x04, "the header frame is checksummed")
 					require.NotZero(t, data[len(hdr)+4]&0x04, "the batch frame is checksummed")
 				}
-				records := string(session.AppendRecords(nil, b.events()[:k1], pack))
+				records := string(session.AppendRecords(nil, b.events()[:k1], session.Packing(pack)))
 				require.Equal(t, pack, strings.Contains(records, `-chunks"`), "a run of 6 deltas is one row when packing")
 
 				for _, batch := range [][2]int64{{k1, k2}, {k2, b.len()}} {

@@ -205,7 +205,7 @@ func headerBytes(h session.Header, plain bool) []byte {
 }
 
 func batchBytes(events []session.Event, plain, pack bool) []byte {
-	recs := session.AppendRecords(nil, events, pack)
+	recs := session.AppendRecords(nil, events, session.Packing(pack))
 	if plain {
 		return recs
 	}

@@ -540,11 +540,11 @@ func (s *JSONLStore) encodeBatch(dst []byte, events []session.Event) []byte {
 // holding them.
 func encodeBatch(dst []byte, events []session.Event, zstd, pack bool) []byte {
 	if !zstd {
-		return session.AppendRecords(dst, events, pack)
+		return session.AppendRecords(dst, events, session.Packing(pack))
 	}
 	bp := getScratch()
 	defer putScratch(bp)
-	*bp = session.AppendRecords((*bp)[:0], events, pack)
+	*bp = session.AppendRecords((*bp)[:0], events, session.Packing(pack))
 	return session.AppendZstdFrame(dst, *bp)
 }
 

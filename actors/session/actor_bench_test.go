@@ -35,7 +35,7 @@ func newTurnScript(textChunks int) *turnScript {
 		messages.TextBlock("Let me look."), messages.ToolCallBlock("c1", "ls", `{"path":"."}`),
 	}, messages.ModelSource{Provider: "synthetic", Model: "s1"})
 	return &turnScript{turn: 1, textChunks: textChunks, user: user, answer: answer,
-		result: messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("a.go b.go")}, false),
+		result: messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("a.go b.go")}, messages.ToolSucceeded),
 		delta:  messages.TextDeltaChunk(0, "tok ")}
 }
 

@@ -296,16 +296,31 @@ func intLen(n int64) int {
 	return l
 }
 
+// Packing says whether AppendRecords packs chunk runs into rows
+// (docs/log-format.md#packed-chunk-rows). A named type, so that a call says
+// which: AppendRecords(dst, events, PackChunks).
+type Packing bool
+
+// The packings.
+const (
+	// Verbatim writes every event as its own line (AppendEvent).
+	Verbatim Packing = false
+	// PackChunks writes every run of at least three consecutive packable
+	// chunk events as one row.
+	PackChunks Packing = true
+)
+
 // AppendRecords appends the storage lines of a batch of events to dst, each
-// followed by "\n", and returns the extended buffer. With pack, every run of
-// at least three consecutive packable chunk events becomes one row
-// (docs/log-format.md#packed-chunk-rows); without, every event is written verbatim by AppendEvent. Runs do
+// followed by "\n", and returns the extended buffer. With PackChunks, every
+// run of at least three consecutive packable chunk events becomes one row;
+// with Verbatim, every event is written verbatim by AppendEvent. Runs do
 // not cross batches: a batch is the unit the persister writes. A row stops
 // before it would exceed maxRowBytes and the run goes on in the next row
 // (a first member over the bound on its own, or a remainder shorter than
-// three, is written verbatim). dst is owned
-// by the caller before and after; events are only read.
-func AppendRecords(dst []byte, events []Event, pack bool) []byte {
+// three, is written verbatim). dst is owned by the caller before and
+// after; events are only read.
+func AppendRecords(dst []byte, events []Event, packing Packing) []byte {
+	pack := packing == PackChunks
 	var run []PackMember
 	if pack {
 		// A turn's batch is mostly one run of ~200 members (~130 B each):

@@ -57,7 +57,7 @@ func TestLeavesRunsShorterThanThreeEventsVerbatim(t *testing.T) {
 		codecDecode(t, `{"type":"step/end","seq":6,"time":102,"data":{"turn":1,"step":1}}`),
 		codecDecode(t, codecChunkLine(7, 103, 1, 1, codecTextDelta(0, "c"))),
 	}
-	buf := AppendRecords(nil, two, true)
+	buf := AppendRecords(nil, two, PackChunks)
 	var want []byte
 	for _, e := range two {
 		want = append(AppendEvent(want, e), '\n')
@@ -65,7 +65,7 @@ func TestLeavesRunsShorterThanThreeEventsVerbatim(t *testing.T) {
 	require.Equal(t, string(want), string(buf))
 
 	three := append(two[:2:2], codecDecode(t, codecChunkLine(6, 99, 1, 1, codecTextDelta(0, "c"))))
-	buf = AppendRecords(nil, three, true)
+	buf = AppendRecords(nil, three, PackChunks)
 	require.Equal(t, `{"type":"text-chunks","seq0":4,"time0":100,"data":{"turn":1,"step":1,"index":0,"dt":[1,-2],"texts":["a","b","c"]}}`+"\n", string(buf))
 	got, _ := codecDecodeRecords(t, buf)
 	codecRequireEvents(t, three, got)
@@ -79,7 +79,7 @@ func TestReconstructsTimestampsThroughNegativeDtGaps(t *testing.T) {
 		events = append(events, codecDecode(t, codecChunkLine(int64(10+i), tm, 2, 3,
 			`{"type":"reasoning-delta","index":1,"text":"r`+strconv.Itoa(i)+`"}`)))
 	}
-	buf := AppendRecords(nil, events, true)
+	buf := AppendRecords(nil, events, PackChunks)
 	require.Equal(t, `{"type":"reasoning-chunks","seq0":10,"time0":1000,"data":{"turn":2,"step":3,"index":1,"dt":[-600,0,1100,-1520,20],"texts":["r0","r1","r2","r3","r4","r5"]}}`+"\n", string(buf))
 	got, _ := codecDecodeRecords(t, buf)
 	codecRequireEvents(t, events, got)
@@ -112,7 +112,7 @@ func TestChunkRowsPackToolCallRuns(t *testing.T) {
 		bare(3, "c1", ":"), bare(4, "c1", "1"), bare(5, "c1", "}"),
 		bare(6, "c2", "x"), bare(7, "c2", "y"),
 	}
-	buf := AppendRecords(nil, events, true)
+	buf := AppendRecords(nil, events, PackChunks)
 	require.Equal(t, ``+
 		`{"type":"tool-call-chunks","seq0":0,"time0":0,"data":{"turn":1,"step":2,"index":1,"dt":[10,10],"id":"c1","name":"bash","args":["","{","\"a\""]}}`+"\n"+
 		`{"type":"tool-call-chunks","seq0":3,"time0":30,"data":{"turn":1,"step":2,"index":1,"dt":[10,10],"id":"c1","args":[":","1","}"]}}`+"\n"+
@@ -154,7 +154,7 @@ func TestChunkRowsWhitelist(t *testing.T) {
 		for _, ln := range unsafeGaps {
 			events = append(events, codecDecode(t, ln))
 		}
-		buf := AppendRecords(nil, events, true)
+		buf := AppendRecords(nil, events, PackChunks)
 		require.NotContains(t, string(buf), "-chunks")
 		got, _ := codecDecodeRecords(t, buf)
 		codecRequireEvents(t, events, got)
@@ -167,7 +167,7 @@ func TestChunkRowsWhitelist(t *testing.T) {
 				events[2] = codecDecode(t, ok(3))
 				events[3] = codecDecode(t, ok(4))
 			}
-			buf := AppendRecords(nil, events, true)
+			buf := AppendRecords(nil, events, PackChunks)
 			require.NotContains(t, string(buf), "-chunks", "nothing may pack")
 			got, _ := codecDecodeRecords(t, buf)
 			codecRequireEvents(t, events, got)
@@ -299,7 +299,7 @@ func TestChunkRowsRoundTripProperty(t *testing.T) {
 	for i := range 1500 {
 		events := codecGenEvents(r)
 
-		packed := AppendRecords(nil, events, true)
+		packed := AppendRecords(nil, events, PackChunks)
 		got, lines := codecDecodeRecords(t, packed)
 		codecRequireEvents(t, events, got)
 		for _, ln := range lines {
@@ -310,7 +310,7 @@ func TestChunkRowsRoundTripProperty(t *testing.T) {
 			}
 		}
 
-		plain := AppendRecords(nil, events, false)
+		plain := AppendRecords(nil, events, Verbatim)
 		var want []byte
 		for _, e := range events {
 			want = append(AppendEvent(want, e), '\n')
@@ -320,7 +320,7 @@ func TestChunkRowsRoundTripProperty(t *testing.T) {
 		codecRequireEvents(t, events, got)
 
 		// Packing is idempotent over a decode: the same rows come out.
-		require.Equal(t, string(packed), string(AppendRecords(nil, got, true)))
+		require.Equal(t, string(packed), string(AppendRecords(nil, got, PackChunks)))
 	}
 	for _, tag := range []string{rowText, rowReasoning, rowToolCall} {
 		require.Greater(t, rows[tag], 25, "the generator must exercise %s rows", tag)
@@ -343,7 +343,7 @@ func TestChunkRowsAreBoundedInSize(t *testing.T) {
 				events = append(events, codecDecode(t, codecChunkLine(seq, 1000+seq, 1, 1, codecTextDelta(0, text))))
 				total += len(text)
 			}
-			packed := AppendRecords(nil, events, true)
+			packed := AppendRecords(nil, events, PackChunks)
 			got, lines := codecDecodeRecords(t, packed)
 			codecRequireEvents(t, events, got)
 			rows := 0
@@ -357,7 +357,7 @@ func TestChunkRowsAreBoundedInSize(t *testing.T) {
 			if piece < maxRowBytes/3 {
 				require.Greater(t, rows, 20, "the run must be cut into many rows")
 			}
-			require.Equal(t, string(packed), string(AppendRecords(nil, got, true)))
+			require.Equal(t, string(packed), string(AppendRecords(nil, got, PackChunks)))
 		})
 	}
 }
@@ -392,7 +392,7 @@ func TestPackedDataIsTheRowData(t *testing.T) {
 				require.Equal(t, string(data), messages.MustParseJSON(string(data)).String())
 			}
 		}
-		_, lines := codecDecodeRecords(t, AppendRecords(nil, events, true))
+		_, lines := codecDecodeRecords(t, AppendRecords(nil, events, PackChunks))
 		for _, ln := range lines {
 			row := messages.MustParseJSON(ln)
 			typ, _ := row.Field("type")

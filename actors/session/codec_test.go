@@ -143,7 +143,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		// The storage-record decoder too: whatever it accepts packs and
 		// unpacks to the same events.
 		if evs, err := DecodeRecord(line); err == nil {
-			buf := AppendRecords(nil, evs, true)
+			buf := AppendRecords(nil, evs, PackChunks)
 			var back []Event
 			for _, ln := range bytes.Split(bytes.TrimSuffix(buf, []byte("\n")), []byte("\n")) {
 				got, err := DecodeRecord(ln)

@@ -60,7 +60,7 @@ func TestCompactEventsKeepTheirDataExactly(t *testing.T) {
 	answer, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock("done"),
 		messages.ToolCallBlock("call_1", "bash", `{"a":1}`)}, messages.ModelSource{Provider: "p", Model: "m"})
 	require.NoError(t, err)
-	result := messages.NewToolResultMessage("call_1", []messages.ContentBlock{messages.TextBlock("out")}, false)
+	result := messages.NewToolResultMessage("call_1", []messages.ContentBlock{messages.TextBlock("out")}, messages.ToolSucceeded)
 	drafts = append(drafts,
 		AssistantMessage{Turn: 1, Step: 1, Message: answer, Usage: messages.TokenUsage{InputTokens: 3}, HasUsage: true}.Draft().WithSources([]int64{2, 3, 4, 5, 6}),
 		ToolCall{Turn: 1, Step: 1, CallID: "call_1", Name: "bash", Arguments: `{"a":1}`}.Draft(),
@@ -93,7 +93,7 @@ func TestCompactEventsKeepTheirDataExactly(t *testing.T) {
 		require.True(t, decoded.Equal(e), "draft %d", i)
 	}
 	events := l.Events().Slice()
-	for _, packed := range []bool{false, true} {
+	for _, packed := range []Packing{Verbatim, PackChunks} {
 		enc := AppendRecords(nil, events, packed)
 		var back []Event
 		for line := range strings.SplitSeq(strings.TrimSuffix(string(enc), "\n"), "\n") {
@@ -162,7 +162,7 @@ func TestMessageEventsKeepNoSecondCopy(t *testing.T) {
 	text := strings.Repeat("0123456789abcdef", size/16)
 	answer, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.ModelSource{Provider: "p", Model: "m"})
 	require.NoError(t, err)
-	result := messages.NewToolResultMessage("call_1", []messages.ContentBlock{messages.TextBlock(text)}, false)
+	result := messages.NewToolResultMessage("call_1", []messages.ContentBlock{messages.TextBlock(text)}, messages.ToolSucceeded)
 	l := newTestLog(t)
 	appendOK(t, l, TurnStart{Turn: 1}.Draft())
 	appendOK(t, l, StepStart{Turn: 1, Step: 1}.Draft())
@@ -233,7 +233,7 @@ func TestLoadedChunksAreCompactAtOnce(t *testing.T) {
 	}
 	appendOK(t, l, StepEnd{Turn: 1, Step: 1}.Draft())
 	events := l.Events().Slice()
-	for _, packed := range []bool{true, false} {
+	for _, packed := range []Packing{PackChunks, Verbatim} {
 		enc := AppendRecords(nil, events, packed)
 		var lines [][]byte
 		var decoded []Event
@@ -250,7 +250,7 @@ func TestLoadedChunksAreCompactAtOnce(t *testing.T) {
 				require.Equal(t, events[i].payload, e.payload, "packed %v: event %d", packed, i)
 			}
 		}
-		if packed {
+		if packed == PackChunks {
 			row := slices.IndexFunc(lines, func(b []byte) bool { return bytes.HasPrefix(b, []byte(`{"type":"text-chunks"`)) })
 			require.GreaterOrEqual(t, row, 0)
 			members, err := DecodeRecord(lines[row])

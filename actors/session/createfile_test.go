@@ -11,7 +11,7 @@ import (
 func TestCreateFileWritesANewFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "new.jsonl.zstd")
 	events := fileEvents(t, fileSession())
-	require.NoError(t, CreateFile(path, fileHeader, events, WriteOptions{Zstd: true, Pack: true}))
+	require.NoError(t, CreateFile(path, fileHeader, events, WriteOptions{Zstd: true, Pack: PackChunks}))
 	f, err := ReadFile(path)
 	require.NoError(t, err)
 	require.Len(t, f.Events, len(events))

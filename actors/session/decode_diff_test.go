@@ -170,7 +170,7 @@ func TestDecodeRecordMatchesReference(t *testing.T) {
 		lines = append(lines, bytes.Split(data, []byte("\n"))[1:]...)
 	}
 	rows := 0
-	ours := AppendRecords(nil, fileEvents(t, fileSession()), true)
+	ours := AppendRecords(nil, fileEvents(t, fileSession()), PackChunks)
 	lines = append(lines, bytes.Split(bytes.TrimSuffix(ours, []byte("\n")), []byte("\n"))...)
 	for _, s := range decodeEdgeLines {
 		lines = append(lines, []byte(s))
@@ -373,7 +373,7 @@ func diffFiles(t testing.TB) (files [][]byte, zstd []bool) {
 		files, zstd = append(files, []byte(text)), append(zstd, false)
 	}
 	events := fileEvents(t, fileSession())
-	for _, opts := range []WriteOptions{{Pack: true}, {}, {Zstd: true, Pack: true, BatchSizes: []int{2, 7, 1}}, {Zstd: true}} {
+	for _, opts := range []WriteOptions{{Pack: PackChunks}, {}, {Zstd: true, Pack: PackChunks, BatchSizes: []int{2, 7, 1}}, {Zstd: true}} {
 		data, err := encodeFile(fileHeader, events, opts)
 		require.NoError(t, err)
 		for _, cut := range []int{len(data), len(data) - 1, len(data) - 9, len(data) * 2 / 3, len(data) / 3} {
@@ -405,7 +405,7 @@ func TestParseFileMatchesReference(t *testing.T) {
 	} {
 		require.Empty(t, parseMismatch([]byte(fileHeaderLine()+"\n"+damaged), "s.jsonl"))
 	}
-	ours, err := encodeFile(fileHeader, fileEvents(t, lines), WriteOptions{Pack: true})
+	ours, err := encodeFile(fileHeader, fileEvents(t, lines), WriteOptions{Pack: PackChunks})
 	require.NoError(t, err)
 	row := regexp.MustCompile(`"texts":\["[^"]*","[^"]*"`)
 	require.True(t, row.Match(ours))

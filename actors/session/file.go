@@ -363,9 +363,9 @@ type WriteOptions struct {
 	// Zstd writes a .jsonl.zstd artifact: one checksummed frame for the
 	// header line, then one per batch. Default false: plain JSONL.
 	Zstd bool
-	// Pack packs chunk runs (docs/log-format.md#packed-chunk-rows) within
-	// each batch. Default false.
-	Pack bool
+	// Pack says whether chunk runs are packed within each batch (see
+	// Packing). Default Verbatim.
+	Pack Packing
 	// BatchSizes splits the events into consecutive batches of these sizes
 	// (each positive); events left over form one last batch. Default nil:
 	// one batch. A batch is a frame in a zstd file, and the unit of packing.

@@ -91,7 +91,7 @@ func TestFileReadsPlainAndZstd(t *testing.T) {
 	lines := fileSession()
 	want := fileEvents(t, lines)
 	for _, opts := range []WriteOptions{
-		{}, {Pack: true}, {Zstd: true}, {Zstd: true, Pack: true, BatchSizes: []int{1, 5, 3}},
+		{}, {Pack: PackChunks}, {Zstd: true}, {Zstd: true, Pack: PackChunks, BatchSizes: []int{1, 5, 3}},
 	} {
 		t.Run(fmt.Sprintf("%+v", opts), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "session.jsonl")
@@ -108,7 +108,7 @@ func TestFileReadsPlainAndZstd(t *testing.T) {
 			require.Equal(t, opts.Zstd, f.Compressed)
 			require.Equal(t, fileHeader, f.Header)
 			codecRequireEvents(t, want, f.Events)
-			if !opts.Zstd && !opts.Pack {
+			if !opts.Zstd && opts.Pack == Verbatim {
 				data, _ := os.ReadFile(path)
 				require.Equal(t, string(plainFile(lines...)), string(data))
 			}
@@ -261,7 +261,7 @@ func TestScanRejectsUnparsableCommittedEvent(t *testing.T) {
 // Scenario 93: one header frame, then one checksummed frame per batch.
 func TestFileZstdWritesOneFramePerBatch(t *testing.T) {
 	events := fileEvents(t, fileSession())
-	data, err := encodeFile(fileHeader, events, WriteOptions{Zstd: true, Pack: true, BatchSizes: []int{3, 10}})
+	data, err := encodeFile(fileHeader, events, WriteOptions{Zstd: true, Pack: PackChunks, BatchSizes: []int{3, 10}})
 	require.NoError(t, err)
 	frames, _, err := walkFrames(data)
 	require.NoError(t, err)
@@ -275,10 +275,10 @@ func TestFileZstdWritesOneFramePerBatch(t *testing.T) {
 		contents = append(contents, string(c))
 	}
 	require.Equal(t, fileHeaderLine()+"\n", contents[0])
-	require.Equal(t, string(AppendRecords(nil, events[:3], true)), contents[1])
-	require.Equal(t, string(AppendRecords(nil, events[3:13], true)), contents[2])
+	require.Equal(t, string(AppendRecords(nil, events[:3], PackChunks)), contents[1])
+	require.Equal(t, string(AppendRecords(nil, events[3:13], PackChunks)), contents[2])
 	require.Contains(t, contents[2], `"text-chunks"`, "chunk runs pack within a batch")
-	require.Equal(t, string(AppendRecords(nil, events[13:], true)), contents[3])
+	require.Equal(t, string(AppendRecords(nil, events[13:], PackChunks)), contents[3])
 
 	f, err := ParseFile(data, "s.jsonl.zstd")
 	require.NoError(t, err)
@@ -286,7 +286,7 @@ func TestFileZstdWritesOneFramePerBatch(t *testing.T) {
 	codecRequireEvents(t, events, f.Events)
 
 	// Appending a frame leaves the earlier bytes as they were.
-	more, err := encodeFile(fileHeader, events, WriteOptions{Zstd: true, Pack: true, BatchSizes: []int{3, 10, 5}})
+	more, err := encodeFile(fileHeader, events, WriteOptions{Zstd: true, Pack: PackChunks, BatchSizes: []int{3, 10, 5}})
 	require.NoError(t, err)
 	require.Equal(t, data[:frames[3].start], more[:frames[3].start])
 
@@ -456,7 +456,7 @@ func TestScanZstdToleratedDamageRecoversFramePrefix(t *testing.T) {
 // otherwise a prefix of the events, never corruption.
 func TestFileTruncatedAtEveryByte(t *testing.T) {
 	events := fileEvents(t, fileSession())
-	for _, opts := range []WriteOptions{{Pack: true}, {Zstd: true, Pack: true, BatchSizes: []int{2, 7, 1}}} {
+	for _, opts := range []WriteOptions{{Pack: PackChunks}, {Zstd: true, Pack: PackChunks, BatchSizes: []int{2, 7, 1}}} {
 		data, err := encodeFile(fileHeader, events, opts)
 		require.NoError(t, err)
 		name := "s.jsonl"
@@ -492,7 +492,7 @@ func TestFileTruncatedAtEveryByte(t *testing.T) {
 func TestFileLog(t *testing.T) {
 	lines := fileSession()
 	path := filepath.Join(t.TempDir(), "session.jsonl.zstd")
-	require.NoError(t, WriteFile(path, fileHeader, fileEvents(t, lines), WriteOptions{Zstd: true, Pack: true, BatchSizes: []int{10}}))
+	require.NoError(t, WriteFile(path, fileHeader, fileEvents(t, lines), WriteOptions{Zstd: true, Pack: PackChunks, BatchSizes: []int{10}}))
 	f, err := ReadFile(path)
 	require.NoError(t, err)
 	l, err := f.Log()
@@ -581,7 +581,7 @@ func TestCorpusRoundTrip(t *testing.T) {
 			// reproduces the stored lines (the reference packed per write
 			// batch, and no run in the corpus crosses a batch).
 			if len(f.Events) > 0 {
-				ours := strings.Split(strings.TrimSuffix(string(AppendRecords(nil, f.Events, true)), "\n"), "\n")
+				ours := strings.Split(strings.TrimSuffix(string(AppendRecords(nil, f.Events, PackChunks)), "\n"), "\n")
 				require.Len(t, ours, len(lines))
 				for i := range lines {
 					require.True(t, messages.MustParseJSON(lines[i]).Equal(messages.MustParseJSON(ours[i])),
@@ -589,7 +589,7 @@ func TestCorpusRoundTrip(t *testing.T) {
 				}
 			}
 
-			for _, opts := range []WriteOptions{{Pack: true}, {Zstd: true, Pack: true}} {
+			for _, opts := range []WriteOptions{{Pack: PackChunks}, {Zstd: true, Pack: PackChunks}} {
 				out := filepath.Join(t.TempDir(), "session.jsonl")
 				require.NoError(t, WriteFile(out, f.Header, f.Events, opts))
 				back, err := ReadFile(out)
@@ -628,7 +628,7 @@ func FuzzScanLog(f *testing.F) {
 		f.Add(data, false)
 	}
 	events := fileEvents(f, fileSession())
-	for _, opts := range []WriteOptions{{Pack: true}, {Zstd: true, Pack: true, BatchSizes: []int{2, 7, 1}}} {
+	for _, opts := range []WriteOptions{{Pack: PackChunks}, {Zstd: true, Pack: PackChunks, BatchSizes: []int{2, 7, 1}}} {
 		data, err := encodeFile(fileHeader, events, opts)
 		if err != nil {
 			f.Fatal(err)

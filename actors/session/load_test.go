@@ -23,7 +23,7 @@ func TestRecordEventsSizesTheCorpusExactly(t *testing.T) {
 		require.NoError(t, err)
 		files = append(files, fixtures.Substitute(raw))
 	}
-	ours, err := encodeFile(fileHeader, fileEvents(t, fileSession()), WriteOptions{Pack: true})
+	ours, err := encodeFile(fileHeader, fileEvents(t, fileSession()), WriteOptions{Pack: PackChunks})
 	require.NoError(t, err)
 	files = append(files, ours)
 	for _, data := range files {

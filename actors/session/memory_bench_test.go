@@ -30,6 +30,6 @@ func BenchmarkLogMemory(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/event")
-	b.ReportMetric(float64(len(AppendRecords(nil, l.Events().Slice(), false)))/float64(n), "jsonl-B/event")
+	b.ReportMetric(float64(len(AppendRecords(nil, l.Events().Slice(), Verbatim)))/float64(n), "jsonl-B/event")
 	runtime.KeepAlive(l)
 }

@@ -16,7 +16,7 @@ func TestTypedDraftsAgreeWithTheirDecodedData(t *testing.T) {
 	asst, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.ReasoningBlock("r"),
 		messages.ToolCallBlock("c1", "ls", "{}")}, messages.ModelSource{Provider: "p", Model: "m"})
 	require.NoError(t, err)
-	result := messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("out")}, true)
+	result := messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("out")}, messages.ToolFailed)
 	cfg := messages.CallConfig{Provider: "p", Model: "m", ReasoningEffort: "high", MaxTokens: messages.Some(100)}.WithStop("x")
 	hdr := NewEpochHeader(cfg, AdapterDefaults{MaxTokens: true}, "sys",
 		[]messages.ToolSchema{{Name: "ls", Description: "list", Parameters: messages.MustParseJSON(`{"type":"object"}`)}})

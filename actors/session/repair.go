@@ -114,7 +114,7 @@ func interruptedTurnClosers(events Events) []Event {
 
 // syntheticToolResult builds an error tool-result message with a given id.
 func syntheticToolResult(id, callID, text string) messages.Message {
-	block := messages.ToolResultBlock(callID, []messages.ContentBlock{messages.TextBlock(text)}, true)
+	block := messages.ToolResultBlock(callID, []messages.ContentBlock{messages.TextBlock(text)}, messages.ToolFailed)
 	var o messages.ObjectBuilder
 	o.String("id", id).String("role", string(messages.RoleUser)).
 		Raw("source", messages.ToolSource(callID).JSON()).Raw("content", messages.ArrayOf(block.JSON()))

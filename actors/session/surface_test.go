@@ -169,7 +169,7 @@ func prunedResult(t testing.TB, l *Log, seq int64, text string) ToolResult {
 	t.Helper()
 	old := mustEvent(t, l, seq).Payload().(ToolResult)
 	block := old.Message.Block(0)
-	nb := messages.ToolResultBlock(block.ToolCallID(), []messages.ContentBlock{messages.TextBlock(text)}, block.IsError())
+	nb := messages.ToolResultBlock(block.ToolCallID(), []messages.ContentBlock{messages.TextBlock(text)}, messages.ToolOutcome(block.IsError()))
 	old.Message = old.Message.WithContent([]messages.ContentBlock{nb})
 	return old
 }
@@ -198,7 +198,7 @@ func TestRejectsInvalidToolResultRewrites(t *testing.T) {
 	changedStep.Step = 2
 	flipped := mustEvent(t, l, rb).Payload().(ToolResult)
 	flipped.Message = flipped.Message.WithContent([]messages.ContentBlock{
-		messages.ToolResultBlock("b", []messages.ContentBlock{messages.TextBlock("[pruned]")}, true)})
+		messages.ToolResultBlock("b", []messages.ContentBlock{messages.TextBlock("[pruned]")}, messages.ToolFailed)})
 
 	cases := []struct {
 		name string

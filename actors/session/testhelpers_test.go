@@ -69,7 +69,7 @@ func assistantOf(t testing.TB, blocks ...messages.ContentBlock) messages.Message
 
 // toolResultOf returns the result message of callID holding one text block.
 func toolResultOf(callID, text string) messages.Message {
-	return messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(text)}, false)
+	return messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(text)}, messages.ToolSucceeded)
 }
 
 // testEpochHeader returns a request header for the test model.

@@ -50,7 +50,7 @@ func TestRefusesAnEventWhoseRecordTheReaderWouldRefuse(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, e.Equal(got[0]))
 
-	file := append([]byte(l.Header().JSON().String()+"\n"), AppendRecords(nil, l.Events().Slice(), true)...)
+	file := append([]byte(l.Header().JSON().String()+"\n"), AppendRecords(nil, l.Events().Slice(), PackChunks)...)
 	f, err := Read(bytes.NewReader(file), "s.jsonl", ReadOptions{})
 	require.NoError(t, err)
 	require.Nil(t, f.Torn, "the whole log reads back")

@@ -23,7 +23,7 @@ func assistant(t testing.TB, blocks ...messages.ContentBlock) messages.Message {
 }
 
 func toolResult(callID, text string, isError bool) messages.Message {
-	return messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(text)}, isError)
+	return messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(text)}, messages.ToolOutcome(isError))
 }
 
 // sentRequest runs one call against a minimal successful stream and returns
