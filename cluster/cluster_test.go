@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/vfs"
@@ -34,7 +35,9 @@ type testCluster struct {
 	fss     []*vfs.KillableFS
 	gone    []bool        // closed or killed
 	idle    time.Duration // Session.IdleTimeout of members started from now on
-	tls     []*tls.Config // Config.TLS of each member (nil: plaintext)
+	// wrap, when set, makes the model of member i from its synthetic one.
+	wrap func(i int, p *synthetic.Provider) llm.Provider
+	tls  []*tls.Config // Config.TLS of each member (nil: plaintext)
 
 	mu      sync.Mutex
 	refused [][]*RefusedError // what each member reported through OnRefused
@@ -79,10 +82,14 @@ func (tc *testCluster) start(idx ...int) {
 	var wg sync.WaitGroup
 	for _, i := range idx {
 		wg.Go(func() {
-			p, err := synthetic.New(tc.model)
+			sp, err := synthetic.New(tc.model)
 			if err != nil {
 				errs[i] = err
 				return
+			}
+			var p llm.Provider = sp
+			if tc.wrap != nil {
+				p = tc.wrap(i, sp)
 			}
 			tc.fss[i] = vfs.Killable(vfs.OS())
 			tc.members[i], errs[i] = Start(Config{Dir: tc.dir, Refresh: 100 * time.Millisecond,

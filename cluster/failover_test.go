@@ -3,7 +3,9 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"iter"
 	"slices"
 	"sync"
 	"testing"
@@ -11,8 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
 )
 
@@ -25,18 +29,30 @@ import (
 // completes. The other members' sessions finish their turn untouched.
 func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
-	// Turns of about 100 deltas at 100 per second: a second each, so the
-	// kill lands mid-turn.
-	tc := startCluster(t, 3, synthetic.Config{Seed: 7, TextChunks: 100, ReasoningChunks: 10, TokensPerSecond: 100})
+	// Turns of 55 to 165 deltas. The victim's model holds its turn-2
+	// streams after a few deltas, for as long as the test wants: the kill
+	// lands mid-turn however slow the machine.
+	victim := 2
+	held := &heldModel{}
+	tc := newCluster(t, 3, synthetic.Config{Seed: 7, TextChunks: 100, ReasoningChunks: 10, TokensPerSecond: 1000})
+	tc.wrap = func(i int, p *synthetic.Provider) llm.Provider {
+		if i != victim {
+			return p
+		}
+		held.Provider = p
+		return held
+	}
+	tc.start(seq(0, 3)...)
+	tc.waitMembers(3)
 	m0 := tc.members[0]
 	by := tc.spread(ctx, m0, 3)
-	victim := 2
 	vaddr := tc.members[victim].Address()
 	all := sessionsOf(by)
 
 	// Turn 1 everywhere, acknowledged durable; turn 2 sent through
 	// another member, and acknowledged durable mid-turn on the victim.
 	turn(t, ctx, m0, m0, all, "first")
+	held.arm(30)
 	for _, id := range all {
 		require.NoError(t, tc.members[1].Followup(ctx, id, userMsg(t, "second")))
 	}
@@ -49,7 +65,9 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 		require.NoError(t, err)
 		watches[id] = startWatch(sub)
 	}
-	// Let them catch up with what the victim has streamed so far.
+	// Let the victim stream a little more, and the subscribers catch up
+	// with it.
+	held.raise(40)
 	require.Eventually(t, func() bool {
 		for id, w := range watches {
 			if w.len() <= len(acked[id]) {
@@ -117,6 +135,72 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 		require.NoError(t, w.sub.Err())
 		require.True(t, same, "what the subscriber saw is the log")
 		require.Len(t, turnEnds(got), 3)
+	}
+}
+
+// heldModel streams like its synthetic model until armed; then each call
+// yields at most limit chunks until the limit is raised, and ends when
+// its context does (its turn disposed when its member goes): a turn
+// mid-stream for as long as the test wants.
+type heldModel struct {
+	*synthetic.Provider
+	mu     sync.Mutex
+	armed  bool
+	limit  int
+	raised chan struct{} // closed when limit is raised
+}
+
+func (h *heldModel) arm(limit int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed, h.limit, h.raised = true, limit, make(chan struct{})
+}
+
+func (h *heldModel) raise(limit int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.limit = limit
+	close(h.raised)
+	h.raised = make(chan struct{})
+}
+
+// allowed waits until chunk n (from 0) of a call may go; false when ctx
+// ends first.
+func (h *heldModel) allowed(ctx context.Context, n int) bool {
+	for {
+		h.mu.Lock()
+		ok, raised := n < h.limit, h.raised
+		h.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-raised:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (h *heldModel) Stream(ctx context.Context, req llm.Request) iter.Seq2[messages.StreamChunk, error] {
+	h.mu.Lock()
+	armed := h.armed
+	h.mu.Unlock()
+	inner := h.Provider.Stream(ctx, req)
+	if !armed {
+		return inner
+	}
+	return func(yield func(messages.StreamChunk, error) bool) {
+		n := 0
+		for c, err := range inner {
+			if !h.allowed(ctx, n) {
+				return
+			}
+			n++
+			if !yield(c, err) {
+				return
+			}
+		}
 	}
 }
 
