@@ -227,7 +227,7 @@ func (p *Provider) plan(r *rng, req llm.Request) ([]blockPlan, int) {
 	total := 0
 	if r.float() < c.ReasoningRate {
 		n := r.count(c.ReasoningChunks)
-		blocks = append(blocks, blockPlan{typ: messages.BlockReasoning, index: 0, n: n, start: r.intn(piecesPerCorpus)})
+		blocks = append(blocks, blockPlan{typ: messages.BlockReasoning, index: 0, n: n, start: p.tables.startPiece(r)})
 		total += n
 	}
 	if r.float() < c.ToolCallRate && toolBudgetLeft(req, c.MaxToolSteps) {
@@ -254,7 +254,7 @@ func (p *Provider) plan(r *rng, req llm.Request) ([]blockPlan, int) {
 		return blocks, total
 	}
 	n := r.count(c.TextChunks)
-	blocks = append(blocks, blockPlan{typ: messages.BlockText, index: len(blocks), n: n, start: r.intn(piecesPerCorpus)})
+	blocks = append(blocks, blockPlan{typ: messages.BlockText, index: len(blocks), n: n, start: p.tables.startPiece(r)})
 	return blocks, total + n
 }
 

@@ -27,8 +27,9 @@ import (
 // It costs two allocations per delta (the JSON text and the builder), which
 // is most of the cost of a stream the bench wants to be free.
 
-// piecesPerCorpus is the number of distinct delta pieces; a response starts
-// at a random piece, so this is also the number of distinct block starts.
+// piecesPerCorpus is the number of distinct delta pieces. A block starts at
+// a random piece among those that begin a word (about one in five at the
+// default ChunkSize), so that its text reads from a word boundary.
 const piecesPerCorpus = 1024
 
 // words is the vocabulary of the corpus. Only ASCII letters: no escapes,
@@ -55,10 +56,14 @@ type textTables struct {
 // one (built on first use, kept for the life of the process: a few hundred
 // KiB per size in use). Immutable once published.
 type deltaTables struct {
-	size      int // bytes per piece (Config.ChunkSize)
-	corpus    string
-	text      [textIndexes][]messages.StreamChunk
-	reasoning []messages.StreamChunk // index 0 only: reasoning opens a response
+	size   int // bytes per piece (Config.ChunkSize)
+	corpus string
+	// wordStarts are the pieces that begin with a word (the byte before
+	// is a space): a block starts at one of them, so its text reads from
+	// a word boundary, not from the middle of a word.
+	wordStarts []int
+	text       [textIndexes][]messages.StreamChunk
+	reasoning  []messages.StreamChunk // index 0 only: reasoning opens a response
 }
 
 // sharedDeltas maps a piece size to its *deltaTables. Two providers racing
@@ -103,6 +108,11 @@ func newDeltaTables(size int) *deltaTables {
 		b.WriteByte(' ')
 	}
 	t := &deltaTables{size: size, corpus: b.String()[:corpusLen]}
+	for p := range piecesPerCorpus {
+		if p == 0 || t.corpus[p*size-1] == ' ' {
+			t.wordStarts = append(t.wordStarts, p)
+		}
+	}
 	for idx := range textIndexes {
 		t.text[idx] = make([]messages.StreamChunk, piecesPerCorpus)
 		for p := range piecesPerCorpus {
@@ -115,6 +125,9 @@ func newDeltaTables(size int) *deltaTables {
 	}
 	return t
 }
+
+// startPiece draws the first piece of a block: one that begins a word.
+func (t *deltaTables) startPiece(r *rng) int { return t.wordStarts[r.intn(len(t.wordStarts))] }
 
 // piece returns corpus piece p.
 func (t *deltaTables) piece(p int) string { return t.corpus[p*t.size : (p+1)*t.size] }
