@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -256,18 +255,34 @@ func TestCompletionScripts(t *testing.T) {
 			require.Regexp(t, regexp.QuoteMeta("= "+n.key+"'")+`[^\n]* -l `+regexp.QuoteMeta(strings.TrimPrefix(f, "--"))+`( |\n)`, fish)
 		}
 	}
-	for _, sh := range []string{"zsh", "fish"} {
-		if p, err := exec.LookPath(sh); err == nil {
-			flag := "-n"
-			if sh == "fish" {
-				flag = "--no-execute"
-			}
-			script := map[string]string{"zsh": zsh, "fish": fish}[sh]
-			f := filepath.Join(t.TempDir(), "dsh."+sh)
-			require.NoError(t, os.WriteFile(f, []byte(script), 0o600))
-			out, err := exec.Command(p, flag, f).CombinedOutput()
-			require.NoError(t, err, "%s %s: %s", sh, flag, out)
+	// zsh and fish run the scripts where they are installed: zsh with
+	// compadd and _files stubbed (it offers every candidate of the place,
+	// compsys filters them), fish with its own complete -C.
+	if _, err := exec.LookPath("zsh"); err == nil {
+		zshOffers := func(typed string) []string {
+			out, err := exec.Command("zsh", "-c", `compdef() {}; compadd() { [[ $1 == -a ]] && print -l -- ${(P)2} }
+_files() { print FILES }
+`+zsh+`
+words=(${=1}); [[ $1 == *" " ]] && words+=(""); CURRENT=${#words}; _dsh`, "zsh", typed).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			return strings.Fields(string(out))
 		}
+		require.Equal(t, top, zshOffers("dsh lo"))
+		require.Contains(t, zshOffers("dsh run --prov"), "--provider")
+		require.Equal(t, []string{"--fixture", "--session", "--store", "--help"}, zshOffers("dsh log verify --"))
+		require.Equal(t, completionShells, zshOffers("dsh completion "))
+		require.Equal(t, []string{"FILES"}, zshOffers("dsh log verify f"))
+	}
+	if _, err := exec.LookPath("fish"); err == nil {
+		fishOffers := func(typed string) []string {
+			out, err := exec.Command("fish", "-c", fish+"\ncomplete -C $argv[1]", typed).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			return strings.Fields(string(out))
+		}
+		require.Equal(t, []string{"log"}, fishOffers("dsh lo"))
+		require.Equal(t, []string{"verify"}, fishOffers("dsh log ve"))
+		require.Equal(t, []string{"--provider"}, fishOffers("dsh run --prov"))
+		require.Equal(t, []string{"bash", "fish", "zsh"}, fishOffers("dsh completion "))
 	}
 
 	code, _, errOut = runDsh("completion", "tcsh")
