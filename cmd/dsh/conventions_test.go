@@ -107,6 +107,20 @@ func flagEntry(help, name string) string {
 	return ""
 }
 
+func TestFlagErrorsSpellTwoDashes(t *testing.T) {
+	for args, want := range map[string]string{
+		"log verify --bogus f":          "log verify: flag provided but not defined: --bogus",
+		"log fork --at":                 "log fork: flag needs an argument: --at",
+		"log fork --at x f":             `log fork: invalid value "x" for flag --at: `,
+		"log stats --json=maybe f":      `log stats: invalid boolean value "maybe" for --json: `,
+		"bench --sessions many --quiet": `bench: invalid value "many" for flag --sessions: `,
+	} {
+		code, _, errOut := runDsh(strings.Fields(args)...)
+		require.Equal(t, exitUsage, code, args)
+		require.Contains(t, errOut, "dsh: "+want, args)
+	}
+}
+
 func TestProviderDefaultShownOnce(t *testing.T) {
 	_, help, _ := runDsh("run", "--help")
 	entry := flagEntry(help, "provider")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 )
 
@@ -35,10 +36,14 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer)
 		return errHelp
 	}
 	if err != nil {
-		return usagef("%s: %v", strings.TrimPrefix(fs.Name(), "dsh "), err)
+		return usagef("%s: %s", strings.TrimPrefix(fs.Name(), "dsh "), twoDashes.ReplaceAllString(err.Error(), "$1--$2"))
 	}
 	return flagsFromEnv(fs, os.LookupEnv)
 }
+
+// twoDashes finds the flag the flag package names in its errors, which it
+// spells -name: dsh spells it --name, as its help does.
+var twoDashes = regexp.MustCompile(`^((?:flag provided but not defined|flag needs an argument): |invalid boolean value "[^"]*" for |invalid value "[^"]*" for flag )-([^-])`)
 
 // envName is the environment variable a flag is also read from: DSH_ and
 // the flag's name upper-cased, dashes as underscores (--base-url:
