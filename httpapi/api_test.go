@@ -39,7 +39,7 @@ func TestSessionLifecycle(t *testing.T) {
 
 	var one sessionJSON
 	f.must(t, http.StatusOK, "GET", "/v1/sessions/alpha", nil, &one)
-	require.Equal(t, sessionJSON{ID: "alpha", Created: one.Created, Status: StatusIdle, Events: one.Events}, one)
+	require.Equal(t, sessionJSON{ID: "alpha", Created: one.Created, Status: statusIdle, Events: one.Events}, one)
 	require.Positive(t, one.Created)
 
 	var sent sentJSON
@@ -51,7 +51,7 @@ func TestSessionLifecycle(t *testing.T) {
 	require.NoError(t, err)
 
 	f.must(t, http.StatusOK, "GET", "/v1/sessions/alpha", nil, &one)
-	require.Equal(t, StatusIdle, one.Status)
+	require.Equal(t, statusIdle, one.Status)
 	require.EqualValues(t, 1, one.Turns)
 	require.Equal(t, "Hello there", one.Title)
 	require.Positive(t, one.Tokens.Output)
@@ -124,13 +124,13 @@ func TestCancelRunningTurn(t *testing.T) {
 	eventually(t, "the session to be running", func() bool {
 		var one sessionJSON
 		f.must(t, http.StatusOK, "GET", "/v1/sessions/s", nil, &one)
-		return one.Status == StatusRunning
+		return one.Status == statusRunning
 	})
 	f.must(t, http.StatusAccepted, "POST", "/v1/sessions/s/cancel", nil, nil)
 	require.NoError(t, f.h.WaitIdle(testCtx(t), "s"))
 	var one sessionJSON
 	f.must(t, http.StatusOK, "GET", "/v1/sessions/s", nil, &one)
-	require.Equal(t, StatusIdle, one.Status)
+	require.Equal(t, statusIdle, one.Status)
 	evs, err := f.h.Events(testCtx(t), "s", 0)
 	require.NoError(t, err)
 	last := evs[len(evs)-1]
@@ -247,13 +247,13 @@ func TestListResumesNothing(t *testing.T) {
 	b.must(t, http.StatusOK, "GET", "/v1/sessions", nil, &page)
 	require.Len(t, page.Sessions, 3)
 	for i, s := range page.Sessions {
-		require.Equal(t, StatusStored, s.Status)
+		require.Equal(t, statusStored, s.Status)
 		require.EqualValues(t, 1, s.Turns)
 		require.Equal(t, fmt.Sprintf("hi s%d", i), s.Title)
 	}
 	var after sessionJSON
 	b.must(t, http.StatusOK, "GET", "/v1/sessions/s1", nil, &after)
-	before.Status = StatusStored
+	before.Status = statusStored
 	require.Equal(t, before, after)
 	require.Zero(t, b.h.Resident())
 }
@@ -278,5 +278,5 @@ func TestPageIsServed(t *testing.T) {
 		require.Contains(t, res.Header.Get("Content-Security-Policy"), "default-src 'self'")
 		require.Contains(t, string(b), p.has)
 	}
-	f.fails(t, CodeForbidden, "GET", "/", nil, "Host", "evil.example")
+	f.fails(t, codeForbidden, "GET", "/", nil, "Host", "evil.example")
 }

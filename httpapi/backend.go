@@ -8,14 +8,14 @@ import (
 	"github.com/dshgo/dsh/supervisor"
 )
 
-// Mode says how a message enters a session.
-type Mode string
+// sendMode says how a message enters a session.
+type sendMode string
 
 // The send modes.
 const (
-	ModeFollowup Mode = "followup" // its own later turn
-	ModeSteer    Mode = "steer"    // the running turn's next step, or a new turn when idle
-	ModeInject   Mode = "inject"   // staged; rides with the next waking input
+	modeFollowup sendMode = "followup" // its own later turn
+	modeSteer    sendMode = "steer"    // the running turn's next step, or a new turn when idle
+	modeInject   sendMode = "inject"   // staged; rides with the next waking input
 )
 
 // Backend is where the sessions live: a *supervisor.Host, or a
@@ -25,11 +25,11 @@ const (
 type Backend = supervisor.Sessions
 
 // deliver sends msg into the session as mode says.
-func deliver(ctx context.Context, be Backend, id session.SessionID, mode Mode, msg messages.Message) error {
+func deliver(ctx context.Context, be Backend, id session.SessionID, mode sendMode, msg messages.Message) error {
 	switch mode {
-	case ModeSteer:
+	case modeSteer:
 		return be.Steer(ctx, id, msg)
-	case ModeInject:
+	case modeInject:
 		return be.Inject(ctx, id, msg)
 	default:
 		return be.Followup(ctx, id, msg)

@@ -12,45 +12,45 @@ import (
 	"github.com/dshgo/dsh/supervisor"
 )
 
-// Code is the code of an error response.
-type Code string
+// errorCode is the code of an error response.
+type errorCode string
 
 // The error codes and the status each is sent with.
 const (
-	CodeNoSession    Code = "NO_SESSION"   // 404
-	CodeExists       Code = "EXISTS"       // 409
-	CodeInUse        Code = "IN_USE"       // 409: another process writes the session
-	CodeInboxFull    Code = "INBOX_FULL"   // 429
-	CodeNotDurable   Code = "NOT_DURABLE"  // 503: the session's last write failed
-	CodeClosed       Code = "CLOSED"       // 503: the server is shutting down
-	CodeBadRequest   Code = "BAD_REQUEST"  // 400
-	CodeUnauthorized Code = "UNAUTHORIZED" // 401
-	CodeForbidden    Code = "FORBIDDEN"    // 403: a foreign Host header or origin
-	CodeNotFound     Code = "NOT_FOUND"    // 404: no such route
-	CodeMethod       Code = "METHOD_NOT_ALLOWED"
-	CodeTooLarge     Code = "TOO_LARGE" // 413
-	CodeInternal     Code = "INTERNAL"  // 500
+	codeNoSession    errorCode = "NO_SESSION"   // 404
+	codeExists       errorCode = "EXISTS"       // 409
+	codeInUse        errorCode = "IN_USE"       // 409: another process writes the session
+	codeInboxFull    errorCode = "INBOX_FULL"   // 429
+	codeNotDurable   errorCode = "NOT_DURABLE"  // 503: the session's last write failed
+	codeClosed       errorCode = "CLOSED"       // 503: the server is shutting down
+	codeBadRequest   errorCode = "BAD_REQUEST"  // 400
+	codeUnauthorized errorCode = "UNAUTHORIZED" // 401
+	codeForbidden    errorCode = "FORBIDDEN"    // 403: a foreign Host header or origin
+	codeNotFound     errorCode = "NOT_FOUND"    // 404: no such route
+	codeMethod       errorCode = "METHOD_NOT_ALLOWED"
+	codeTooLarge     errorCode = "TOO_LARGE" // 413
+	codeInternal     errorCode = "INTERNAL"  // 500
 )
 
-var statusOf = map[Code]int{
-	CodeNoSession: http.StatusNotFound, CodeExists: http.StatusConflict, CodeInUse: http.StatusConflict,
-	CodeInboxFull: http.StatusTooManyRequests, CodeNotDurable: http.StatusServiceUnavailable,
-	CodeClosed: http.StatusServiceUnavailable, CodeBadRequest: http.StatusBadRequest,
-	CodeUnauthorized: http.StatusUnauthorized, CodeForbidden: http.StatusForbidden,
-	CodeNotFound: http.StatusNotFound, CodeMethod: http.StatusMethodNotAllowed,
-	CodeTooLarge: http.StatusRequestEntityTooLarge, CodeInternal: http.StatusInternalServerError,
+var statusOf = map[errorCode]int{
+	codeNoSession: http.StatusNotFound, codeExists: http.StatusConflict, codeInUse: http.StatusConflict,
+	codeInboxFull: http.StatusTooManyRequests, codeNotDurable: http.StatusServiceUnavailable,
+	codeClosed: http.StatusServiceUnavailable, codeBadRequest: http.StatusBadRequest,
+	codeUnauthorized: http.StatusUnauthorized, codeForbidden: http.StatusForbidden,
+	codeNotFound: http.StatusNotFound, codeMethod: http.StatusMethodNotAllowed,
+	codeTooLarge: http.StatusRequestEntityTooLarge, codeInternal: http.StatusInternalServerError,
 }
 
 // apiError is an error with its response code and the message the client
 // sees.
 type apiError struct {
-	code Code
+	code errorCode
 	msg  string
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.msg }
 
-func badRequest(msg string) *apiError { return &apiError{CodeBadRequest, msg} }
+func badRequest(msg string) *apiError { return &apiError{codeBadRequest, msg} }
 
 // classify maps an error of the backend to its code and the message the
 // client sees. An unexpected error is INTERNAL with a generic message (the
@@ -63,25 +63,25 @@ func classify(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.Is(err, supervisor.ErrNoSession):
-		return &apiError{CodeNoSession, "no such session"}
+		return &apiError{codeNoSession, "no such session"}
 	case errors.Is(err, supervisor.ErrExists), errors.Is(err, persister.ErrExists):
-		return &apiError{CodeExists, "a session with that id exists"}
+		return &apiError{codeExists, "a session with that id exists"}
 	case errors.As(err, &le), errors.Is(err, persister.ErrLocked):
-		return &apiError{CodeInUse, "the session is in use by another process"}
+		return &apiError{codeInUse, "the session is in use by another process"}
 	case errors.Is(err, inbox.ErrInboxFull):
-		return &apiError{CodeInboxFull, "the session's inbox is full; retry later"}
+		return &apiError{codeInboxFull, "the session's inbox is full; retry later"}
 	case errors.Is(err, supervisor.ErrNotDurable):
-		return &apiError{CodeNotDurable, "the session's last write failed; no new turn until a retry succeeds"}
+		return &apiError{codeNotDurable, "the session's last write failed; no new turn until a retry succeeds"}
 	case errors.Is(err, supervisor.ErrClosed), errors.Is(err, persister.ErrClosed), errors.Is(err, errShuttingDown):
-		return &apiError{CodeClosed, "the server is shutting down"}
+		return &apiError{codeClosed, "the server is shutting down"}
 	case errors.Is(err, session.ErrTooLarge):
 		return badRequest("the message is too large to record")
 	case errors.As(err, &fe):
 		return badRequest(fe.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{CodeInternal, "timed out"}
+		return &apiError{codeInternal, "timed out"}
 	}
-	return &apiError{CodeInternal, "internal error"}
+	return &apiError{codeInternal, "internal error"}
 }
 
 var errShuttingDown = errors.New("httpapi: server shutting down")
@@ -91,8 +91,8 @@ type errorBody struct {
 }
 
 type errorDetail struct {
-	Code    Code   `json:"code"`
-	Message string `json:"message"`
+	Code    errorCode `json:"code"`
+	Message string    `json:"message"`
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {

@@ -24,13 +24,13 @@ func TestErrorsOfEveryRoute(t *testing.T) {
 
 	// NO_SESSION on every route naming a session.
 	for _, r := range [][2]string{{"GET", ""}, {"GET", "/messages"}, {"GET", "/events"}, {"POST", "/cancel"}} {
-		f.fails(t, CodeNoSession, r[0], "/v1/sessions/nobody"+r[1], nil)
+		f.fails(t, codeNoSession, r[0], "/v1/sessions/nobody"+r[1], nil)
 	}
-	f.fails(t, CodeNoSession, "POST", "/v1/sessions/nobody/messages", map[string]any{"text": "x"})
-	f.fails(t, CodeNoSession, "POST", "/v1/sessions/nobody/fork", map[string]any{"at": 0})
-	f.fails(t, CodeNoSession, "GET", "/v1/sessions/a%0Ab", nil)
+	f.fails(t, codeNoSession, "POST", "/v1/sessions/nobody/messages", map[string]any{"text": "x"})
+	f.fails(t, codeNoSession, "POST", "/v1/sessions/nobody/fork", map[string]any{"at": 0})
+	f.fails(t, codeNoSession, "GET", "/v1/sessions/a%0Ab", nil)
 
-	f.fails(t, CodeExists, "POST", "/v1/sessions", map[string]any{"id": "s"})
+	f.fails(t, codeExists, "POST", "/v1/sessions", map[string]any{"id": "s"})
 
 	// BAD_REQUEST: unknown field, wrong type, text too long, bad values.
 	for _, b := range []any{
@@ -46,27 +46,27 @@ func TestErrorsOfEveryRoute(t *testing.T) {
 		`[1]`,
 		``,
 	} {
-		f.fails(t, CodeBadRequest, "POST", "/v1/sessions/s/messages", b)
+		f.fails(t, codeBadRequest, "POST", "/v1/sessions/s/messages", b)
 	}
-	msg := f.fails(t, CodeBadRequest, "POST", "/v1/sessions/s/messages?wait=true", map[string]any{"text": "x", "mode": "inject"})
+	msg := f.fails(t, codeBadRequest, "POST", "/v1/sessions/s/messages?wait=true", map[string]any{"text": "x", "mode": "inject"})
 	require.Contains(t, msg, "wait")
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions/s/messages?wait=perhaps", map[string]any{"text": "x"})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions", map[string]any{"id": 3})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions", map[string]any{"id": strings.Repeat("i", MaxIDLen+1)})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions", map[string]any{"system": strings.Repeat("x", 101)})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions", map[string]any{"owner": "me"})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions/s/fork", map[string]any{})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions/s/fork", map[string]any{"at": -1})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions/s/fork", map[string]any{"at": 99})
-	f.fails(t, CodeBadRequest, "POST", "/v1/sessions/s/cancel", map[string]any{"why": "x"})
-	f.fails(t, CodeBadRequest, "GET", "/v1/sessions?limit=0", nil)
-	f.fails(t, CodeBadRequest, "GET", "/v1/sessions?limit=x", nil)
-	f.fails(t, CodeBadRequest, "GET", "/v1/sessions/s/events?from=-2", nil)
-	f.fails(t, CodeBadRequest, "GET", "/v1/sessions/s/events", nil, "Last-Event-ID", "x")
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions/s/messages?wait=perhaps", map[string]any{"text": "x"})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions", map[string]any{"id": 3})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions", map[string]any{"id": strings.Repeat("i", maxIDLen+1)})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions", map[string]any{"system": strings.Repeat("x", 101)})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions", map[string]any{"owner": "me"})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions/s/fork", map[string]any{})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions/s/fork", map[string]any{"at": -1})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions/s/fork", map[string]any{"at": 99})
+	f.fails(t, codeBadRequest, "POST", "/v1/sessions/s/cancel", map[string]any{"why": "x"})
+	f.fails(t, codeBadRequest, "GET", "/v1/sessions?limit=0", nil)
+	f.fails(t, codeBadRequest, "GET", "/v1/sessions?limit=x", nil)
+	f.fails(t, codeBadRequest, "GET", "/v1/sessions/s/events?from=-2", nil)
+	f.fails(t, codeBadRequest, "GET", "/v1/sessions/s/events", nil, "Last-Event-ID", "x")
 
 	// TOO_LARGE: over the cap, declared or streamed.
 	big := `{"text":"` + strings.Repeat("x", 5000) + `"}`
-	f.fails(t, CodeTooLarge, "POST", "/v1/sessions/s/messages", big)
+	f.fails(t, codeTooLarge, "POST", "/v1/sessions/s/messages", big)
 	req, err := http.NewRequest("POST", f.ts.URL+"/v1/sessions/s/messages", &chunked{strings.NewReader(big)})
 	require.NoError(t, err)
 	res, err := f.ts.Client().Do(req)
@@ -74,7 +74,7 @@ func TestErrorsOfEveryRoute(t *testing.T) {
 	res.Body.Close()
 	require.Equal(t, http.StatusRequestEntityTooLarge, res.StatusCode)
 
-	f.fails(t, CodeNotFound, "GET", "/v2/anything", nil)
+	f.fails(t, codeNotFound, "GET", "/v2/anything", nil)
 
 	// Nothing of all that reached the session.
 	evs, err := f.h.Events(testCtx(t), "s", 0)
@@ -96,11 +96,11 @@ func TestAuth(t *testing.T) {
 		for _, r := range [][2]string{{"GET", "/v1/sessions"}, {"GET", "/v1/sessions/s"}, {"POST", "/v1/sessions"},
 			{"POST", "/v1/sessions/s/messages"}, {"GET", "/v1/sessions/s/events"}, {"POST", "/v1/sessions/s/fork"},
 			{"POST", "/v1/sessions/s/cancel"}, {"GET", "/v1/sessions/s/messages"}} {
-			f.fails(t, CodeUnauthorized, r[0], r[1], `{"text":"x"}`)
+			f.fails(t, codeUnauthorized, r[0], r[1], `{"text":"x"}`)
 		}
 	}
 	f.token = ""
-	f.fails(t, CodeUnauthorized, "GET", "/v1/sessions", nil, "Authorization", "Basic cmlnaHQ=")
+	f.fails(t, codeUnauthorized, "GET", "/v1/sessions", nil, "Authorization", "Basic cmlnaHQ=")
 	f.must(t, http.StatusOK, "GET", "/healthz", nil, nil)
 	f.token = "right"
 	f.must(t, http.StatusOK, "GET", "/v1/sessions", nil, nil)
@@ -115,15 +115,15 @@ func TestAuth(t *testing.T) {
 func TestHostAndOrigin(t *testing.T) {
 	f := start(t, supervisor.Config{}, Config{LoopbackOnly: true, CORSOrigin: "https://app.example"})
 	for _, h := range []string{"evil.example", "evil.example:8080", "127.0.0.1.evil.example", "10.0.0.1", "[fe80::1]:80"} {
-		f.fails(t, CodeForbidden, "GET", "/v1/sessions", nil, "Host", h)
-		f.fails(t, CodeForbidden, "GET", "/healthz", nil, "Host", h)
+		f.fails(t, codeForbidden, "GET", "/v1/sessions", nil, "Host", h)
+		f.fails(t, codeForbidden, "GET", "/healthz", nil, "Host", h)
 	}
 	for _, h := range []string{"localhost", "LOCALHOST:8080", "127.0.0.1", "127.1.2.3:9", "[::1]:8080", "::1"} {
 		f.must(t, http.StatusOK, "GET", "/v1/sessions", nil, nil, "Host", h)
 	}
 	host := strings.TrimPrefix(f.ts.URL, "http://")
-	f.fails(t, CodeForbidden, "POST", "/v1/sessions", nil, "Origin", "https://evil.example")
-	f.fails(t, CodeForbidden, "POST", "/v1/sessions", nil, "Origin", "null")
+	f.fails(t, codeForbidden, "POST", "/v1/sessions", nil, "Origin", "https://evil.example")
+	f.fails(t, codeForbidden, "POST", "/v1/sessions", nil, "Origin", "null")
 	f.must(t, http.StatusCreated, "POST", "/v1/sessions", nil, nil, "Origin", "http://"+host)
 	var list sessionList
 	f.must(t, http.StatusOK, "GET", "/v1/sessions", nil, &list)
@@ -155,7 +155,7 @@ func TestInboxFullAndInUse(t *testing.T) {
 		codes[st]++
 	}
 	require.Positive(t, codes[http.StatusTooManyRequests], "%v", codes)
-	f.fails(t, CodeInboxFull, "POST", "/v1/sessions/s/messages", map[string]any{"text": "one more"})
+	f.fails(t, codeInboxFull, "POST", "/v1/sessions/s/messages", map[string]any{"text": "one more"})
 
 	// A second host on the same directory: the session is locked by the
 	// first.
@@ -164,8 +164,8 @@ func TestInboxFullAndInUse(t *testing.T) {
 	f.must(t, http.StatusAccepted, "POST", "/v1/sessions/mine/messages", map[string]any{"text": "hi", "mode": "inject"}, nil)
 	_, err := f.h.Flush(testCtx(t), "mine")
 	require.NoError(t, err)
-	g.fails(t, CodeInUse, "POST", "/v1/sessions/mine/messages", map[string]any{"text": "x"})
-	g.fails(t, CodeInUse, "GET", "/v1/sessions/mine/messages", nil)
+	g.fails(t, codeInUse, "POST", "/v1/sessions/mine/messages", map[string]any{"text": "x"})
+	g.fails(t, codeInUse, "GET", "/v1/sessions/mine/messages", nil)
 	require.NoError(t, f.h.Cancel(testCtx(t), "s", session.CancelCause{Kind: session.CauseUser}))
 }
 
@@ -185,11 +185,11 @@ func (b failing) List(context.Context) ([]supervisor.Info, error)               
 func TestBackendErrorsMapped(t *testing.T) {
 	for _, c := range []struct {
 		err  error
-		code Code
+		code errorCode
 	}{
-		{fmt.Errorf("%w: s: disk full", supervisor.ErrNotDurable), CodeNotDurable},
-		{supervisor.ErrClosed, CodeClosed},
-		{errors.New("secret detail at /srv/x"), CodeInternal},
+		{fmt.Errorf("%w: s: disk full", supervisor.ErrNotDurable), codeNotDurable},
+		{supervisor.ErrClosed, codeClosed},
+		{errors.New("secret detail at /srv/x"), codeInternal},
 	} {
 		h, err := supervisor.Open(supervisor.Config{Provider: smallModel(t)})
 		require.NoError(t, err)
@@ -204,6 +204,6 @@ func TestBackendErrorsMapped(t *testing.T) {
 	// A closed host answers CLOSED.
 	f := start(t, supervisor.Config{}, Config{})
 	require.NoError(t, f.h.Close(testCtx(t)))
-	f.fails(t, CodeClosed, "POST", "/v1/sessions", nil)
-	f.fails(t, CodeClosed, "GET", "/v1/sessions", nil)
+	f.fails(t, codeClosed, "POST", "/v1/sessions", nil)
+	f.fails(t, codeClosed, "GET", "/v1/sessions", nil)
 }

@@ -21,10 +21,10 @@ import (
 
 // The session statuses of a listing.
 const (
-	StatusIdle       = "idle"       // resident, no turn running
-	StatusRunning    = "running"    // resident, a turn running
-	StatusPassivated = "passivated" // stored, passivated by this server's host
-	StatusStored     = "stored"     // stored, not resident
+	statusIdle       = "idle"       // resident, no turn running
+	statusRunning    = "running"    // resident, a turn running
+	statusPassivated = "passivated" // stored, passivated by this server's host
+	statusStored     = "stored"     // stored, not resident
 )
 
 // maxTitle bounds a listed title, in bytes.
@@ -50,13 +50,13 @@ type sessionJSON struct {
 func statusOfInfo(i supervisor.Info) string {
 	switch {
 	case i.Running:
-		return StatusRunning
+		return statusRunning
 	case i.Resident:
-		return StatusIdle
+		return statusIdle
 	case i.Passivated:
-		return StatusPassivated
+		return statusPassivated
 	}
-	return StatusStored
+	return statusStored
 }
 
 // summarize folds a session's events into its listing entry.
@@ -157,11 +157,11 @@ type listJSON struct {
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	limit := DefaultPageLimit
+	limit := defaultPageLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxPageLimit {
-			return badRequest(fmt.Sprintf("limit must be an integer in [1, %d]", MaxPageLimit))
+		if err != nil || n < 1 || n > maxPageLimit {
+			return badRequest(fmt.Sprintf("limit must be an integer in [1, %d]", maxPageLimit))
 		}
 		limit = n
 	}
@@ -209,9 +209,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
 }
 
 type sendBody struct {
-	Text *string `json:"text"`
-	Mode *Mode   `json:"mode"`
-	ID   *string `json:"id"`
+	Text *string   `json:"text"`
+	Mode *sendMode `json:"mode"`
+	ID   *string   `json:"id"`
 }
 
 // sentJSON answers a send: the message id, and with ?wait=true the turn
@@ -244,11 +244,11 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 	if len(*body.Text) > s.cfg.MaxText {
 		return badRequest(fmt.Sprintf("text is over %d bytes", s.cfg.MaxText))
 	}
-	mode := ModeFollowup
+	mode := modeFollowup
 	if body.Mode != nil {
 		mode = *body.Mode
 	}
-	if mode != ModeFollowup && mode != ModeSteer && mode != ModeInject {
+	if mode != modeFollowup && mode != modeSteer && mode != modeInject {
 		return badRequest(`mode must be "followup", "steer" or "inject"`)
 	}
 	wait := false
@@ -257,7 +257,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("wait must be true or false")
 		}
 	}
-	if wait && mode == ModeInject {
+	if wait && mode == modeInject {
 		return badRequest("wait=true is for followup and steer (an injected message starts no turn)")
 	}
 	msg, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(*body.Text)}, messages.UserSource())

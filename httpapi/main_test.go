@@ -122,7 +122,7 @@ func (f *fixture) must(t *testing.T, want int, method, path string, body, out an
 }
 
 // fails is do expecting the error envelope with code.
-func (f *fixture) fails(t *testing.T, code Code, method, path string, body any, hdr ...string) string {
+func (f *fixture) fails(t *testing.T, code errorCode, method, path string, body any, hdr ...string) string {
 	t.Helper()
 	st, b := f.do(t, method, path, body, hdr...)
 	var e errorBody

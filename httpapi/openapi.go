@@ -11,10 +11,6 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// OpenAPI returns the OpenAPI 3.1 document of the API. The slice is owned
-// by the caller.
-func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
-
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -20,16 +20,16 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 )
 
-// Defaults of Config.
+// Defaults of Config (the other defaults are in its fields' comments).
 const (
 	DefaultMaxBody      = 1 << 20
-	DefaultMaxText      = 256 << 10
+	defaultMaxText      = 256 << 10
 	DefaultKeepAlive    = 15 * time.Second
-	DefaultWriteTimeout = 10 * time.Second
-	DefaultPageLimit    = 50
-	MaxPageLimit        = 500
-	// MaxIDLen bounds a session id or a client message id.
-	MaxIDLen = 128
+	defaultWriteTimeout = 10 * time.Second
+	defaultPageLimit    = 50
+	maxPageLimit        = 500
+	// maxIDLen bounds a session id or a client message id.
+	maxIDLen = 128
 )
 
 // Config configures a Server. Every field but Backend works at its zero
@@ -71,8 +71,8 @@ type Config struct {
 	Metrics http.Handler
 }
 
-// Validate reports a config that cannot work.
-func (c Config) Validate() error {
+// validate reports a config that cannot work.
+func (c Config) validate() error {
 	var errs []error
 	if c.Backend == nil {
 		errs = append(errs, errors.New("httpapi: Config.Backend is required"))
@@ -103,20 +103,20 @@ type Server struct {
 
 // New returns a server over cfg.Backend.
 func New(cfg Config) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
 	if cfg.MaxText == 0 {
-		cfg.MaxText = DefaultMaxText
+		cfg.MaxText = defaultMaxText
 	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = DefaultKeepAlive
 	}
 	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = DefaultWriteTimeout
+		cfg.WriteTimeout = defaultWriteTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -138,7 +138,7 @@ func (s *Server) Close() {
 func (s *Server) Wait() { s.streams.Wait() }
 
 // Streams returns the number of event streams being served.
-func (s *Server) Streams() int { return int(s.open.Load()) }
+func (s *Server) openStreams() int { return int(s.open.Load()) }
 
 func (s *Server) routes() {
 	v1 := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
@@ -163,14 +163,14 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{CodeNotFound, "no route " + r.Method + " " + r.URL.Path})
+		writeError(w, &apiError{codeNotFound, "no route " + r.Method + " " + r.URL.Path})
 	})
 }
 
 // ServeHTTP checks the Host header and the origin, then routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.LoopbackOnly && !loopbackHost(r.Host) {
-		writeError(w, &apiError{CodeForbidden, "this server answers only to a loopback host name"})
+		writeError(w, &apiError{codeForbidden, "this server answers only to a loopback host name"})
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
@@ -188,7 +188,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		case sameOrigin(origin, r.Host):
 		default:
-			writeError(w, &apiError{CodeForbidden, "cross-origin requests are refused"})
+			writeError(w, &apiError{codeForbidden, "cross-origin requests are refused"})
 			return
 		}
 	}
@@ -201,17 +201,17 @@ func (s *Server) api(h func(http.ResponseWriter, *http.Request) error) http.Hand
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dsh"`)
-			writeError(w, &apiError{CodeUnauthorized, "a valid bearer token is required"})
+			writeError(w, &apiError{codeUnauthorized, "a valid bearer token is required"})
 			return
 		}
 		if r.ContentLength > s.cfg.MaxBody {
-			writeError(w, &apiError{CodeTooLarge, fmt.Sprintf("the request body is over %d bytes", s.cfg.MaxBody)})
+			writeError(w, &apiError{codeTooLarge, fmt.Sprintf("the request body is over %d bytes", s.cfg.MaxBody)})
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 		if err := h(w, r); err != nil {
 			ae := classify(err)
-			if ae.code == CodeInternal {
+			if ae.code == codeInternal {
 				s.cfg.Logger.Error("httpapi: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			}
 			writeError(w, ae)
@@ -225,7 +225,7 @@ func (s *Server) authed(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dsh"`)
-			writeError(w, &apiError{CodeUnauthorized, "a valid bearer token is required"})
+			writeError(w, &apiError{codeUnauthorized, "a valid bearer token is required"})
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -275,7 +275,7 @@ func decode(r *http.Request, v any, optional bool) error {
 	if err != nil {
 		var me *http.MaxBytesError
 		if errors.As(err, &me) {
-			return &apiError{CodeTooLarge, fmt.Sprintf("the request body is over %d bytes", me.Limit)}
+			return &apiError{codeTooLarge, fmt.Sprintf("the request body is over %d bytes", me.Limit)}
 		}
 		return badRequest("reading the request body: " + err.Error())
 	}
@@ -305,8 +305,8 @@ func checkID(what, id string) error {
 	switch {
 	case id == "":
 		return badRequest(what + " is empty")
-	case len(id) > MaxIDLen:
-		return badRequest(fmt.Sprintf("%s is over %d bytes", what, MaxIDLen))
+	case len(id) > maxIDLen:
+		return badRequest(fmt.Sprintf("%s is over %d bytes", what, maxIDLen))
 	case !utf8.ValidString(id):
 		return badRequest(what + " is not UTF-8")
 	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '/' || r == '\\' }):
@@ -321,7 +321,7 @@ func checkID(what, id string) error {
 func pathID(r *http.Request) (session.SessionID, error) {
 	id := r.PathValue("id")
 	if checkID("the session id", id) != nil {
-		return "", &apiError{CodeNoSession, "no such session"}
+		return "", &apiError{codeNoSession, "no such session"}
 	}
 	return session.SessionID(id), nil
 }

@@ -201,13 +201,13 @@ func TestSlowStreamClientIsDisconnected(t *testing.T) {
 	defer conn.Close()
 	_, err = io.WriteString(conn, "GET /v1/sessions/s/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	require.NoError(t, err)
-	eventually(t, "the stream to open", func() bool { return f.srv.Streams() == 1 })
+	eventually(t, "the stream to open", func() bool { return f.srv.openStreams() == 1 })
 
 	ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
 	defer cancel()
 	require.NoError(t, f.h.Followup(ctx, "s", userMsgT(t, "a long answer")))
 	require.NoError(t, f.h.WaitIdle(ctx, "s"), "the stuck client stalled the turn")
-	eventually(t, "the stuck client to be disconnected", func() bool { return f.srv.Streams() == 0 })
+	eventually(t, "the stuck client to be disconnected", func() bool { return f.srv.openStreams() == 0 })
 
 	// The connection is closed: reading drains what was buffered, then
 	// ends.

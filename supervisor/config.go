@@ -145,11 +145,11 @@ type Config struct {
 // Defaults.
 const (
 	DefaultRequestTimeout   = 10 * time.Minute
-	DefaultSubscriberBuffer = 4096
+	defaultSubscriberBuffer = 4096
 )
 
-// Validate reports a config that cannot work. Zero fields are fine.
-func (c Config) Validate() error {
+// validate reports a config that cannot work. Zero fields are fine.
+func (c Config) validate() error {
 	var errs []error
 	if c.Policy < persister.PolicyTurnEnd || c.Policy > persister.PolicyNone {
 		errs = append(errs, fmt.Errorf("supervisor: unknown policy %d", int(c.Policy)))
@@ -205,11 +205,11 @@ var (
 // quietLogger discards protoactor's logging.
 func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// NewSystem returns an actor system whose own log records go to logger at
+// newSystem returns an actor system whose own log records go to logger at
 // debug level (telemetry.DebugHandler): protoactor logs routine events
 // (an actor restarting, a dead letter) at info and above, which would
 // drown a host's records. nil logger: silenced, as NewQuietSystem.
-func NewSystem(logger *slog.Logger) *actor.ActorSystem {
+func newSystem(logger *slog.Logger) *actor.ActorSystem {
 	if logger == nil {
 		return NewQuietSystem()
 	}
@@ -219,7 +219,7 @@ func NewSystem(logger *slog.Logger) *actor.ActorSystem {
 }
 
 // NewQuietSystem returns an actor system whose own logging is silenced,
-// as the host makes when Config.System is nil.
+// as the host makes when Config.System and Config.Logger are nil.
 func NewQuietSystem() *actor.ActorSystem {
 	return actor.NewActorSystem(actor.WithLoggerFactory(quietLogger),
 		actor.WithDeadLetterThrottleInterval(time.Millisecond))

@@ -105,17 +105,16 @@
 // passivated: untracked (flushed) and its actors stopped; the next call
 // naming it resumes it from the store. The idle timer is a time.AfterFunc
 // per resident session whose callback goroutine the host joins on Close.
-// [Host.Resident], [Host.Passivated], [Host.ResidentBytes] and
-// Stats.ResidentBytes (a documented estimate) account for it. The
-// mailboxes of the persister and of every session and agent actor run on
-// worker goroutines the host keeps (workers.go) rather than on a new
-// goroutine per wake-up; Close joins them once the actors are stopped.
-// Config.MaxConcurrentModelCalls bounds the model calls open at once:
-// the rest wait in a queue ([Host.ModelCalls]). [Host.Stats] covers the
-// whole log (the loaded events are folded on resume) and stays readable
-// after a passivation. A session whose last
-// write failed is not passivated (it stays resident, retried; see
-// Durability).
+// [Host.Resident], [Host.Passivated] and Stats.ResidentBytes (a documented
+// estimate) account for it. The mailboxes of the persister and of every
+// session and agent actor run on worker goroutines the host keeps
+// (workers.go) rather than on a new goroutine per wake-up; Close joins
+// them once the actors are stopped. Config.MaxConcurrentModelCalls bounds
+// the model calls open at once: the rest wait in a queue (the
+// dsh.model.calls.queued gauge of Config.MeterProvider). [Host.Stats]
+// covers the whole log (the loaded events are folded on resume) and stays
+// readable after a passivation. A session whose last write failed is not
+// passivated (it stays resident, retried; see Durability).
 //
 // # Cluster members
 //

@@ -113,7 +113,7 @@ func (e *entry) observe(h *Host) session.Observer {
 // fold adds one event to the counters: live for an event committed while
 // resident, !live for the events of a loaded log.
 func (e *entry) fold(h *Host, ev session.Event, live bool) {
-	e.bytes.Add(int64(ev.DataLen()) + EventOverheadBytes)
+	e.bytes.Add(int64(ev.DataLen()) + eventOverheadBytes)
 	switch ev.Type() {
 	case session.TypeAssistantChunk:
 		e.chunks.Add(1)
@@ -155,5 +155,5 @@ func (e *entry) stats() Stats {
 			CacheReadTokens:  messages.Some(e.cacheRead.Load()),
 			CacheWriteTokens: messages.Some(e.cacheWrite.Load())},
 		WriteFailures: e.writeFailures.Load(), WriteRetries: e.writeRetries.Load(),
-		Resident: true, ResidentBytes: SessionOverheadBytes + e.bytes.Load()}
+		Resident: true, ResidentBytes: sessionOverheadBytes + e.bytes.Load()}
 }

@@ -55,7 +55,7 @@ var hostSeq atomic.Uint64
 
 // Open starts a host.
 func Open(cfg Config) (*Host, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*subscription]struct{}{},
@@ -65,7 +65,7 @@ func Open(cfg Config) (*Host, error) {
 		h.cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if h.cfg.SubscriberBuffer == 0 {
-		h.cfg.SubscriberBuffer = DefaultSubscriberBuffer
+		h.cfg.SubscriberBuffer = defaultSubscriberBuffer
 	}
 	if h.cfg.Clock == nil {
 		h.cfg.Clock = func() int64 { return time.Now().UnixMilli() }
@@ -127,7 +127,7 @@ func Open(cfg Config) (*Host, error) {
 	}
 	h.sys = cfg.System
 	if h.sys == nil {
-		h.sys = NewSystem(cfg.Logger)
+		h.sys = newSystem(cfg.Logger)
 		h.ownSys = true
 	}
 	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(actorOptions(h.workers)...), h.name+"/persister")

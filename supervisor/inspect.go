@@ -127,10 +127,10 @@ type Stats struct {
 	WriteFailures int64
 	WriteRetries  int64
 	// ResidentBytes is a rough estimate of the memory the resident session
-	// holds (0 when passivated): SessionOverheadBytes plus, per event of
-	// the log, its JSON data length plus EventOverheadBytes. The session
+	// holds (0 when passivated): sessionOverheadBytes plus, per event of
+	// the log, its JSON data length plus eventOverheadBytes. The session
 	// actor's log and the agent's mirror share the immutable events, so
-	// each event counts once. Compare Host.ResidentBytes with the heap
+	// each event counts once. Compare their sum with the heap
 	// (runtime.MemStats) for the real figure.
 	ResidentBytes int64
 }

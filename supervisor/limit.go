@@ -66,10 +66,10 @@ func (l *limitedProvider) Stream(ctx context.Context, req llm.Request) iter.Seq2
 	}
 }
 
-// ModelCalls reports the model calls open now and those queued for a slot
+// modelCalls reports the model calls open now and those queued for a slot
 // (both 0 when Config.MaxConcurrentModelCalls is 0: calls are not
 // counted then).
-func (h *Host) ModelCalls() (open, queued int64) {
+func (h *Host) modelCalls() (open, queued int64) {
 	if h.limit == nil {
 		return 0, 0
 	}

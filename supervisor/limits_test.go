@@ -75,7 +75,7 @@ func TestPassivationManySessions(t *testing.T) {
 	}
 	eventually(t, "every session to passivate", func() bool { return h.Resident() == 0 })
 	require.GreaterOrEqual(t, h.Passivated(), int64(n))
-	require.Zero(t, h.ResidentBytes())
+	require.Zero(t, h.residentBytes())
 	st, err := h.Stats(ctx, ids[7])
 	require.NoError(t, err)
 	require.False(t, st.Resident)
@@ -101,7 +101,7 @@ func TestPassivationManySessions(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Turns)
 	if st.Resident {
-		require.Greater(t, st.ResidentBytes, int64(SessionOverheadBytes))
+		require.Greater(t, st.ResidentBytes, int64(sessionOverheadBytes))
 	}
 	require.NoError(t, h.Close(ctx))
 
@@ -192,7 +192,7 @@ func TestMaxConcurrentModelCalls(t *testing.T) {
 		require.NoError(t, h.Followup(ctx, id, userMsg(t, "go")))
 	}
 	eventually(t, "2 open and 6 queued", func() bool {
-		open, queued := h.ModelCalls()
+		open, queued := h.modelCalls()
 		return open == 2 && queued == n-2
 	})
 	require.EqualValues(t, 2, g.open.Load())
@@ -204,7 +204,7 @@ func TestMaxConcurrentModelCalls(t *testing.T) {
 		require.Equal(t, 2, len(ms))
 	}
 	require.EqualValues(t, 2, g.maxOpen.Load())
-	open, queued := h.ModelCalls()
+	open, queued := h.modelCalls()
 	require.Zero(t, open)
 	require.Zero(t, queued)
 }
@@ -219,12 +219,12 @@ func TestQueuedModelCallHonoursCancel(t *testing.T) {
 	b, err := h.Create(ctx, CreateOptions{})
 	require.NoError(t, err)
 	require.NoError(t, h.Followup(ctx, a, userMsg(t, "a")))
-	eventually(t, "a open", func() bool { open, _ := h.ModelCalls(); return open == 1 })
+	eventually(t, "a open", func() bool { open, _ := h.modelCalls(); return open == 1 })
 	require.NoError(t, h.Followup(ctx, b, userMsg(t, "b")))
-	eventually(t, "b queued", func() bool { _, q := h.ModelCalls(); return q == 1 })
+	eventually(t, "b queued", func() bool { _, q := h.modelCalls(); return q == 1 })
 	require.NoError(t, h.Cancel(ctx, b, session.CancelCause{Kind: session.CauseUser}))
 	require.NoError(t, h.WaitIdle(ctx, b))
-	_, queued := h.ModelCalls()
+	_, queued := h.modelCalls()
 	require.Zero(t, queued)
 	close(g.release)
 	require.NoError(t, h.WaitIdle(ctx, a))

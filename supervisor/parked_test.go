@@ -24,7 +24,7 @@ func TestParkedStatsRoundTrip(t *testing.T) {
 		{Events: 3, Usage: usage(-1, math.MinInt64, 0, 0, 0)}, // never logged, but kept exactly
 	} {
 		resident := st
-		resident.Resident, resident.Durable, resident.ResidentBytes = true, 17, SessionOverheadBytes
+		resident.Resident, resident.Durable, resident.ResidentBytes = true, 17, sessionOverheadBytes
 		want := st
 		want.Durable = -1
 		want.Usage = usage(st.Usage.InputTokens, st.Usage.OutputTokens, st.Usage.ReasoningTokens.Or(0),

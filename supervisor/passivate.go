@@ -14,14 +14,14 @@ import (
 )
 
 // The constants of the memory estimate (Stats.ResidentBytes). They are
-// rough: SessionOverheadBytes stands for the two actors with their
+// rough: sessionOverheadBytes stands for the two actors with their
 // mailboxes and processes, the inbox actor, the agent's driver and mirror
 // structures, the persister's tracking state and the host's entry;
-// EventOverheadBytes for an Event value, its slots in the log, the
+// eventOverheadBytes for an Event value, its slots in the log, the
 // mirror and the surface index, and the derived message it may carry.
 const (
-	SessionOverheadBytes = 32 << 10
-	EventOverheadBytes   = 192
+	sessionOverheadBytes = 32 << 10
+	eventOverheadBytes   = 192
 )
 
 // flushError marks an error a persister write reported (FlushFailed), as
@@ -92,8 +92,8 @@ func (h *Host) Passivated() int64 {
 	return h.passivated
 }
 
-// ResidentBytes sums Stats.ResidentBytes over the resident sessions.
-func (h *Host) ResidentBytes() int64 {
+// residentBytes sums Stats.ResidentBytes over the resident sessions.
+func (h *Host) residentBytes() int64 {
 	h.mu.Lock()
 	entries := make([]*entry, 0, len(h.sessions))
 	for _, e := range h.sessions {
@@ -105,7 +105,7 @@ func (h *Host) ResidentBytes() int64 {
 		select {
 		case <-e.ready:
 			if e.err == nil {
-				n += SessionOverheadBytes + e.bytes.Load()
+				n += sessionOverheadBytes + e.bytes.Load()
 			}
 		default:
 		}

@@ -253,7 +253,7 @@ func TestProtoactorLogsAtDebug(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
-	sys := NewSystem(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	sys := newSystem(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	defer sys.Shutdown()
 	sys.Logger().Info("an info record of protoactor")
 	sys.Logger().Error("an error record of protoactor")
@@ -262,7 +262,7 @@ func TestProtoactorLogsAtDebug(t *testing.T) {
 	mu.Unlock()
 
 	buf.Reset()
-	sys2 := NewSystem(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	sys2 := newSystem(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer sys2.Shutdown()
 	sys = sys2
 	sys.Logger().Error("an error record of protoactor")
