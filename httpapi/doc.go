@@ -4,6 +4,21 @@
 // Server-Sent Events for a session's log, and the error envelope every
 // failure is answered with.
 //
+// # Serving
+//
+// A [Server] is an http.Handler over a [Backend]:
+//
+//	srv, err := httpapi.New(httpapi.Config{Backend: host, Token: token})
+//	hs := &http.Server{Addr: addr, Handler: srv}
+//	hs.RegisterOnShutdown(srv.Close) // ends the event streams at an event boundary
+//	err = hs.ListenAndServe()
+//	// after hs.Shutdown: srv.Wait(), then close the host
+//
+// The Backend is a *supervisor.Host for the sessions of one process, or a
+// *cluster.Client for those of a cluster (dsh serve --peers dials one with
+// the members' shared store, so listing activates nothing). Example runs
+// one in-memory host behind a server.
+//
 // # Routes
 //
 //	POST /v1/sessions                 create: {"id"?, "system"?} → 201 {"id"}

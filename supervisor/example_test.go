@@ -52,3 +52,40 @@ func Example() {
 	// user
 	// assistant
 }
+
+// ExampleSessions codes against supervisor.Sessions, so the same function
+// drives the sessions of one process (a *Host, here in memory) or of a
+// cluster (a *cluster.Client).
+func ExampleSessions() {
+	ask := func(ctx context.Context, s supervisor.Sessions, text string) ([]messages.Message, error) {
+		id, err := s.Create(ctx, supervisor.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		msg, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.UserSource())
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Followup(ctx, id, msg); err != nil {
+			return nil, err
+		}
+		if err := s.WaitIdle(ctx, id); err != nil {
+			return nil, err
+		}
+		return s.Messages(ctx, id)
+	}
+
+	ctx := context.Background()
+	host, err := supervisor.Open(supervisor.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer host.Close(ctx)
+	history, err := ask(ctx, host, "hello")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(history), history[1].Role())
+	// Output:
+	// 2 assistant
+}
