@@ -1,7 +1,23 @@
 // Package messages is dsh's value vocabulary: [Message] and [MessageID],
 // content blocks, sources, [TokenUsage], [StreamChunk], [FinishReason],
 // [LlmFailure], [CallConfig], [ToolSchema], and [JSON], the lossless JSON value
-// every payload travels as.
+// every payload travels as. docs/messages.md describes the vocabulary and
+// its rules in prose.
+//
+// # Using it
+//
+// Build a message with the constructor for its role: [NewUserMessage] (a
+// prompt, steering, an injection; its [Source] says which),
+// [NewAssistantMessage] (a model's answer, with the [ModelSource] that
+// produced it) or [NewToolResultMessage] (a tool's result answering one
+// call, [ToolSucceeded] or [ToolFailed]). Content is a list of blocks:
+// [TextBlock], [ReasoningBlock], [ToolCallBlock], [ToolResultBlock],
+// [ImageBlock]. Read a message back through its getters (Role, Source,
+// Blocks, Block(i).Text(), ...), and its JSON form with JSON; read one from
+// JSON with [ImportMessage]. A model stream is a sequence of [StreamChunk]
+// values (TextDeltaChunk, ToolCallDeltaChunk, ..., FinishChunk) ending in a
+// [FinishReason]; a failed call is an [LlmFailure]. The examples show a
+// conversation built, a message imported and rewritten, and JSON parsed.
 //
 // Every value here is immutable: fields are unexported (or scalars), built
 // by constructors that validate and deep-copy their inputs, and read through

@@ -1,6 +1,21 @@
 // Package session is the session event log: the append-only, immutable
 // record of one agent session from which everything a model ever sees is
-// rebuilt, and the actor that owns it.
+// rebuilt, and the actor that owns it. docs/session-log.md describes the
+// log (events, surface, derived messages, forks, crash repair) and
+// docs/log-format.md its files, byte by byte.
+//
+// # Using it
+//
+// Build a log with [New] (a fresh session) or [NewSeeded] (a resume or a
+// fork), append events with [Log.Append] as drafts built from the typed
+// payloads ([TurnStart], [UserMessage], [AssistantChunk],
+// [AssistantMessage], [ToolCall], [ToolResult], [TurnEnd], ... each has a
+// Draft method), and read the messages a model sees next with
+// [Log.DeriveMessages]. Read a file with [ReadFile] and rebuild its log
+// with [Restore]; write one with [WriteFile]. Inside an actor system the
+// session actor ([Props]) owns the log and the others talk to it with the
+// messages of its protocol (below). The examples show a log built and
+// refused a bad event, a file written and read back, and the actor.
 //
 // # The pure core
 //
