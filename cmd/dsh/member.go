@@ -18,9 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dshgo/dsh/actors/llm"
-	"github.com/dshgo/dsh/actors/llm/deepseek"
-	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/cluster"
 	"github.com/dshgo/dsh/supervisor"
@@ -170,25 +167,10 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} else if err != nil {
 		return usagef("member: %v", err)
 	}
-	var prov llm.Provider
-	switch provider {
-	case "synthetic":
-		if speed < 0 {
-			return usagef("member: --synthetic-speed must not be negative")
-		}
-		p, err := synthetic.New(synthetic.Config{Model: model, TextChunks: 40, TokensPerSecond: speed})
-		if err != nil {
-			return err
-		}
-		prov = p
-	case "deepseek":
-		p, err := deepseek.New(deepseek.Config{Model: model})
-		if err != nil {
-			return err
-		}
-		prov = p
-	default:
-		return usagef("member: unknown --provider %q (synthetic or deepseek)", provider)
+	// The members record the model id as given: "" is the provider's.
+	prov, _, err := modelFlags{provider: provider, model: model, speed: speed}.open("member: ")
+	if err != nil {
+		return err
 	}
 	if passivate < 0 {
 		return usagef("member: --passivate-after must not be negative")

@@ -17,8 +17,6 @@ import (
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/agent/fstools"
 	"github.com/dshgo/dsh/actors/llm"
-	"github.com/dshgo/dsh/actors/llm/deepseek"
-	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/cluster"
@@ -54,32 +52,24 @@ Flags:
 
 // talkFlags are the flags shared by run and chat.
 type talkFlags struct {
-	provider, baseURL, model string
-	sessionID, system        string
-	stores                   storeFlags
-	workdir                  string
-	showReasoning, verbose   bool
-	asJSON                   bool
-	speed                    float64
-	peers                    string   // run on a cluster (dsh member processes)
-	tls                      tlsFlags // with --peers: mutual TLS with the members
-	obs                      obsFlags
+	modelFlags
+	sessionID, system      string
+	stores                 storeFlags
+	workdir                string
+	showReasoning, verbose bool
+	asJSON                 bool
+	peers                  string   // run on a cluster (dsh member processes)
+	tls                    tlsFlags // with --peers: mutual TLS with the members
+	obs                    obsFlags
 }
 
 func (f *talkFlags) register(fs *flag.FlagSet, withJSON bool) {
-	def := "synthetic"
-	if os.Getenv(deepseek.APIKeyEnv) != "" {
-		def = "deepseek"
-	}
-	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set, else synthetic)")
-	fs.StringVar(&f.baseURL, "base-url", "", "deepseek: API root (default "+deepseek.DefaultBaseURL+")")
-	fs.StringVar(&f.model, "model", "", "model id (default: the provider's)")
+	f.modelFlags.register(fs)
 	f.stores.register(fs, "data directory holding the sessions (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh); --store jsonl:DIR")
 	fs.StringVar(&f.sessionID, "session", "", "resume this session instead of creating one")
 	fs.StringVar(&f.system, "system", "", "system prompt")
 	fs.StringVar(&f.workdir, "workdir", "", "directory the file tools may read (default: the current directory)")
 	fs.BoolVar(&f.showReasoning, "show-reasoning", false, "print the model's reasoning on stderr")
-	fs.Float64Var(&f.speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
 	fs.BoolVar(&f.verbose, "verbose", false, "print tool calls and turn ends on stderr")
 	fs.StringVar(&f.peers, "peers", "", "run on a cluster: the provider endpoints (host:port, comma-separated) of its members; the session lives there (--dir, --provider, --workdir and --system are the members')")
 	f.tls.register(fs, "with --peers: ")
@@ -124,33 +114,12 @@ func (t *talk) logged(ctx context.Context) (int64, error) {
 
 // openTalk opens the host and creates or resumes the session.
 func openTalk(ctx context.Context, f talkFlags, env talkEnv, o *obs) (*talk, error) {
-	prov := env.provider
-	model := f.model
-	switch {
-	case prov != nil:
-	case f.provider == "synthetic":
-		if f.baseURL != "" {
-			return nil, usagef("--base-url is for --provider deepseek")
-		}
-		if f.speed < 0 {
-			return nil, usagef("--synthetic-speed must not be negative")
-		}
-		p, err := synthetic.New(synthetic.Config{Model: f.model, TextChunks: 40, TokensPerSecond: f.speed})
-		if err != nil {
+	prov, model := env.provider, f.model
+	if prov == nil {
+		var err error
+		if prov, model, err = f.modelFlags.open(""); err != nil {
 			return nil, err
 		}
-		prov = p
-	case f.provider == "deepseek":
-		p, err := deepseek.New(deepseek.Config{BaseURL: f.baseURL, Model: f.model})
-		if err != nil {
-			return nil, err
-		}
-		prov = p
-		if model == "" {
-			model = deepseek.DefaultModel
-		}
-	default:
-		return nil, usagef("unknown --provider %q (synthetic or deepseek)", f.provider)
 	}
 	loc, err := f.stores.location("--store")
 	if err != nil {

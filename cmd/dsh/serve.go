@@ -19,8 +19,6 @@ import (
 	"github.com/dshgo/dsh/actors/agent"
 	"github.com/dshgo/dsh/actors/agent/fstools"
 	"github.com/dshgo/dsh/actors/llm"
-	"github.com/dshgo/dsh/actors/llm/deepseek"
-	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/cluster"
 	"github.com/dshgo/dsh/httpapi"
@@ -63,12 +61,11 @@ Flags:
 
 // serveFlags are the flags of dsh serve.
 type serveFlags struct {
-	addr, tokenFile, cors       string
-	stores                      storeFlags
-	certFile, keyFile           string
-	provider, baseURL, model    string
+	addr, tokenFile, cors string
+	stores                storeFlags
+	certFile, keyFile     string
+	modelFlags
 	workdir                     string
-	speed                       float64
 	maxBody                     int64
 	passivate, drain, keepAlive time.Duration
 	peers                       string
@@ -77,20 +74,13 @@ type serveFlags struct {
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
-	def := "synthetic"
-	if os.Getenv(deepseek.APIKeyEnv) != "" {
-		def = "deepseek"
-	}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
 	f.stores.register(fs, "data directory holding the sessions (default $XDG_DATA_HOME/dsh, else ~/.local/share/dsh); --store jsonl:DIR")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token every /v1 route needs (default: $DSH_TOKEN; none: no auth, loopback only)")
 	fs.StringVar(&f.cors, "cors-origin", "", "the one foreign origin (scheme://host[:port]) allowed to call the API")
 	fs.StringVar(&f.certFile, "https-cert", "", "serve HTTPS with this certificate (PEM; with --https-key)")
 	fs.StringVar(&f.keyFile, "https-key", "", "the HTTPS certificate's private key (PEM)")
-	fs.StringVar(&f.provider, "provider", def, "model provider: synthetic or deepseek (default deepseek when "+deepseek.APIKeyEnv+" is set, else synthetic)")
-	fs.StringVar(&f.baseURL, "base-url", "", "deepseek: API root (default "+deepseek.DefaultBaseURL+")")
-	fs.StringVar(&f.model, "model", "", "model id (default: the provider's)")
-	fs.Float64Var(&f.speed, "synthetic-speed", 0, "synthetic: tokens per second per stream (0: as fast as possible)")
+	f.modelFlags.register(fs)
 	fs.StringVar(&f.workdir, "workdir", "", "directory the model's read-only file tools may read (default: no file tools)")
 	fs.Int64Var(&f.maxBody, "max-body", httpapi.DefaultMaxBody, "largest request body, in bytes")
 	fs.DurationVar(&f.passivate, "passivate-after", 10*time.Minute, "stop a session idle this long (it resumes from --dir on its next request; 0: never)")
@@ -327,25 +317,7 @@ func serveProvider(f serveFlags, env serveEnv) (llm.Provider, string, error) {
 	if env.provider != nil {
 		return env.provider, f.model, nil
 	}
-	switch f.provider {
-	case "synthetic":
-		if f.baseURL != "" {
-			return nil, "", usagef("serve: --base-url is for --provider deepseek")
-		}
-		if f.speed < 0 {
-			return nil, "", usagef("serve: --synthetic-speed must not be negative")
-		}
-		p, err := synthetic.New(synthetic.Config{Model: f.model, TextChunks: 40, TokensPerSecond: f.speed})
-		return p, f.model, err
-	case "deepseek":
-		p, err := deepseek.New(deepseek.Config{BaseURL: f.baseURL, Model: f.model})
-		model := f.model
-		if model == "" {
-			model = deepseek.DefaultModel
-		}
-		return p, model, err
-	}
-	return nil, "", usagef("serve: unknown --provider %q (synthetic or deepseek)", f.provider)
+	return f.modelFlags.open("serve: ")
 }
 
 // loopbackAddr reports whether a listen host is a loopback name or
