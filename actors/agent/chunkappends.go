@@ -113,8 +113,8 @@ func (a *agentActor) chunkReply(ctx actor.Context, m session.AppendReply) bool {
 // releaseChunkBuffers drops the chunk buffers once the stream is over and
 // nothing is in flight, so an idle session keeps none. While the stream
 // runs they are kept: at a model's pace each chunk's Append is answered
-// before the next chunk, and reallocating them cost allocations per
-// chunk.
+// before the next chunk, and reallocating them would cost allocations
+// per chunk.
 func (a *agentActor) releaseChunkBuffers() {
 	c := &a.chunks
 	if len(c.flight) > 0 || (a.d != nil && a.d.Streaming()) {

@@ -136,8 +136,8 @@ func TestAgentAppendsComeBackOnceByTheirReply(t *testing.T) {
 }
 
 // At a model's pace each chunk's append is acknowledged before the next
-// chunk arrives: the driver's chunk queue keeps its array meanwhile (it
-// was dropped whenever it emptied, and reallocated by the next chunk: an
+// chunk arrives: the driver's chunk queue keeps its array meanwhile (were
+// it dropped whenever it emptied, the next chunk would reallocate it: an
 // allocation per chunk), and drops it once the stream has ended.
 func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
 	r := newRig(t, driverConfig{})

@@ -170,7 +170,7 @@
 // and runs another step for it. A refused inbox operation is dropped (and
 // logged); an error, a panic or an invalid contribution ends the turn
 // {error}. The log replay delivers the recorded step-boundary
-// contributions through it, so that they no longer race the next claim.
+// contributions through it, so that they do not race the next claim.
 //
 // # Runtime-context snapshot
 //

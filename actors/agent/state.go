@@ -233,7 +233,7 @@ type driver struct {
 	// first, without the map insert and delete per chunk that tags cost.
 	// chunkRefs[:chunkHead] are acknowledged already. The array is kept
 	// while a stream runs (at a model's pace each chunk is acknowledged
-	// before the next: reallocating it cost an allocation per chunk) and
+	// before the next: reallocating it would cost an allocation per chunk) and
 	// dropped once the queue empties after it.
 	chunkRefs []uint64
 	chunkHead int

@@ -9,27 +9,12 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// The step-end hook (agent/step-end): what a plugin does at a step
-// boundary, inside the loop.
-//
-// The reference has no such event: its plugins watch the log (session/event)
-// for step/end and act from a microtask, since a session/event listener may
-// not append. The loop has by then gone on synchronously to its next claim
-// (docs/agent-loop.md#turns-and-steps), or, after the last step, to its
-// emptiness check; the plugins' inserts, cancellations and log-only events
-// land after that, before the pre-step waterfall (or turn-stopping) returns.
-// The recordings show it: tool-jobs' notice, inserted after step/end, is
-// claimed one step later; workspace-context inserts its reminder after
-// step/end and cancels it itself, no claim in between. Outside the loop (the
-// log replay re-sending them), those contributions race the agent's next
-// claim. The hook makes that point deterministic: it runs once the step's
-// step/end is committed and the boundary's claim has been answered, and
-// before anything else is decided (pressure compaction, the pre-step hook,
-// turn-stopping, the end of the turn); its contributions are performed in
-// order before the loop goes on. The rejected alternative, running it before
-// the claim, would let a contribution enter the step that follows at once,
-// which is not what the reference's plugins get (and not what its logs
-// record).
+// The step-end hook (agent/step-end, dsh's own): what a plugin does at a
+// step boundary, run inside the loop at a fixed point (after step/end is
+// committed and the boundary's claim answered, before anything else is
+// decided), so that the contributions the reference's plugins make from
+// the log's events land where its recordings put them instead of racing
+// the next claim (docs/agent-loop.md#turns-and-steps).
 
 // StepEndInput is what the step-end hook sees: the step that ended.
 type StepEndInput struct {

@@ -130,8 +130,8 @@ func Props(cfg Config) (*actor.Props, error) {
 // Template is an agent configuration prepared once for many agents: it is
 // validated and its driver configuration derived once, and every agent
 // made from it (Template.Props) reads it, shared, instead of holding
-// copies of its own (over a kilobyte per agent, which a host with
-// thousands of idle resident sessions paid for each). A Template is
+// copies of its own (over a kilobyte per agent, for each of a host's
+// thousands of idle resident sessions). A Template is
 // immutable and safe for concurrent use.
 type Template struct {
 	cfg    Config // Session unset: each agent names its own
