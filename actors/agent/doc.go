@@ -1,17 +1,38 @@
-// Package agent is a session's turn/step driver (docs/architecture.md#actors,
-// docs/agent-loop.md#turns-and-steps): it claims input from the inbox,
-// records turns, steps, user messages, request headers, raw chunks,
-// completion anchors and tool calls/results in the session log, streams model
-// calls through a child stream actor, runs tools, retries failed calls inside
-// their step, and handles cancellation.
+// Package agent runs a session's agent loop (docs/agent-loop.md): it
+// claims input from the session's inbox, runs turns of steps, each a
+// model call streamed through a child stream actor and the tool calls it
+// asks for, retries failed calls inside their step, compacts the history
+// when it outgrows the model's context, handles cancellation, and records
+// all of it in the session log, from which every request is rebuilt.
+//
+// # Using it
+//
+// The agent is an actor beside the session actor whose log it writes (a
+// supervisor.Host runs one per session). Describe the agent once in a
+// [Config]: the Provider and Model, the System prompt, the Tools (a
+// [Registry] of [Tool] values), the [Hooks], the retry and [CompactionConfig]
+// settings, and an Observer for status changes. [NewTemplate] validates it
+// and prepares it once for many agents; [Template.Props] gives the props of
+// the agent of one session actor ([Props] does both for a single agent).
+// The agent spawns its own inbox and stream actors as children.
+//
+// Talk to it with the messages of its protocol (the table below): Followup
+// queues a prompt as a turn of its own, Steer input for the running turn's
+// next step, Inject input that waits for the next waking one; each is
+// answered Sent once it is durable in the log. WaitIdle is answered once
+// no turn runs; Cancel aborts the turn; Dispose ends the agent for good.
+// The log then holds the whole turn (turn/start, step/start, the user
+// message, request/header, the chunks, the assistant message, tool calls
+// and results, step/end, turn/end). Example runs one turn.
 //
 // # Layers
 //
-// [driver] (state.go) is the pure core: a state machine with no goroutines,
-// clock or I/O. [driver.Step] takes one [input] (an append acknowledged, a
-// claim answered, a chunk, a hook's or a tool's end, a timer, the inbox's
-// notices, the committed events for the log mirror, and the protocol's
-// Cancel, SetSystem, SetRuntimeContext and Dispose) and returns [effects].
+// The driver (state.go) is the pure core: a state machine with no
+// goroutines, clock or I/O. Its Step (step.go) takes one input (an append
+// acknowledged, a claim answered, a chunk, a hook's or a tool's end, a
+// timer, the inbox's notices, the committed events for the log mirror, and
+// the protocol's Cancel, SetSystem, SetRuntimeContext and Dispose) and
+// returns the effects (effects.go) the shell performs, in order.
 // state_test.go drives it alone (inputs in, effects out). The core
 // keeps a mirror of the session log (fed by the agent's subscription to the
 // session) and builds every request from it: messages = DeriveMessages(),
@@ -22,15 +43,15 @@
 // its chunks, a tool/result citing its tool/call, a claim whose splice must
 // follow our events) the core waits for every append in flight.
 //
-// The actor (actor.go) is the thin shell: it owns the driver, spawns the
-// inbox actor (owner = the agent) and one llm stream actor per model
-// call as children, runs tool bodies and blocking hooks in goroutines it
-// owns (under the turn's abort signal), and arms retry timers with
-// time.AfterFunc. The shell also coalesces chunk appends: while one is
-// unanswered, the chunks after it are held and sent together as one
-// Append when its answer comes; the driver still sees one append and one
-// acknowledgement per chunk, and order is kept (chunkAppends in
-// actor.go).
+// The actor (actor.go) is the thin shell: it owns the driver, turns each
+// message it receives into the driver's input (inputOf), spawns the inbox
+// actor (owner = the agent) and one llm stream actor per model call as
+// children, runs tool bodies and blocking hooks in goroutines it owns
+// (workers.go, under the turn's abort signal), and arms retry timers with
+// time.AfterFunc. The shell also coalesces chunk appends (chunkappends.go):
+// while one is unanswered, the chunks after it are held and sent together
+// as one Append when its answer comes; the driver still sees one append
+// and one acknowledgement per chunk, and order is kept.
 //
 // # Messages
 //
@@ -179,25 +200,26 @@
 // sandbox:policy and approval:policy) are not in the system prompt. They
 // travel as a user/message with source {kind:plugin,
 // plugin:@deepseek-ai/dsh-system-prompt, form:snapshot, sections:[{name,
-// text}...]} and one text block: runtimeContextPreamble, then each section's
-// text after a blank line (the reference's rendering, checked byte for byte
-// against every snapshot of the corpus). At pre-step, after the pressure
-// compaction, the candidate is appended to the default enter batch (claimed +
-// [snapshot]) only when its text differs from the last snapshot still on the
-// surface; with a pre-step hook it is offered as PreStepInput.Snapshot and
-// appended to an entering decision that does not carry it already. It never
-// opens a step alone (an empty first claim still completes the turn empty).
-// The projection of the retained snapshot is rebuilt from the log the first
-// time it is needed (after a resume: the last snapshot recorded, if still a
-// surface node) and then follows the committed events: a snapshot is the
-// retained one, a replace that shadows it forgets it (so it is sent again;
-// the reference does not fall back on an earlier one). When every section is
-// gone, runtimeContextNone is sent once, if a snapshot other than it is
-// retained. Off by default: an empty Config.RuntimeContext sends nothing and
-// builds no projection until a SetRuntimeContext (which turns it on even when
-// empty, so that a cleared context sends the none text). Like SetSystem's
-// prompt, a context set by message is not carried over a restart: the new
-// incarnation starts from Config.RuntimeContext.
+// text}...]} and one text block: a preamble (this snapshot supersedes earlier
+// ones), then each section's text after a blank line (the reference's
+// rendering, checked byte for byte against every snapshot of the corpus). At
+// pre-step, after the pressure compaction, the candidate is appended to the
+// default enter batch (claimed + [snapshot]) only when its text differs from
+// the last snapshot still on the surface; with a pre-step hook it is offered
+// as PreStepInput.Snapshot and appended to an entering decision that does not
+// carry it already. It never opens a step alone (an empty first claim still
+// completes the turn empty). The projection of the retained snapshot is
+// rebuilt from the log the first time it is needed (after a resume: the last
+// snapshot recorded, if still a surface node) and then follows the committed
+// events: a snapshot is the retained one, a replace that shadows it forgets
+// it (so it is sent again; the reference does not fall back on an earlier
+// one). When every section is gone, a text saying that no runtime context
+// applies any more is sent once, if a snapshot other than it is retained. Off
+// by default: an empty Config.RuntimeContext sends nothing and builds no
+// projection until a SetRuntimeContext (which turns it on even when empty, so
+// that a cleared context sends the none text). Like SetSystem's prompt, a
+// context set by message is not carried over a restart: the new incarnation
+// starts from Config.RuntimeContext.
 //
 // # Compaction
 //
@@ -213,7 +235,7 @@
 //   - pressure: after a claim, before the pre-step hook (the reference's
 //     compaction listener precedes the hook bridges), the request is
 //     estimated (the surface's messages, the claimed batch, the system
-//     prompt and the tool schemas; estimateMessageTokens or
+//     prompt and the tool schemas; the default estimate or
 //     CompactionConfig.EstimateTokens, the prompt and schemas at bytes/4)
 //     against floor(contextWindow × 0.8), the window being the route's
 //     (Route.ContextWindow) for the config in force. No window, no
@@ -226,7 +248,8 @@
 // shadowed messages and a fixed final instruction that is sent, not
 // logged; its chunks are not logged), compaction/summary, the checkpoint
 // user/message (source {kind:plugin, plugin:compact, compactionId};
-// compactionPreamble + the summary + </compacted-summary>; surface
+// a preamble (an automatically generated checkpoint) + the summary +
+// </compacted-summary>; surface
 // replace over the shadowed span; sourceEventSeqs [start, summary,
 // ...shadowed]) and compaction/end. A failed, empty or cancelled summary
 // writes compaction/end {error} and leaves the surface untouched. The
@@ -245,7 +268,7 @@
 // turns does not prune): each tool result of the shadowed span whose
 // model-visible content exceeds the bound gets compaction/prune
 // {shadowedRange, shadowedSeqs, shadowedTokenCount} and a tool/result
-// replace of that single node (same data, content = prunedToolResultText),
+// replace of that single node (same data, content = "[tool result pruned by compaction: N bytes omitted]"),
 // in one atomic append. The summariser then sees the pruned content, and
 // the checkpoint shadows the replacements. Prunes are durable: they stay
 // when the summary fails.
