@@ -1,6 +1,10 @@
 // Package logreplay re-runs a recorded session log through dsh's own
 // agent loop, in process, and says whether dsh reproduces it (docs/replay.md):
 // `dsh log replay` and the conformance tests over the harness corpus.
+// Read the recording with [Load] (a log file, and the override beside it)
+// or [LoadFixture] (a reference snapshot with placeholders), then [Run] it;
+// the [Result] says whether it conforms, or where it first diverges.
+// Example replays one recording of the corpus.
 //
 // # What a run does
 //
