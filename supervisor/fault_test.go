@@ -191,7 +191,7 @@ func (p *panicPreStepHook) PreStep(_ context.Context, in agent.PreStepInput) (ag
 }
 
 // A PreStep hook runs in a goroutine of the agent: its panic is recovered
-// there (it used to take the process down) and ends the turn in error.
+// there (unrecovered, it would take the process down) and ends the turn in error.
 func TestFaultPreStepHookPanic(t *testing.T) {
 	ctx := testCtx(t)
 	h := openHost(t, Config{Dir: t.TempDir(), Hooks: agent.Hooks{PreStep: &panicPreStepHook{}}})
