@@ -99,18 +99,25 @@ func keys(nodes []completionNode) string {
 	return strings.Join(ks, "|")
 }
 
-// caseArms writes one case arm per node with something to offer: pick
-// chooses the list (words or flags), open is "" (bash) or "(" (zsh).
-func caseArms(b *strings.Builder, nodes []completionNode, pick func(completionNode) []string, open, assign string) {
-	for _, n := range nodes {
-		if l := pick(n); len(l) > 0 {
-			fmt.Fprintf(b, "\t\t%s%s) %s ;;\n", open, n.key, fmt.Sprintf(assign, strings.Join(l, " ")))
+// choose writes the rest of an "if the word is a flag" of bash or zsh:
+// a case on the command path setting cands to its flags, else one setting
+// it to its subcommands. open starts a case pattern ("" in bash, "(" in
+// zsh); assign is the assignment, with %s for the candidates.
+func choose(b *strings.Builder, nodes []completionNode, open, assign string) {
+	arms := func(pick func(completionNode) []string) {
+		b.WriteString("\t\tcase $key in\n")
+		for _, n := range nodes {
+			if l := pick(n); len(l) > 0 {
+				fmt.Fprintf(b, "\t\t%s%s) %s ;;\n", open, n.key, fmt.Sprintf(assign, strings.Join(l, " ")))
+			}
 		}
+		b.WriteString("\t\tesac\n")
 	}
+	arms(func(n completionNode) []string { return n.flags })
+	b.WriteString("\telse\n")
+	arms(func(n completionNode) []string { return n.words })
+	b.WriteString("\tfi\n")
 }
-
-func words(n completionNode) []string { return n.words }
-func flags(n completionNode) []string { return n.flags }
 
 // bashCompletion is the bash script: _dsh walks the words typed so far
 // down the command table (skipping flags, stopping at the first argument
@@ -129,17 +136,9 @@ _dsh() {
 		esac
 	done
 	if [[ $cur == -* ]]; then
-		case $key in
 `)
-	caseArms(&b, nodes, flags, "", "cands=%q")
-	b.WriteString(`		esac
-	else
-		case $key in
-`)
-	caseArms(&b, nodes, words, "", "cands=%q")
-	b.WriteString(`		esac
-	fi
-	COMPREPLY=($(compgen -W "$cands" -- "$cur"))
+	choose(&b, nodes, "", "cands=%q")
+	b.WriteString(`	COMPREPLY=($(compgen -W "$cands" -- "$cur"))
 }
 complete -o default -F _dsh dsh
 `)
@@ -164,17 +163,9 @@ _dsh() {
 		esac
 	done
 	if [[ ${words[CURRENT]} == -* ]]; then
-		case $key in
 `)
-	caseArms(&b, nodes, flags, "(", "cands=(%s)")
-	b.WriteString(`		esac
-	else
-		case $key in
-`)
-	caseArms(&b, nodes, words, "(", "cands=(%s)")
-	b.WriteString(`		esac
-	fi
-	if (( ${#cands} )); then
+	choose(&b, nodes, "(", "cands=(%s)")
+	b.WriteString(`	if (( ${#cands} )); then
 		compadd -a cands
 	else
 		_files
