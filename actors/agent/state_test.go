@@ -5,12 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/inbox"
-	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/messages"
 )
@@ -190,6 +188,9 @@ func (r *rig) logTypes() []string {
 	return out
 }
 
+// Turns driven by hand on the rig's acknowledgements. The cases that read
+// as inputs in, effects out are transcripts (testdata/driver,
+// TestDriverTranscripts).
 func TestDriverTurns(t *testing.T) {
 	text := textResponse("hi").chunks
 	body, finish := text[:len(text)-1], messages.FinishStop
@@ -201,71 +202,6 @@ func TestDriverTurns(t *testing.T) {
 		log     []string
 		ends    []session.TurnEndReason
 	}{{
-		name: "a simple turn",
-		drive: func(r *rig) {
-			r.followup("hello")
-			r.chunks(body...)
-			r.end(finish, messages.LlmFailure{}, false)
-		},
-		effects: []string{"status running", "signal", "append turn/start", "claim next-turn 1",
-			"append step/start,user/message", "append request/header,request/context", "stream mock-1",
-			"append assistant/chunk", "append assistant/chunk", "append assistant/chunk", "append assistant/chunk",
-			"append assistant/chunk", "append assistant/message", "append step/end", "claim next-step 0",
-			"append turn/end", "status idle"},
-		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
-			"assistant/chunk", "assistant/message", "step/end", "turn/end"},
-		ends: []session.TurnEndReason{{Kind: session.EndCompleted}},
-	}, {
-		name: "a cancel mid-stream finalizes the prefix",
-		drive: func(r *rig) {
-			r.followup("hello")
-			r.chunks(messages.BlockStartChunk(0, messages.BlockText), messages.TextDeltaChunk(0, "par"))
-			r.run(r.input(Cancel{Cause: session.CancelCause{Kind: session.CauseUser}, KeepInbox: true}))
-			r.end(messages.FinishAborted, messages.LlmFailure{}, true)
-		},
-		effects: []string{"status running", "signal", "append turn/start", "claim next-turn 1",
-			"append step/start,user/message", "append request/header,request/context", "stream mock-1",
-			"append assistant/chunk", "append assistant/chunk", "abort user", "cancel-stream",
-			"append assistant/message", "append step/end", "append turn/end", "status idle"},
-		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
-			"assistant/chunk", "assistant/message", "step/end", "turn/end"},
-		ends: []session.TurnEndReason{{Kind: session.EndAborted, Cause: session.CancelCause{Kind: session.CauseUser}}},
-	}, {
-		name: "a failed attempt retries inside its step",
-		cfg:  driverConfig{Retry: llm.RetryPolicy{InitialDelay: time.Millisecond, JitterRatio: -1}},
-		drive: func(r *rig) {
-			r.followup("hello")
-			r.end(messages.FinishError, messages.LlmFailure{Message: "busy", Code: "SERVER"}, false)
-			r.run(r.input(retryTimerFired{Gen: r.timer}))
-			r.chunks(body...)
-			r.end(finish, messages.LlmFailure{}, false)
-		},
-		effects: []string{"status running", "signal", "append turn/start", "claim next-turn 1",
-			"append step/start,user/message", "append request/header,request/context", "stream mock-1",
-			"append llm/retry", "timer", "append llm/retry-started", "stream mock-1",
-			"append assistant/chunk", "append assistant/chunk", "append assistant/chunk", "append assistant/chunk",
-			"append assistant/chunk", "append assistant/message", "append step/end", "claim next-step 0",
-			"append turn/end", "status idle"},
-		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
-			"llm/retry", "llm/retry-started", "assistant/chunk", "assistant/message", "step/end", "turn/end"},
-		ends: []session.TurnEndReason{{Kind: session.EndCompleted}},
-	}, {
-		name: "a system prompt change is logged once, at the next step",
-		drive: func(r *rig) {
-			r.followup("a")
-			r.run(r.input(SetSystem{Prompt: "be brief"}))
-			r.chunks(body...)
-			r.end(finish, messages.LlmFailure{}, false)
-			r.followup("b")
-			r.chunks(body...)
-			r.end(finish, messages.LlmFailure{}, false)
-		},
-		log: []string{"turn/start", "step/start", "user/message", "request/header", "request/context",
-			"assistant/chunk", "assistant/message", "step/end", "turn/end",
-			"turn/start", "step/start", "user/message", "request/header",
-			"assistant/chunk", "assistant/message", "step/end", "turn/end"},
-		ends: []session.TurnEndReason{{Kind: session.EndCompleted}, {Kind: session.EndCompleted}},
-	}, {
 		// A cancel that lands while turn/end is being committed stops the
 		// continuation even though the inbox counts still show work: the
 		// clear will remove it.
