@@ -10,15 +10,14 @@ import (
 // ForkErrorCode names why a fork was refused.
 type ForkErrorCode string
 
-// The fork error codes of the reference (docs/session-log.md#forking). The
-// log core raises
-// the boundary codes; a session registry raises the others.
+// The fork error codes the log raises (docs/session-log.md#forking): a
+// boundary that is not an event of the log, or one inside an open turn.
+// The reference's other codes are about its session registry; in dsh a
+// missing or existing session is the host's error (supervisor.ErrNoSession,
+// supervisor.ErrExists), not a ForkError.
 const (
-	ForkInvalidBoundary      ForkErrorCode = "INVALID_BOUNDARY"
-	ForkOpenTurn             ForkErrorCode = "OPEN_TURN"
-	ForkSessionNotFound      ForkErrorCode = "SESSION_NOT_FOUND"
-	ForkSessionNotLive       ForkErrorCode = "SESSION_NOT_LIVE"
-	ForkSessionAlreadyExists ForkErrorCode = "SESSION_ALREADY_EXISTS"
+	ForkInvalidBoundary ForkErrorCode = "INVALID_BOUNDARY"
+	ForkOpenTurn        ForkErrorCode = "OPEN_TURN"
 )
 
 // ErrFork marks every ForkError; use errors.As to read its code.
