@@ -14,8 +14,8 @@ import (
 )
 
 // ErrNotJSON reports a value that is not lossless JSON in the harness's sense
-// (docs/session-log.md#lossless-json): malformed text, a non-finite number, negative zero, or an
-// object with a duplicate key.
+// (docs/session-log.md#lossless-json): malformed text, a non-finite number,
+// negative zero, or an object with a duplicate key.
 var ErrNotJSON = errors.New("messages: not lossless JSON")
 
 // JSON is an immutable, validated JSON value held as compact canonical text.

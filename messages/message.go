@@ -153,9 +153,9 @@ func (m Message) Equal(o Message) bool { return m.raw.Equal(o.raw) }
 
 // WithContent returns a message with the same id, role and source and new
 // content: the rewrite a pre-step hook makes (rewriting keeps the id:
-// docs/architecture.md#values). Only the content changes: members of an imported message that dsh
-// does not interpret stay, in their place. The content slice is copied; zero
-// blocks are left out.
+// docs/architecture.md#values). Only the content changes: members of an
+// imported message that dsh does not interpret stay, in their place. The
+// content slice is copied; zero blocks are left out.
 func (m Message) WithContent(content []ContentBlock) Message {
 	if _, ok := m.raw.Field("content"); !ok { // the zero Message
 		return build(m.id, m.role, content, m.source)

@@ -5,9 +5,9 @@ import "fmt"
 // SourceKind names where a message came from.
 type SourceKind string
 
-// The source kinds dsh produces (docs/messages.md#message-sources). Logs written by the reference
-// carry other kinds too (agent-instructions, skill-catalog, ...); those are
-// read and kept verbatim, never refused.
+// The source kinds dsh produces (docs/messages.md#message-sources). Logs
+// written by the reference carry other kinds too (agent-instructions,
+// skill-catalog, ...); those are read and kept verbatim, never refused.
 const (
 	SourceUser   SourceKind = "user"
 	SourcePlugin SourceKind = "plugin"

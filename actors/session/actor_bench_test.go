@@ -14,11 +14,11 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// turnScript yields the drafts of one realistic turn (the mix of docs/performance.md#targets):
-// turn and step boundaries, a user message, textChunks text deltas, the
-// assistant message, a tool call and its result, a second step with a short
-// answer. Each call to next returns the next draft, moving to a new turn
-// when one ends.
+// turnScript yields the drafts of one realistic turn (the mix of
+// docs/performance.md#targets): turn and step boundaries, a user message,
+// textChunks text deltas, the assistant message, a tool call and its result, a
+// second step with a short answer. Each call to next returns the next draft,
+// moving to a new turn when one ends.
 type turnScript struct {
 	turn       int64
 	pos        int

@@ -24,10 +24,10 @@ var frameEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
 })
 
 // AppendZstdFrame appends to dst one independent, checksummed zstd frame
-// (default level) holding plain, and returns the extended buffer: the
-// physical unit of a .jsonl.zstd file (docs/log-format.md#jsonl-files), one
-// per header line and one per durable batch. plain is only read; dst is owned by the caller
-// before and after. Safe for concurrent use.
+// (default level) holding plain, and returns the extended buffer: the physical
+// unit of a .jsonl.zstd file (docs/log-format.md#jsonl-files), one per header
+// line and one per durable batch. plain is only read; dst is owned by the
+// caller before and after. Safe for concurrent use.
 func AppendZstdFrame(dst, plain []byte) []byte {
 	enc, err := frameEncoder()
 	if err != nil {

@@ -19,7 +19,8 @@ type SessionID string
 
 // Header is the session header: the first line of a log file
 // (docs/session-log.md#creating-and-restoring-a-log,
-// docs/log-format.md#jsonl-files). Optional fields are absent when zero ("" or an absent OptInt).
+// docs/log-format.md#jsonl-files). Optional fields are absent when zero ("" or
+// an absent OptInt).
 type Header struct {
 	ID              SessionID
 	CreatedAt       int64 // epoch ms, non-negative
@@ -156,9 +157,10 @@ type AdapterDefaults struct {
 	MaxTokens       bool
 }
 
-// EpochHeader is what every model request of an epoch shares: the call
-// config, the adapter-default markers, the system prompt and the tools
-// (docs/session-log.md#request-headers). It is immutable; tools are behind Tools().
+// EpochHeader is what every model request of an epoch shares: the call config,
+// the adapter-default markers, the system prompt and the tools
+// (docs/session-log.md#request-headers). It is immutable; tools are behind
+// Tools().
 type EpochHeader struct {
 	Config          messages.CallConfig
 	AdapterDefaults AdapterDefaults

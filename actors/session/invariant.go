@@ -5,10 +5,10 @@ import (
 )
 
 // traceChecker checks the session trace invariants of the reference
-// (docs/session-log.md#invariants) one event at a time. Check validates without changing state;
-// Commit advances. Tests run it over every log they build, and builds with
-// -tags invariants (or -race) run it inside Log.Append, where a violation
-// vetoes the append. Not safe for concurrent use.
+// (docs/session-log.md#invariants) one event at a time. Check validates without
+// changing state; Commit advances. Tests run it over every log they build, and
+// builds with -tags invariants (or -race) run it inside Log.Append, where a
+// violation vetoes the append. Not safe for concurrent use.
 //
 // The rules:
 //   - seq strictly increases;

@@ -6,11 +6,11 @@ import (
 )
 
 // BenchmarkLogMemory appends b.N events of the realistic mix of
-// actor_bench_test.go to one log and reports the retained heap per logged
-// event (docs/performance.md#targets: ≤ 200 B per event), beside the baseline of the same
-// events' encoded JSONL bytes. The drafts are built inside the
-// measurement: an event keeps its draft's data. Run it with a fixed count,
-// e.g. -benchtime=200000x.
+// actor_bench_test.go to one log and reports the retained heap per logged event
+// (docs/performance.md#targets: ≤ 200 B per event), beside the baseline of the
+// same events' encoded JSONL bytes. The drafts are built inside the
+// measurement: an event keeps its draft's data. Run it with a fixed count, e.g.
+// -benchtime=200000x.
 func BenchmarkLogMemory(b *testing.B) {
 	script := newTurnScript(200)
 	l, err := New(Header{ID: "mem", CreatedAt: 1})

@@ -16,15 +16,15 @@ const (
 	toolNotStartedText = "The tool call was interrupted before it started, so it did not run. Retry it if it is still needed."
 )
 
-// InterruptedTurnClosers is crash repair (docs/session-log.md#crash-repair):
-// a pure function of the events that returns the events to append after them so that no turn
-// is left open. For a balanced log it returns nil. Otherwise, in order: one
-// synthetic error tool/result per pending call of the open step (with
-// TOOL_OUTCOME_UNKNOWN citing the tool/call when one was recorded,
+// InterruptedTurnClosers is crash repair (docs/session-log.md#crash-repair): a
+// pure function of the events that returns the events to append after them so
+// that no turn is left open. For a balanced log it returns nil. Otherwise, in
+// order: one synthetic error tool/result per pending call of the open step
+// (with TOOL_OUTCOME_UNKNOWN citing the tool/call when one was recorded,
 // TOOL_NOT_STARTED otherwise), step/end if a step is open, then turn/end
-// {interrupted}. Each closer's seq follows the last event and its time is
-// the last event's time. Plugin brackets (compaction/*) are never closed.
-// The returned slice is owned by the caller.
+// {interrupted}. Each closer's seq follows the last event and its time is the
+// last event's time. Plugin brackets (compaction/*) are never closed. The
+// returned slice is owned by the caller.
 func InterruptedTurnClosers(events []Event) []Event {
 	return interruptedTurnClosers(eventsOver(events))
 }

@@ -8,10 +8,10 @@ import (
 )
 
 // surface is the ordered list of surface nodes (event seqs) that derive the
-// model-visible history (docs/session-log.md#the-surface). Appends push a node; a replace splices
-// an inclusive positional range out and puts the new node at its start.
-// After a replace, surface order need not match seq order, so bounds are
-// found by position, never by numeric range.
+// model-visible history (docs/session-log.md#the-surface). Appends push a node;
+// a replace splices an inclusive positional range out and puts the new node at
+// its start. After a replace, surface order need not match seq order, so bounds
+// are found by position, never by numeric range.
 type surface struct {
 	nodes      []int64
 	generation int // replaceGeneration: bumps on every replace

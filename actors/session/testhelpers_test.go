@@ -10,9 +10,9 @@ import (
 )
 
 // Shared builders for the log core's tests. Every log they build obeys the
-// session trace (docs/session-log.md#invariants), because builds with -race or -tags invariants
-// run the traceChecker inside Append and veto a violation. Tests that need a
-// trace-breaking event list use looseLog.
+// session trace (docs/session-log.md#invariants), because builds with -race or
+// -tags invariants run the traceChecker inside Append and veto a violation.
+// Tests that need a trace-breaking event list use looseLog.
 
 // testNow is the epoch-ms clock of the tests; appendOK stamps the event at
 // seq testNow+Len so times differ between events.
