@@ -73,12 +73,16 @@ const storesNote = `Stores: --store jsonl:DIR (a directory of JSONL logs; --dir 
 or --store sqlite:PATH (one SQLite database), for run, chat, bench, sessions.
 `
 
+const colorNote = `On a terminal, the notices on stderr are dimmed; NO_COLOR (set and not
+empty) turns that off.
+`
+
 // topUsage is dsh's help.
 func topUsage() string {
 	var b strings.Builder
 	b.WriteString("dsh — a Go runtime for LLM agent sessions\n\nUsage:\n")
 	writeRows(&b, "dsh", commands())
-	b.WriteString("\n" + storesNote + logNote + envHelp)
+	b.WriteString("\n" + storesNote + logNote + envHelp + "\n" + colorNote)
 	b.WriteString("\nRun 'dsh help COMMAND' (or 'dsh COMMAND --help') for a command's flags.\n")
 	return b.String()
 }

@@ -43,6 +43,7 @@ func TestHelpOfEveryCommand(t *testing.T) {
 	code, out, _ := runDsh("--help")
 	require.Equal(t, exitOK, code)
 	require.Equal(t, top, out, "dsh help is dsh --help")
+	require.Contains(t, top, "NO_COLOR")
 	for _, l := range everyCommand() {
 		args := strings.Fields(l.path)
 		code, viaHelp, errOut := runDsh(append([]string{"help"}, args...)...)
