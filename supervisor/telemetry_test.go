@@ -235,6 +235,9 @@ func TestLogWriteFailureOnceAndItsRecovery(t *testing.T) {
 	fsys.full.Store(false)
 	followupAccepted(t, h, id, "three")
 	require.NoError(t, h.WaitIdle(ctx, id))
+	// The host logs the recovery when the persister's Durable notice
+	// reaches it, which can be after WaitIdle has returned.
+	eventually(t, "the recovery's info record", func() bool { return len(rec.atLevel(slog.LevelInfo)) > 0 })
 
 	warns := rec.atLevel(slog.LevelWarn)
 	require.Len(t, warns, 1, "one warning for the run of failures")
