@@ -57,7 +57,7 @@ func appendCompact(dst, src []byte) []byte {
 // open objects share one buffer, truncated as objects close.
 //
 // A hand-written scanner rather than json.Compact followed by a second walk:
-// the second walk had to re-find every token anyway, and json.Compact stops
+// the second walk would re-find every token anyway, and json.Compact stops
 // at 10,000 levels of nesting where the reference has no limit.
 func scanLossless(b []byte) (compact bool, err error) {
 	type frame struct {

@@ -180,8 +180,9 @@ var ErrRestarted = errors.New("session: actor restarted before the append commit
 // crashed instance was handling: an append is atomic, so either the log
 // grew by the whole batch (committed: AppendReply with those events) or it
 // did not (AppendFailed with ErrRestarted). Then it sends the subscribers
-// whatever the crash kept from them, first, as a normal append does. Observers that had not yet seen the
-// crashed batch when the panic unwound do not see it: observers are the
+// whatever the crash kept from them, first, as a normal append does.
+// Observers that had not yet seen the crashed batch when the panic unwound
+// do not see it: observers are the
 // embedder's in-process code, and the log and the subscriptions are what
 // the session guarantees.
 func (st *shell) settle(ctx actor.Context) {

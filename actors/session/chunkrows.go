@@ -324,8 +324,8 @@ func AppendRecords(dst []byte, events []Event, packing Packing) []byte {
 	var run []PackMember
 	if pack {
 		// A turn's batch is mostly one run of ~200 members (~130 B each):
-		// growing the run from nil on every call was half the cost of
-		// encoding a batch, so the buffer is reused.
+		// growing the run from nil on every call would be half the cost
+		// of encoding a batch, so the buffer is reused.
 		rp := runs.Get().(*[]PackMember)
 		run = (*rp)[:0]
 		defer func() {

@@ -13,9 +13,10 @@ import (
 //
 // Pages are small because the first one is copied at every growth step,
 // and beyond 256 elements a slice grows by a quarter at a time: a first
-// page of 1,024 events was copied about twenty times on its way there,
-// which was the session and agent actors' largest cost per appended chunk
-// (with the write barriers of a copy made during a collection). A page of
+// page of 1,024 events would be copied about twenty times on its way
+// there, which makes it the session and agent actors' largest cost per
+// appended chunk (with the write barriers of a copy made during a
+// collection). A page of
 // 128 is copied at most eight times, and the last page's slack is at most
 // 8 KiB.
 const (

@@ -256,8 +256,8 @@ func (p AssistantChunk) Draft() Draft {
 		return d
 	}
 	// The draft holds the chunk's own JSON, not the event's data around
-	// it (see chunkMarker): building that data cost every streamed chunk
-	// two allocations, for the log to cut its text out of it again.
+	// it (see chunkMarker): building that data would cost every streamed
+	// chunk two allocations, for the log to cut its text out of it again.
 	// turn and step sit in the op's unused range, and the marker boxes
 	// without allocating.
 	return Draft{typ: TypeAssistantChunk, data: p.Chunk.JSON(), op: SurfaceOp{start: p.Turn, end: p.Step},

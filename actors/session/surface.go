@@ -88,8 +88,8 @@ func (s *surface) validateNext(events Events, e *Event) (transition, error) {
 // Citations are written in increasing order (an assistant message cites
 // its stream, hundreds of chunks), and a strictly increasing list repeats
 // nothing, so that case is checked without the set that finds a repeat in
-// any order: a set per message was most of what a load allocated for
-// surface checks. Any other order takes the set, from the start.
+// any order: a set per message would be most of what a load allocates
+// for surface checks. Any other order takes the set, from the start.
 func checkSources(sources []int64, seq int64) error {
 	valid := true
 	for i, src := range sources {
