@@ -51,12 +51,15 @@ type Sessions interface {
 	Fork(ctx context.Context, id session.SessionID, boundary int64) (session.SessionID, error)
 	// Stats returns the session's counters.
 	Stats(ctx context.Context, id session.SessionID) (Stats, error)
-	// List names every session, sorted by id, bringing none of them in.
+	// List names every session, sorted by id, bringing none of them in
+	// (a cluster client reads the members' shared store, and fails
+	// without one).
 	List(ctx context.Context) ([]Info, error)
 	// Peek describes the session and returns its events from seq from on
-	// without bringing it in: a session that is not running anywhere is
-	// read from the store, which may lag the live log by the write-behind
-	// window.
+	// without bringing it in: a session that is not running here is read
+	// from the store, which may lag the live log by the write-behind
+	// window (a cluster client without the store asks the session's
+	// member, which activates it there).
 	Peek(ctx context.Context, id session.SessionID, from int64) (Info, []session.Event, error)
 	// Subscribe delivers the session's events from seq from on: the past,
 	// then live ones as they commit.
