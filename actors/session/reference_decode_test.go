@@ -14,17 +14,17 @@ import (
 	"github.com/dshgo/dsh/messages"
 )
 
-// This file keeps the record decoder as it was before the load path was
-// optimised (a generic walk of the parsed line, each packed-row member
-// built with fresh builders and decoded again by decodePayload): the
-// reference the differential tests hold DecodeRecord to, event for event
-// and error for error; and the file reader as it was before it streamed
-// (the whole file split into a slice of lines, each zstd frame decoded
-// whole, then a slice per record appended to File.Events), which
-// ParseFile is held to.
+// This file holds two naive references for the differential tests: a
+// record decoder written for plainness, not speed (a generic walk of the
+// parsed line, each packed-row member built with fresh builders and
+// decoded again by decodePayload), which DecodeRecord is held to event for
+// event and error for error; and a file reader that does not stream (the
+// whole file split into a slice of lines, each zstd frame decoded whole,
+// then a slice per record appended to File.Events), which ParseFile is
+// held to.
 //
 // That reader takes memory in proportion to the decoded content and the
-// number of lines, which is what made a tiny file take gigabytes. So that
+// number of lines, which lets a tiny file take gigabytes. So that
 // the differential fuzz target runs at full speed on such inputs, the
 // reference refuses a frame that decodes to more than refMaxContent
 // (errReferenceTooBig), and the comparison skips such a file: the
@@ -532,8 +532,8 @@ func (f *File) referenceParseZstd(data []byte) ([]refLine, tail, error) {
 	if err != nil {
 		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame: %w", err))
 	}
-	// An empty frame is refused too (the reader as it was sliced
-	// content[:-1] and panicked; the fuzz target found it).
+	// An empty frame is refused too (slicing content[:-1] would panic;
+	// the fuzz target found such a frame).
 	if nl := bytes.IndexByte(content, '\n'); len(content) == 0 || nl != len(content)-1 {
 		return nil, tail{}, corrupt(h0.start, 1, -1, fmt.Errorf("header zstd frame does not hold exactly one line"))
 	}
