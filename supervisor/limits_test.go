@@ -271,7 +271,7 @@ type failingStore struct {
 	failing atomic.Pointer[error]
 }
 
-func (f *failingStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+func (f *failingStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable persister.Durability) error {
 	if err := f.failing.Load(); err != nil {
 		return *err
 	}

@@ -657,7 +657,7 @@ func appendSafely(ctx context.Context, store Writer, id session.SessionID, batch
 	}()
 	// The store's error names the append and the session already (see
 	// Writer.Append): wrapping it again would say so twice.
-	return store.Append(ctx, id, batch, durable)
+	return store.Append(ctx, id, batch, Durability(durable))
 }
 
 // forget drops session t (drained by Untrack and released, its Track

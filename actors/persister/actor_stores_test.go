@@ -35,7 +35,7 @@ func (s *fakeStore) Create(h session.Header) error {
 	return nil
 }
 
-func (s *fakeStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+func (s *fakeStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -150,7 +150,7 @@ func (s *heldStore) tokensOf(id session.SessionID) chan struct{} {
 	return ch
 }
 
-func (s *heldStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+func (s *heldStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) error {
 	s.hmu.Lock()
 	s.running++
 	s.maxRunning = max(s.maxRunning, s.running)

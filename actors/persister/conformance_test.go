@@ -84,8 +84,8 @@ func testRoundTrip(t *testing.T, s Store) {
 	firstTurn := b.len()
 	b.toolTurn("call-81")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:firstTurn], true))
-	require.NoError(t, s.Append(ctx, b.id(), b.from(firstTurn), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:firstTurn], Sync))
+	require.NoError(t, s.Append(ctx, b.id(), b.from(firstTurn), Sync))
 
 	got := loadBalanced(t, s, b.id())
 	require.Equal(t, b.header(), got.Header)
@@ -117,7 +117,7 @@ func testCrashRecovery(t *testing.T, s Store) {
 	require.Equal(t, int64(7), b.len())
 	require.Equal(t, int64(6), call)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	rev := revisionOf(t, s, b.id())
 
 	requireClosers := func(t *testing.T, got Stored) {
@@ -168,12 +168,12 @@ func testCrashRecovery(t *testing.T, s Store) {
 	// A writer still at seq 9 (it never saw the repair) is fenced.
 	stale := restoreBuilder(t, b.header(), loaded.Events[:9])
 	stale.user("late")
-	err = s.Append(ctx, b.id(), stale.from(9), true)
+	err = s.Append(ctx, b.id(), stale.from(9), Sync)
 	requireFenced(t, err, b.id(), 10, 9)
 
 	next := restoreBuilder(t, b.header(), loaded.Events)
 	next.textTurn("try again", "done")
-	require.NoError(t, s.Append(ctx, b.id(), next.from(10), true))
+	require.NoError(t, s.Append(ctx, b.id(), next.from(10), Sync))
 	requireSameEvents(t, next.events(), loadBalanced(t, s, b.id()).Events)
 }
 
@@ -188,7 +188,7 @@ func testUnstartedToolRequest(t *testing.T, s Store) {
 	b.toolRequest(turn, 1, "call-read")
 	n := b.len()
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 
 	got, err := s.Load(ctx, b.id())
 	require.NoError(t, err)
@@ -221,7 +221,7 @@ func testRecordedToolCall(t *testing.T, s Store) {
 	b.toolResult(turn, 1, "call-build", b.toolCall(turn, 1, "call-build"))
 	deploy := b.toolCall(turn, 1, "call-deploy")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 
 	got, err := s.Load(ctx, b.id())
 	require.NoError(t, err)
@@ -265,30 +265,30 @@ func testListAndFence(t *testing.T, s Store) {
 	}
 
 	// The first append must start at seq 0.
-	requireFenced(t, s.Append(ctx, b.id(), b.events()[1:3], true), b.id(), 0, 1)
+	requireFenced(t, s.Append(ctx, b.id(), b.events()[1:3], Sync), b.id(), 0, 1)
 	requireListed(t, s)
 
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], Sync))
 	requireListed(t, s, b.id())
 	rev := revisionOf(t, s, b.id())
 
 	// A writer behind the stored log overlaps it.
-	requireFenced(t, s.Append(ctx, b.id(), b.events()[k-1:k+1], true), b.id(), k, k-1)
+	requireFenced(t, s.Append(ctx, b.id(), b.events()[k-1:k+1], Sync), b.id(), k, k-1)
 	// A gap in the middle of a batch refuses the whole batch, not a prefix.
 	gap := []session.Event{b.events()[k], b.events()[k+1], b.events()[k+3]}
-	requireFenced(t, s.Append(ctx, b.id(), gap, true), b.id(), k+2, k+3)
+	requireFenced(t, s.Append(ctx, b.id(), gap, Sync), b.id(), k+2, k+3)
 	stored, err := s.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
 	requireSameEvents(t, b.events()[:k], stored)
 	require.Equal(t, rev, revisionOf(t, s, b.id()), "a refused append must not change the revision")
 
-	err = s.Append(ctx, "session-85-unknown", b.events()[:1], true)
+	err = s.Append(ctx, "session-85-unknown", b.events()[:1], Sync)
 	require.ErrorIs(t, err, ErrNotFound)
 	require.ErrorIs(t, s.Create(b.header()), ErrExists, "stored")
 	require.ErrorIs(t, s.Create(idle.header()), ErrExists, "registered only")
 	requireListed(t, s, b.id())
 
-	require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }
 
@@ -305,7 +305,7 @@ func testIgnorableUnknownType(t *testing.T, s Store) {
 	title := b.add(session.NewDraft("session/title", messages.MustParseJSON(`{"title":"greetings"}`)))
 	b.textTurn("again", "hi again")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 
 	got := loadBalanced(t, s, b.id())
 	requireSameEvents(t, b.events(), got.Events)
@@ -325,7 +325,7 @@ func testResume(t *testing.T, s Store) {
 	b := newLogBuilder(t, "session-88")
 	b.textTurn("hello", "hi")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 
 	loaded := loadBalanced(t, s, b.id())
 	cursor := int64(len(loaded.Events))
@@ -334,15 +334,15 @@ func testResume(t *testing.T, s Store) {
 	require.Equal(t, cursor, resumed.FirstLiveSeq())
 	require.Equal(t, cursor+1, resumed.Len())
 
-	requireFenced(t, s.Append(ctx, b.id(), resumed.Events().Slice(), true), b.id(), cursor, 0)
+	requireFenced(t, s.Append(ctx, b.id(), resumed.Events().Slice(), Sync), b.id(), cursor, 0)
 	suffix := resumed.EventsFrom(cursor).Slice()
 	require.Len(t, suffix, 1)
 	require.Equal(t, session.TypeEndSeed, suffix[0].Type())
-	require.NoError(t, s.Append(ctx, b.id(), suffix, true))
+	require.NoError(t, s.Append(ctx, b.id(), suffix, Sync))
 
 	r := &logBuilder{t: t, l: resumed, now: storeTestNow + 1000}
 	r.textTurn("and now", "continuing")
-	require.NoError(t, s.Append(ctx, b.id(), r.from(cursor+1), true))
+	require.NoError(t, s.Append(ctx, b.id(), r.from(cursor+1), Sync))
 	got := loadBalanced(t, s, b.id())
 	requireSameEvents(t, r.events(), got.Events)
 	seeds := 0
@@ -366,7 +366,7 @@ func testReadFrom(t *testing.T, s Store) {
 	b.beginStep(turn, 1)
 	n := b.len()
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	rev := revisionOf(t, s, b.id())
 
 	for _, from := range []int64{0, 1, 3, n - 1, n, n + 5} {
@@ -397,22 +397,22 @@ func testUnsyncedAppends(t *testing.T, s Store) {
 	k2 := b.len()
 	b.textTurn("three", "3")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), nil, true), "a barrier of nothing stores nothing")
+	require.NoError(t, s.Append(ctx, b.id(), nil, Sync), "a barrier of nothing stores nothing")
 	listed, err := s.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, listed)
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], false))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[k1:k2], false))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], NoSync))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[k1:k2], NoSync))
 	got, err := s.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
 	requireSameEvents(t, b.events()[:k2], got)
-	require.NoError(t, s.Append(ctx, b.id(), nil, true))
-	require.NoError(t, s.Append(ctx, b.id(), b.from(k2), false))
+	require.NoError(t, s.Append(ctx, b.id(), nil, Sync))
+	require.NoError(t, s.Append(ctx, b.id(), b.from(k2), NoSync))
 	require.NoError(t, s.Release(b.id()))
 	loaded := loadBalanced(t, s, b.id())
 	requireSameEvents(t, b.events(), loaded.Events)
 	require.Empty(t, loaded.Closers)
-	require.NoError(t, s.Append(ctx, b.id(), nil, true), "a barrier with nothing unsynced")
+	require.NoError(t, s.Append(ctx, b.id(), nil, Sync), "a barrier with nothing unsynced")
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }
 
@@ -428,15 +428,15 @@ func testFailedAppendCutsBack(t *testing.T, s Store) {
 	k2 := b.len()
 	b.textTurn("three", "3")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], true))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[k1:k2], false))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], Sync))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[k1:k2], NoSync))
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	require.ErrorIs(t, s.Append(done, b.id(), b.from(k2), true), context.Canceled)
+	require.ErrorIs(t, s.Append(done, b.id(), b.from(k2), Sync), context.Canceled)
 	got, err := s.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
 	requireSameEvents(t, b.events()[:k1], got)
-	require.NoError(t, s.Append(ctx, b.id(), b.from(k1), true), "the events cut off are appended again")
+	require.NoError(t, s.Append(ctx, b.id(), b.from(k1), Sync), "the events cut off are appended again")
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }
 
@@ -452,16 +452,16 @@ func testFirstAppendIsNoBarrier(t *testing.T, s Store) {
 	k1 := b.len()
 	b.textTurn("two", "2")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], false))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], NoSync))
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	require.ErrorIs(t, s.Append(done, b.id(), b.from(k1), true), context.Canceled)
+	require.ErrorIs(t, s.Append(done, b.id(), b.from(k1), Sync), context.Canceled)
 	got, err := s.ReadFrom(ctx, b.id(), 0)
 	if !errors.Is(err, ErrNotFound) {
 		require.NoError(t, err)
 		require.Empty(t, got, "cut back to the header")
 	}
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true), "the events cut off are appended again")
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync), "the events cut off are appended again")
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }
 
@@ -478,7 +478,7 @@ func testRevisions(t *testing.T, s Store) {
 		b.textTurn("hello "+string(id), "hi")
 		builders[id] = b
 		require.NoError(t, s.Create(b.header()))
-		require.NoError(t, s.Append(ctx, id, b.events(), true))
+		require.NoError(t, s.Append(ctx, id, b.events(), Sync))
 	}
 	requireListed(t, s, "session-a", "session-b", "session-c")
 	listed, err := s.List(ctx)
@@ -499,7 +499,7 @@ func testRevisions(t *testing.T, s Store) {
 
 	n := a.len()
 	turn := a.beginTurn("open a turn")
-	require.NoError(t, s.Append(ctx, a.id(), a.from(n), true))
+	require.NoError(t, s.Append(ctx, a.id(), a.from(n), Sync))
 	afterAppend := revisionOf(t, s, a.id())
 	require.NotEqual(t, revA, afterAppend)
 	require.Equal(t, revC, revisionOf(t, s, c.id()), "another session's append")
@@ -525,7 +525,7 @@ func testOwnership(t *testing.T, s Store) {
 	want := b.events()
 	batch := b.events()
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), batch, true))
+	require.NoError(t, s.Append(ctx, b.id(), batch, Sync))
 	batch[0] = batch[1]
 
 	got := loadBalanced(t, s, b.id())
@@ -549,11 +549,11 @@ func testClosed(t *testing.T, s Store) {
 	b := newLogBuilder(t, "session-closed")
 	b.textTurn("hello", "hi")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:2], true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:2], Sync))
 	require.NoError(t, s.Close())
 
 	require.ErrorIs(t, s.Create(newLogBuilder(t, "session-other").header()), ErrClosed)
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(2), true), ErrClosed)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(2), Sync), ErrClosed)
 	_, err := s.Load(ctx, b.id())
 	require.ErrorIs(t, err, ErrClosed)
 	_, err = s.Inspect(ctx, b.id())
@@ -586,7 +586,7 @@ func testConcurrentSessions(t *testing.T, s Store) {
 				}
 				events := b.events()
 				for start := 0; start < len(events); start += 3 {
-					if err := s.Append(ctx, b.id(), events[start:min(start+3, len(events))], true); err != nil {
+					if err := s.Append(ctx, b.id(), events[start:min(start+3, len(events))], Sync); err != nil {
 						return err
 					}
 				}
@@ -613,7 +613,7 @@ func testConcurrentFence(t *testing.T, s Store) {
 	base.textTurn("hello", "hi")
 	n := base.len()
 	require.NoError(t, s.Create(base.header()))
-	require.NoError(t, s.Append(ctx, base.id(), base.events(), true))
+	require.NoError(t, s.Append(ctx, base.id(), base.events(), Sync))
 
 	candidates := make([]session.Event, writers)
 	for i := range candidates {
@@ -627,7 +627,7 @@ func testConcurrentFence(t *testing.T, s Store) {
 	for i := range candidates {
 		wg.Go(func() {
 			<-start
-			errs[i] = s.Append(ctx, base.id(), candidates[i:i+1], true)
+			errs[i] = s.Append(ctx, base.id(), candidates[i:i+1], Sync)
 		})
 	}
 	close(start)

@@ -32,7 +32,7 @@ type crashSession struct {
 	header  session.Header
 	events  []session.Event
 	batches [][]session.Event
-	durable []bool
+	durable []Durability
 }
 
 // crashWorkload builds n sessions of a few turns each; about half end in
@@ -57,7 +57,7 @@ func crashWorkload(t testing.TB, rng *rand.Rand, n int) []*crashSession {
 		for rest := cs.events; len(rest) > 0; {
 			k := min(1+rng.IntN(8), len(rest))
 			durable := rng.IntN(3) == 0 || k == len(rest)
-			cs.batches, cs.durable, rest = append(cs.batches, rest[:k]), append(cs.durable, durable), rest[k:]
+			cs.batches, cs.durable, rest = append(cs.batches, rest[:k]), append(cs.durable, Durability(durable)), rest[k:]
 			if !durable && rng.IntN(4) == 0 {
 				cs.batches, cs.durable = append(cs.batches, nil), append(cs.durable, true)
 			}

@@ -42,7 +42,7 @@ func TestJSONLFailedWriteAndTruncateBackIsOneLine(t *testing.T) {
 		}
 		return nil
 	})
-	err := s.Append(ctx, b.id(), b.from(k), true)
+	err := s.Append(ctx, b.id(), b.from(k), Sync)
 	m.InjectError(nil)
 	require.ErrorIs(t, err, vfs.ErrInjected)
 	require.NotContains(t, err.Error(), "\n")
@@ -58,7 +58,7 @@ func TestJSONLLoadOfAnEmptyArtifactNamesThePathOnce(t *testing.T) {
 	b := newJL(t, "emptied")
 	b.textTurn("one", 2)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	path := s.Locate(b.header())
 	f, err := m.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	require.NoError(t, err)

@@ -43,7 +43,7 @@ func newGroupStore() *groupStore {
 		failSessions: map[session.SessionID]error{}}
 }
 
-func (s *groupStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+func (s *groupStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) error {
 	s.gmu.Lock()
 	s.direct++
 	s.gmu.Unlock()
@@ -92,7 +92,7 @@ func (s *groupStore) AppendGroup(ctx context.Context, batches []Batch) []error {
 			errs[i] = fmt.Errorf("persister: append %s: %w", b.ID, err)
 			continue
 		}
-		errs[i] = s.fakeStore.Append(ctx, b.ID, b.Events, durable)
+		errs[i] = s.fakeStore.Append(ctx, b.ID, b.Events, Durability(durable))
 	}
 	return errs
 }

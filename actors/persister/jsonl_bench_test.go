@@ -68,7 +68,7 @@ func BenchmarkJSONLAppend(b *testing.B) {
 		for i := range ids {
 			ids[i] = session.SessionID(fmt.Sprintf("bench-%04d", i))
 			require.NoError(b, s.Create(session.Header{ID: ids[i], CreatedAt: jlNow, Cwd: "/work/proj"}))
-			require.NoError(b, s.Append(ctx, ids[i], batches[0], true))
+			require.NoError(b, s.Append(ctx, ids[i], batches[0], Sync))
 		}
 		// A session reaching the last turn starts over as a new session
 		// would; the count says where each one is.
@@ -92,7 +92,7 @@ func BenchmarkJSONLAppend(b *testing.B) {
 				b.StartTimer()
 			}
 			batch := batches[next[k]]
-			if err := s.Append(ctx, ids[k], batch, true); err != nil {
+			if err := s.Append(ctx, ids[k], batch, Sync); err != nil {
 				b.Fatal(err)
 			}
 			next[k]++

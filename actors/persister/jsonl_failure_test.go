@@ -51,13 +51,13 @@ func TestJSONLFailedAppendTruncates(t *testing.T) {
 					}
 					return nil
 				})
-				err := s.Append(ctx, b.id(), b.from(k), true)
+				err := s.Append(ctx, b.id(), b.from(k), Sync)
 				require.ErrorIs(t, err, vfs.ErrInjected)
 				m.InjectError(nil)
 				require.Equal(t, before, readRaw(t, m, path), "nothing of the failed batch stays")
 				require.Equal(t, before, readRaw(t, m.CrashClone(), path))
 
-				require.NoError(t, s.Append(ctx, b.id(), b.from(k), true), "the retry of the same batch")
+				require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync), "the retry of the same batch")
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
 				jlRequireEvents(t, b.events(), got.Events)
@@ -97,13 +97,13 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 				}
 				return nil
 			})
-			require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), true), vfs.ErrInjected)
+			require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), Sync), vfs.ErrInjected)
 			m.InjectError(nil)
 			require.Greater(t, len(readRaw(t, m, path)), len(before), "the batch is still there")
 
 			switch next {
 			case "append":
-				require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+				require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
 				jlRequireEvents(t, b.events(), got.Events)
@@ -130,8 +130,8 @@ func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
 		k := b.len()
 		b.textTurn("two", 2)
 		require.NoError(t, s.Create(b.header()))
-		require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
-		require.NoError(t, s.Append(ctx, b.id(), b.from(k), false))
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], NoSync))
+		require.NoError(t, s.Append(ctx, b.id(), b.from(k), NoSync))
 		bs = append(bs, b)
 	}
 	dropAll := vfs.DropUnsynced(func(int) int { return 0 })

@@ -29,7 +29,7 @@ func TestJSONLFraming(t *testing.T) {
 				k2 := b.len()
 				b.openToolTurn("call-1")
 				require.NoError(t, s.Create(b.header()))
-				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], true))
+				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], Sync))
 				path := s.Locate(b.header())
 				if enc.plain {
 					require.True(t, strings.HasSuffix(path, "/session.jsonl"))
@@ -49,7 +49,7 @@ func TestJSONLFraming(t *testing.T) {
 				for _, batch := range [][2]int64{{k1, k2}, {k2, b.len()}} {
 					before := readRaw(t, m, path)
 					events := b.events()[batch[0]:batch[1]]
-					require.NoError(t, s.Append(ctx, b.id(), events, true))
+					require.NoError(t, s.Append(ctx, b.id(), events, Sync))
 					after := readRaw(t, m, path)
 					require.True(t, bytes.HasPrefix(after, before), "earlier bytes are never rewritten")
 					require.Equal(t, batchBytes(events, enc.plain, pack), after[len(before):], "one frame per batch")
@@ -76,8 +76,8 @@ func TestJSONLTornFrameIsRecovered(t *testing.T) {
 	k := b.len()
 	b.openToolTurn("call-1")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
-	require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], Sync))
+	require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 	path := s.Locate(b.header())
 	whole := readRaw(t, m, path)
 	lastFrame := int64(len(whole) - len(batchBytes(b.from(k), false, true)))
@@ -133,7 +133,7 @@ func TestJSONLTornLineIsDropped(t *testing.T) {
 	b.textTurn("one", 5)
 	b.openToolTurn("call-1")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	path := s.Locate(b.header())
 	whole := readRaw(t, m, path)
 	writeRaw(t, m, path, whole[:len(whole)-9]) // the tool/call line is cut
@@ -175,7 +175,7 @@ func TestJSONLCompleteFrameWithTornRecordIsCorruption(t *testing.T) {
 	require.True(t, IsCorruption(err))
 	_, err = s2.ReadFrom(ctx, b.id(), 0)
 	require.True(t, IsCorruption(err))
-	require.Error(t, s2.Append(ctx, b.id(), b.from(k), true))
+	require.Error(t, s2.Append(ctx, b.id(), b.from(k), Sync))
 	require.Equal(t, bad, readRaw(t, m, path), "corruption is never repaired")
 }
 
@@ -187,7 +187,7 @@ func TestJSONLDamageBeforeTurnEndIsCorruption(t *testing.T) {
 	b.textTurn("one", 2)
 	b.textTurn("two", 2)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	path := s.Locate(b.header())
 	data := readRaw(t, m, path)
 	lines := bytes.SplitAfter(data, []byte("\n"))
@@ -261,7 +261,7 @@ func TestJSONLAppendAfterTornTail(t *testing.T) {
 			ctx := t.Context()
 			s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain})
 			b, k, _ := twoTurnsFirstStored(t, s, "continue")
-			require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+			require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 			path := s.Locate(b.header())
 			whole := readRaw(t, m, path)
 			writeRaw(t, m, path, whole[:len(whole)-2])
@@ -283,11 +283,11 @@ func TestJSONLAppendAfterTornTail(t *testing.T) {
 			}
 			c.turns = 2
 			c.textTurn("three", 3)
-			err := s2.Append(ctx, b.id(), c.from(next-1), true)
+			err := s2.Append(ctx, b.id(), c.from(next-1), Sync)
 			var fe *FenceError
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, next, fe.Want)
-			require.NoError(t, s2.Append(ctx, b.id(), c.from(next), true))
+			require.NoError(t, s2.Append(ctx, b.id(), c.from(next), Sync))
 			got, err := s2.Load(ctx, b.id())
 			require.NoError(t, err)
 			require.Nil(t, got.Torn)
@@ -319,8 +319,8 @@ func TestJSONLRefusesAnEventOnlySQLiteHolds(t *testing.T) {
 	require.NoError(t, err)
 	defer js.Close()
 	require.NoError(t, js.Create(b.header()))
-	require.NoError(t, js.Append(ctx, b.id(), b.events()[:n], true))
-	err = js.Append(ctx, b.id(), b.from(n), true)
+	require.NoError(t, js.Append(ctx, b.id(), b.events()[:n], Sync))
+	err = js.Append(ctx, b.id(), b.from(n), Sync)
 	require.ErrorIs(t, err, session.ErrNotJSONL)
 	require.ErrorContains(t, err, fmt.Sprintf(`seq %d has type "text-chunks"`, n))
 	got, err := js.ReadFrom(ctx, b.id(), 0)

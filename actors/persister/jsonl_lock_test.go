@@ -75,7 +75,7 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				lb.begin("left open") // a's log ends in an open turn
 				k2 := lb.len()
 				require.NoError(t, a.Create(lb.header()))
-				require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k1], true))
+				require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k1], Sync))
 				path := a.Locate(lb.header())
 				lockPath := filepath.Join(filepath.Dir(path), lockName)
 				require.Equal(t, "writer a\n", string(readRaw(t, fsys, lockPath)))
@@ -83,7 +83,7 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				// b may look, but not write.
 				before := readRaw(t, fsys, path)
 				require.ErrorIs(t, b.Create(lb.header()), ErrExists)
-				requireLockedBy(t, b.Append(ctx, lb.id(), lb.events()[k1:k2], true), lb.id(), "writer a")
+				requireLockedBy(t, b.Append(ctx, lb.id(), lb.events()[k1:k2], Sync), lb.id(), "writer a")
 				_, err := b.Load(ctx, lb.id())
 				requireLockedBy(t, err, lb.id(), "writer a")
 				require.Equal(t, before, readRaw(t, fsys, path), "a refused writer changes nothing")
@@ -99,7 +99,7 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 
 				// a writes on, then lets go; b takes over: it loads what a
 				// wrote (closing the turn a left open) and appends.
-				require.NoError(t, a.Append(ctx, lb.id(), lb.events()[k1:k2], true))
+				require.NoError(t, a.Append(ctx, lb.id(), lb.events()[k1:k2], Sync))
 				require.NoError(t, a.Release(lb.id()))
 				require.NoError(t, a.Release(lb.id()), "Release is idempotent")
 				loaded, err := b.Load(ctx, lb.id())
@@ -110,10 +110,10 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				nb := continueFrom(t, lb.header(), loaded.Events, 2)
 				nb.textTurn("two", 2)
 				k3 := nb.len()
-				require.NoError(t, b.Append(ctx, lb.id(), nb.from(int64(len(loaded.Events))), true))
+				require.NoError(t, b.Append(ctx, lb.id(), nb.from(int64(len(loaded.Events))), Sync))
 
 				// a is refused now, however stale its view.
-				requireLockedBy(t, a.Append(ctx, lb.id(), lb.events()[k2:], true), lb.id(), "writer b")
+				requireLockedBy(t, a.Append(ctx, lb.id(), lb.events()[k2:], Sync), lb.id(), "writer b")
 				_, err = a.Load(ctx, lb.id())
 				requireLockedBy(t, err, lb.id(), "writer b")
 
@@ -125,7 +125,7 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				require.NoError(t, err)
 				jlRequireEvents(t, nb.events(), back.Events)
 				nb.textTurn("three", 1)
-				require.NoError(t, a.Append(ctx, lb.id(), nb.from(k3), true))
+				require.NoError(t, a.Append(ctx, lb.id(), nb.from(k3), Sync))
 				again, err := a.Inspect(ctx, lb.id())
 				require.NoError(t, err)
 				jlRequireEvents(t, nb.events(), again.Events)
@@ -154,13 +154,13 @@ func TestJSONLRelease(t *testing.T) {
 			b.textTurn("three", 1)
 			require.NoError(t, s.Create(b.header()))
 			require.NoError(t, s.Release(b.id()), "registered, nothing written")
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], true))
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[k1:k2], true))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], Sync))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[k1:k2], Sync))
 			open := m.OpenFiles()
 			require.Equal(t, map[bool]int{false: 1, true: 2}[lock], open, "the append handle, and the lock")
 			require.NoError(t, s.Release(b.id()))
 			require.Zero(t, m.OpenFiles(), "Release closes the handle and the lock")
-			require.NoError(t, s.Append(ctx, b.id(), b.from(k2), true), "a later write takes the lock again")
+			require.NoError(t, s.Append(ctx, b.id(), b.from(k2), Sync), "a later write takes the lock again")
 			require.Equal(t, open, m.OpenFiles())
 			got, err := s.Load(ctx, b.id())
 			require.NoError(t, err)
@@ -189,7 +189,7 @@ func TestJSONLReleaseRemovesUnacknowledgedBytes(t *testing.T) {
 	k := lb.len()
 	lb.textTurn("two", 1)
 	require.NoError(t, a.Create(lb.header()))
-	require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k], true))
+	require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k], Sync))
 	path := a.Locate(lb.header())
 	size := len(readRaw(t, m, path))
 	failTruncate := true
@@ -203,7 +203,7 @@ func TestJSONLReleaseRemovesUnacknowledgedBytes(t *testing.T) {
 		}
 		return nil
 	})
-	require.ErrorIs(t, a.Append(ctx, lb.id(), lb.from(k), true), vfs.ErrInjected)
+	require.ErrorIs(t, a.Append(ctx, lb.id(), lb.from(k), Sync), vfs.ErrInjected)
 	require.Greater(t, len(readRaw(t, m, path)), size, "the failed batch is still in the file")
 	require.ErrorIs(t, a.Release(lb.id()), vfs.ErrInjected)
 	_, err := b.Load(ctx, lb.id())
@@ -245,7 +245,7 @@ func TestJSONLLockFirstAppendRace(t *testing.T) {
 				for i, s := range stores {
 					wg.Go(func() {
 						<-start
-						errs[i] = s.Append(ctx, id, logs[i].events(), true)
+						errs[i] = s.Append(ctx, id, logs[i].events(), Sync)
 						if round%2 == 1 {
 							// The winner lets go at once: the loser may then
 							// take the lock and find the file.
@@ -304,12 +304,12 @@ func TestJSONLPublishRechecksUnderTheLock(t *testing.T) {
 			// b is about to lock, having found no file: a publishes
 			// and lets go first.
 			interleaved = true
-			require.NoError(t, a.Append(ctx, la.id(), la.events(), true))
+			require.NoError(t, a.Append(ctx, la.id(), la.events(), Sync))
 			require.NoError(t, a.Release(la.id()))
 		}
 		return nil
 	})
-	err := b.Append(ctx, lb.id(), lb.events(), true)
+	err := b.Append(ctx, lb.id(), lb.events(), Sync)
 	m.InjectError(nil)
 	var fe *FenceError
 	require.ErrorAs(t, err, &fe)
@@ -334,7 +334,7 @@ func TestJSONLLockFileAloneIsNoSession(t *testing.T) {
 		}
 		return nil
 	})
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), vfs.ErrInjected)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), Sync), vfs.ErrInjected)
 	m.InjectError(nil)
 	dir := filepath.Dir(s.Locate(b.header()))
 	entries, err := m.ReadDir(dir)
@@ -352,7 +352,7 @@ func TestJSONLLockFileAloneIsNoSession(t *testing.T) {
 	_, err = other.Inspect(ctx, b.id())
 	require.ErrorIs(t, err, ErrNotFound)
 	require.NoError(t, other.Create(b.header()))
-	require.NoError(t, other.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, other.Append(ctx, b.id(), b.events(), Sync))
 	got, err := other.Load(ctx, b.id())
 	require.NoError(t, err)
 	jlRequireEvents(t, b.events(), got.Events)
@@ -386,7 +386,7 @@ func TestJSONLKilledWriterIsTakenOver(t *testing.T) {
 			lb.textTurn("two", 4)
 			k2 := lb.len()
 			require.NoError(t, a.Create(lb.header()))
-			require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k1], true))
+			require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k1], Sync))
 			_, err := b.Load(ctx, lb.id())
 			requireLockedBy(t, err, lb.id(), "writer a")
 
@@ -399,14 +399,14 @@ func TestJSONLKilledWriterIsTakenOver(t *testing.T) {
 			_, err = f.Write(batch[:10])
 			require.NoError(t, err)
 			killable.Kill()
-			require.ErrorIs(t, a.Append(ctx, lb.id(), lb.events()[k1:k2], true), vfs.ErrKilled)
+			require.ErrorIs(t, a.Append(ctx, lb.id(), lb.events()[k1:k2], Sync), vfs.ErrKilled)
 
 			got, err := b.Load(ctx, lb.id())
 			require.NoError(t, err)
 			require.NotNil(t, got.Torn, "the half-written batch is a torn tail")
 			require.Empty(t, got.Closers)
 			jlRequireEvents(t, lb.events()[:k1], got.Events)
-			require.NoError(t, b.Append(ctx, lb.id(), lb.events()[k1:k2], true))
+			require.NoError(t, b.Append(ctx, lb.id(), lb.events()[k1:k2], Sync))
 			again, err := b.Load(ctx, lb.id())
 			require.NoError(t, err)
 			require.Nil(t, again.Torn)
@@ -425,7 +425,7 @@ func TestJSONLLockFilePermissions(t *testing.T) {
 	b := newJL(t, "perm")
 	b.textTurn("x", 1)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
 	fi, err := os.Stat(filepath.Join(filepath.Dir(s.Locate(b.header())), lockName))
 	require.NoError(t, err)
 	require.Equal(t, fs.FileMode(0o600), fi.Mode().Perm())
@@ -439,7 +439,7 @@ func TestJSONLDefaultHolder(t *testing.T) {
 	b := newJL(t, "holder")
 	b.textTurn("x", 1)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
 	text := string(readRaw(t, m, filepath.Join(filepath.Dir(s.Locate(b.header())), lockName)))
 	require.Contains(t, text, fmt.Sprintf("pid %d on ", os.Getpid()))
 }

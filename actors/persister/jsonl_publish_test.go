@@ -33,8 +33,8 @@ func TestJSONLRetriedFirstAppendSyncsTheDirectoriesItCreated(t *testing.T) {
 		}
 		return nil
 	})
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), vfs.ErrInjected)
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), Sync), vfs.ErrInjected)
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	m.InjectError(nil)
 	got, err := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{}).Load(ctx, b.id())
 	require.NoError(t, err, "the acknowledged log is lost in a crash")
@@ -59,7 +59,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 				}
 				return nil
 			})
-			require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), vfs.ErrInjected)
+			require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), Sync), vfs.ErrInjected)
 			m.InjectError(nil)
 			_, err := m.Stat(path)
 			require.ErrorIs(t, err, fs.ErrNotExist)
@@ -72,7 +72,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 			_, err = s.Load(ctx, b.id())
 			require.ErrorIs(t, err, ErrNotFound)
 
-			require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+			require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 			got, err := s.Load(ctx, b.id())
 			require.NoError(t, err)
 			jlRequireEvents(t, b.events(), got.Events)
@@ -93,7 +93,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), vfs.ErrInjected)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), Sync), vfs.ErrInjected)
 	m.InjectError(nil)
 	_, err := m.Stat(path)
 	require.NoError(t, err, "the unlink failed")
@@ -103,7 +103,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 	require.ErrorIs(t, s.Create(b.header()), ErrExists, "still registered")
 	_, err = s.Load(ctx, b.id())
 	require.ErrorIs(t, err, ErrNotFound)
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	got, err := s.Load(ctx, b.id())
 	require.NoError(t, err)
 	jlRequireEvents(t, b.events(), got.Events)
@@ -143,7 +143,7 @@ func testJSONLPublishOrder(t *testing.T, cfg JSONLConfig) {
 		}
 		return nil
 	})
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	m.InjectError(nil)
 	want := []string{
 		"mkdir " + dir,
@@ -195,7 +195,7 @@ func testJSONLPublishOrder(t *testing.T, cfg JSONLConfig) {
 					require.ErrorIs(t, ierr, ErrNotFound)
 					require.Empty(t, listed)
 					require.NoError(t, after.Create(b.header()), "no session is stored")
-					require.NoError(t, after.Append(ctx, b.id(), b.events(), true), "the first append replaces a torn creation")
+					require.NoError(t, after.Append(ctx, b.id(), b.events(), Sync), "the first append replaces a torn creation")
 					got, err := after.Load(ctx, b.id())
 					require.NoError(t, err)
 					jlRequireEvents(t, b.events(), got.Events)
@@ -227,7 +227,7 @@ func abs(n int) int { return max(n, -n) }
 func replayCrash(t *testing.T, i int, b *jlBuilder, cfg JSONLConfig, clone func(*vfs.MemFS) *vfs.MemFS) *vfs.MemFS {
 	t.Helper()
 	return replayCrashOf(t, i, b, cfg, func(s *JSONLStore) error {
-		return s.Append(t.Context(), b.id(), b.events(), true)
+		return s.Append(t.Context(), b.id(), b.events(), Sync)
 	}, clone)
 }
 
@@ -276,7 +276,7 @@ func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
 		first := newJL(t, "first")
 		first.textTurn("x", 1)
 		require.NoError(t, s.Create(first.header()))
-		require.NoError(t, s.Append(ctx, first.id(), first.events(), true))
+		require.NoError(t, s.Append(ctx, first.id(), first.events(), Sync))
 		project := filepath.Dir(filepath.Dir(s.Locate(first.header())))
 
 		const n = 6
@@ -303,7 +303,7 @@ func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
 			bs[i] = newJL(t, session.SessionID(fmt.Sprintf("s%d", i)))
 			bs[i].textTurn("x", 1)
 			require.NoError(t, s.Create(bs[i].header()))
-			wg.Go(func() { errs[i] = s.Append(ctx, bs[i].id(), bs[i].events(), true) })
+			wg.Go(func() { errs[i] = s.Append(ctx, bs[i].id(), bs[i].events(), Sync) })
 		}
 		synctest.Wait()
 		close(release)
@@ -342,10 +342,10 @@ func TestJSONLFirstAppendWithoutDurableIsSyncedByTheBarrier(t *testing.T) {
 			k := b.len()
 			b.textTurn("two", 2)
 			play := func(s *JSONLStore) error {
-				if err := s.Append(ctx, b.id(), b.events()[:k], false); err != nil {
+				if err := s.Append(ctx, b.id(), b.events()[:k], NoSync); err != nil {
 					return err
 				}
-				return s.Append(ctx, b.id(), b.from(k), true)
+				return s.Append(ctx, b.id(), b.from(k), Sync)
 			}
 
 			s, m := newMemJSONL(t, cfg)
@@ -361,9 +361,9 @@ func TestJSONLFirstAppendWithoutDurableIsSyncedByTheBarrier(t *testing.T) {
 				}
 				return nil
 			})
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], NoSync))
 			first := len(ops)
-			require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+			require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 			m.InjectError(nil)
 			require.Equal(t, []string{"open <final>", "write <final>"}, ops[first-2:first], "the first append: no fsync")
 			require.Equal(t, []string{"write <final>", "sync <final>", "syncdir " + dir}, ops[first:], "the barrier: the file, then its name")
@@ -421,14 +421,14 @@ func TestJSONLFailedBarrierAfterLazyFirstAppendUnpublishes(t *testing.T) {
 				b.textTurn("two", 2)
 				require.NoError(t, s.Create(b.header()))
 				path := s.Locate(b.header())
-				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], false))
+				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], NoSync))
 				m.InjectError(func(op vfs.Op, p string) error {
 					if (op == step && strings.HasPrefix(p, filepath.Dir(path))) || (removeFails && op == vfs.OpRemove) {
 						return vfs.ErrInjected
 					}
 					return nil
 				})
-				require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), true), vfs.ErrInjected)
+				require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), Sync), vfs.ErrInjected)
 				m.InjectError(nil)
 				_, err := m.Stat(path)
 				if removeFails {
@@ -443,8 +443,8 @@ func TestJSONLFailedBarrierAfterLazyFirstAppendUnpublishes(t *testing.T) {
 				require.ErrorIs(t, err, ErrNotFound)
 				require.ErrorIs(t, s.Create(b.header()), ErrExists, "still registered")
 				var fe *FenceError
-				require.ErrorAs(t, s.Append(ctx, b.id(), b.from(k), true), &fe, "nothing is stored: the append starts at seq 0")
-				require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+				require.ErrorAs(t, s.Append(ctx, b.id(), b.from(k), Sync), &fe, "nothing is stored: the append starts at seq 0")
+				require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 				got, err := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{}).Load(ctx, b.id())
 				require.NoError(t, err)
 				jlRequireEvents(t, b.events(), got.Events)

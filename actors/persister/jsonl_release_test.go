@@ -45,7 +45,7 @@ func TestJSONLReleasedSessionIsForgotten(t *testing.T) {
 				require.ErrorIs(t, s.Create(b.header()), ErrExists)
 				k := b.len()
 				b.textTurn("two", 1)
-				require.NoError(t, s.Append(ctx, b.id(), b.from(k), true), "a later write finds the file")
+				require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync), "a later write finds the file")
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
 				jlRequireEvents(t, b.events(), got.Events)

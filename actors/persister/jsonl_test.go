@@ -104,7 +104,7 @@ func twoTurnsFirstStored(t testing.TB, s *JSONLStore, id session.SessionID) (b *
 	k = b.len()
 	b.textTurn("two", 5)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(t.Context(), b.id(), b.events()[:k], true))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events()[:k], Sync))
 	return b, k, s.Locate(b.header())
 }
 
@@ -235,14 +235,14 @@ func TestJSONLLazyMaterialization(t *testing.T) {
 	require.NoError(t, s.Create(b.header()))
 	_, err := m.Stat(memRoot)
 	require.ErrorIs(t, err, fs.ErrNotExist, "Create writes nothing, not even a directory")
-	require.NoError(t, s.Append(ctx, b.id(), nil, true))
+	require.NoError(t, s.Append(ctx, b.id(), nil, Sync))
 	_, err = m.Stat(memRoot)
 	require.ErrorIs(t, err, fs.ErrNotExist, "an empty append does not materialize")
 	listed, err := s.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, listed)
 
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	path := s.Locate(b.header())
 	require.Equal(t, filepath.Join(memRoot, "--work-proj--", "lazy", "session.jsonl.zstd"), path)
 	_, err = m.Stat(path)
@@ -271,7 +271,7 @@ func TestJSONLPermissions(t *testing.T) {
 			b := newJL(t, "perm")
 			b.textTurn("hello", 3)
 			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(t.Context(), b.id(), b.events(), true))
+			require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
 			path := s.Locate(b.header())
 			for _, dir := range []string{root, filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
 				fi, err := fsys.Stat(dir)
@@ -299,7 +299,7 @@ func TestJSONLLayoutRejections(t *testing.T) {
 			b := newJL(t, "s1")
 			b.textTurn("x", 1)
 			require.NoError(t, other.Create(b.header()))
-			require.NoError(t, other.Append(ctx, b.id(), b.events(), true))
+			require.NoError(t, other.Append(ctx, b.id(), b.events(), Sync))
 			_, err := NewJSONLStore(JSONLConfig{Root: memRoot, FS: m, Plain: enc.plain})
 			require.ErrorIs(t, err, ErrLayout, enc.name)
 		}
@@ -348,7 +348,7 @@ func TestJSONLListSkipsIncompleteFiles(t *testing.T) {
 			b := newJL(t, "good")
 			b.textTurn("hello", 3)
 			require.NoError(t, s.Create(b.header()))
-			require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+			require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 			full := headerBytes(jlHeader("x"), enc.plain)
 			for id, data := range map[string][]byte{
 				"empty":      nil,
@@ -375,7 +375,7 @@ func TestJSONLListSkipsIncompleteFiles(t *testing.T) {
 			lb := newJL(t, "long")
 			lb.l = mustNew(t, long)
 			lb.textTurn("x", 1)
-			require.NoError(t, s.Append(ctx, "long", lb.events(), true))
+			require.NoError(t, s.Append(ctx, "long", lb.events(), Sync))
 			listed, err = s.List(ctx)
 			require.NoError(t, err)
 			require.Len(t, listed, 2)
@@ -407,7 +407,7 @@ func TestJSONLBoundsOpenFiles(t *testing.T) {
 	const per = 8 // events per append
 	for round := int64(0); round*per < builders[0].len(); round++ {
 		for _, b := range builders {
-			require.NoError(t, s.Append(ctx, b.id(), b.events()[round*per:min((round+1)*per, b.len())], true))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[round*per:min((round+1)*per, b.len())], Sync))
 			require.LessOrEqual(t, m.OpenFiles(), maxOpen)
 		}
 	}
@@ -433,18 +433,18 @@ func TestJSONLNoticesAnotherWriter(t *testing.T) {
 	k2 := b.len()
 	b.textTurn("three", 3)
 	require.NoError(t, a.Create(b.header()))
-	require.NoError(t, a.Append(ctx, b.id(), b.events()[:k1], true))
+	require.NoError(t, a.Append(ctx, b.id(), b.events()[:k1], Sync))
 
 	other := newJSONLOn(t, m, memRoot, JSONLConfig{})
 	defer other.Close()
 	require.ErrorIs(t, other.Create(b.header()), ErrExists)
-	require.NoError(t, other.Append(ctx, b.id(), b.events()[k1:k2], true))
+	require.NoError(t, other.Append(ctx, b.id(), b.events()[k1:k2], Sync))
 
-	err := a.Append(ctx, b.id(), b.events()[k1:k2], true)
+	err := a.Append(ctx, b.id(), b.events()[k1:k2], Sync)
 	var fe *FenceError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, FenceError{ID: b.id(), Want: k2, Got: k1}, *fe)
-	require.NoError(t, a.Append(ctx, b.id(), b.from(k2), true))
+	require.NoError(t, a.Append(ctx, b.id(), b.from(k2), Sync))
 	got, err := other.Load(ctx, b.id())
 	require.NoError(t, err)
 	jlRequireEvents(t, b.events(), got.Events)
@@ -458,10 +458,10 @@ func TestJSONLContextCancellation(t *testing.T) {
 	cause := errors.New("caller gave up")
 	ctx, cancel := context.WithCancelCause(t.Context())
 	cancel(cause)
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), true), cause)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), Sync), cause)
 	_, err := m.Stat(memRoot)
 	require.ErrorIs(t, err, fs.ErrNotExist)
-	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
 	_, err = s.Load(ctx, b.id())
 	require.ErrorIs(t, err, cause)
 	_, err = s.Inspect(ctx, b.id())
@@ -501,7 +501,7 @@ func TestCorpusThroughJSONLStore(t *testing.T) {
 				// Batches of growing size: 1, 2, 4, ... so runs are packed
 				// within batches and cut at their edges.
 				for start, n := 0, 1; start < len(events); start, n = start+n, n*2 {
-					require.NoError(t, s.Append(ctx, file.Header.ID, events[start:min(start+n, len(events))], true))
+					require.NoError(t, s.Append(ctx, file.Header.ID, events[start:min(start+n, len(events))], Sync))
 				}
 				listed, err := s.List(ctx)
 				require.NoError(t, err)

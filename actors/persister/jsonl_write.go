@@ -23,7 +23,7 @@ import (
 // written before it without durable, through whatever descriptor: the
 // cached handle may have been evicted and closed since. A failed append
 // cuts the file back to its size at the last fsync.
-func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) error {
 	st, err := s.lock(id)
 	if err != nil {
 		return err
@@ -34,7 +34,7 @@ func (s *JSONLStore) Append(ctx context.Context, id session.SessionID, events []
 		err = session.CheckJSONL(events)
 	}
 	if err == nil {
-		err = s.appendLocked(ctx, st, events, durable)
+		err = s.appendLocked(ctx, st, events, bool(durable))
 	}
 	if err != nil {
 		if cerr := s.cutBack(st); cerr != nil {

@@ -49,7 +49,7 @@ func TestLegacyLogLoadsUpgradedAndIsNotRewritten(t *testing.T) {
 	require.NoError(t, err)
 	e, err := l.Append(session.TurnStart{Turn: 2}.Draft(), 2)
 	require.NoError(t, err)
-	require.NoError(t, s.Append(t.Context(), h.ID, []session.Event{e}, true))
+	require.NoError(t, s.Append(t.Context(), h.ID, []session.Event{e}, Sync))
 
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func TestSQLiteLegacyRowsMigrateOnRead(t *testing.T) {
 	s := openTestSQLite(t, dbPath, SQLiteOptions{})
 	defer s.Close()
 	require.NoError(t, s.Create(h))
-	require.NoError(t, s.Append(ctx, h.ID, want.Events[:2], true))
+	require.NoError(t, s.Append(ctx, h.ID, want.Events[:2], Sync))
 	db := rawDB(t, dbPath)
 	for _, line := range legacy {
 		var rec struct {
@@ -152,7 +152,7 @@ func TestSQLiteLegacyRowsMigrateOnRead(t *testing.T) {
 	require.NoError(t, err)
 	e, err := l.Append(session.TurnStart{Turn: 2}.Draft(), 3)
 	require.NoError(t, err)
-	require.NoError(t, s.Append(ctx, h.ID, []session.Event{e}, true))
+	require.NoError(t, s.Append(ctx, h.ID, []session.Event{e}, Sync))
 	again, err := s.Inspect(ctx, h.ID)
 	require.NoError(t, err)
 	requireSameEvents(t, append(slices.Clone(want.Events), e), again.Events[:11])

@@ -112,7 +112,7 @@ func (m *MemStore) Create(h session.Header) error {
 // that cut something). An empty batch stores nothing and does not
 // materialize the session. The events are copied; the caller keeps
 // ownership of the slice.
-func (m *MemStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) (err error) {
+func (m *MemStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) (err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, err := m.lookupLocked(ctx, "append", id, false)

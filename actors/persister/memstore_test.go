@@ -29,20 +29,20 @@ func TestMemStoreFailNext(t *testing.T) {
 	require.NoError(t, s.Create(b.header()))
 
 	s.FailNext(errDiskFull)
-	err := s.Append(ctx, b.id(), b.events()[:k], true)
+	err := s.Append(ctx, b.id(), b.events()[:k], Sync)
 	require.ErrorIs(t, err, errDiskFull)
 	requireListed(t, s) // the first batch failed: not even materialized
 	_, err = s.Load(ctx, b.id())
 	require.ErrorIs(t, err, ErrNotFound)
 
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], Sync))
 	rev := revisionOf(t, s, b.id())
 
 	errSecond := errors.New("test: second failure")
 	s.FailNext(errDiskFull)
 	s.FailNext(errSecond)
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), true), errDiskFull)
-	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), true), errSecond)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), Sync), errDiskFull)
+	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), Sync), errSecond)
 	stored, err := s.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
 	requireSameEvents(t, b.events()[:k], stored)
@@ -51,14 +51,14 @@ func TestMemStoreFailNext(t *testing.T) {
 	// An armed failure fires before the fence: a write error is what the
 	// caller sees even for a batch the fence would refuse.
 	s.FailNext(errDiskFull)
-	err = s.Append(ctx, b.id(), b.events()[:1], true)
+	err = s.Append(ctx, b.id(), b.events()[:1], Sync)
 	require.ErrorIs(t, err, errDiskFull)
 	require.NotErrorIs(t, err, ErrFenced)
 
 	// FailNext(nil) disarms whatever is pending.
 	s.FailNext(errDiskFull)
 	s.FailNext(nil)
-	require.NoError(t, s.Append(ctx, b.id(), b.from(k), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }
 
@@ -73,9 +73,9 @@ func TestMemStoreContextDone(t *testing.T) {
 
 	done, cancel := context.WithCancel(t.Context())
 	cancel()
-	require.ErrorIs(t, s.Append(done, b.id(), b.events(), true), context.Canceled)
+	require.ErrorIs(t, s.Append(done, b.id(), b.events(), Sync), context.Canceled)
 	requireListed(t, s)
-	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
 	rev := revisionOf(t, s, b.id())
 
 	cause := errors.New("test: caller gave up")
@@ -111,15 +111,15 @@ func TestMemStoreRefusals(t *testing.T) {
 	b := newLogBuilder(t, "session-refuse")
 	b.textTurn("hello", "hi")
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), nil, true))
+	require.NoError(t, s.Append(ctx, b.id(), nil, Sync))
 	requireListed(t, s) // nothing materialized yet
-	err := s.Append(ctx, b.id(), []session.Event{b.events()[0], {}}, true)
+	err := s.Append(ctx, b.id(), []session.Event{b.events()[0], {}}, Sync)
 	require.ErrorIs(t, err, session.ErrInvalid)
 	requireListed(t, s)
 
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	rev := revisionOf(t, s, b.id())
-	require.NoError(t, s.Append(ctx, b.id(), []session.Event{}, true))
+	require.NoError(t, s.Append(ctx, b.id(), []session.Event{}, Sync))
 	require.Equal(t, rev, revisionOf(t, s, b.id()), "an empty batch changes nothing")
 	_, err = s.ReadFrom(ctx, b.id(), -1)
 	require.Error(t, err)
@@ -139,11 +139,11 @@ func TestMemStoreRevisionsAreUnique(t *testing.T) {
 		b := newLogBuilder(t, id)
 		require.NoError(t, s.Create(b.header()))
 		b.textTurn("hello", "hi")
-		require.NoError(t, s.Append(ctx, id, b.events(), true))
+		require.NoError(t, s.Append(ctx, id, b.events(), Sync))
 		note(revisionOf(t, s, id))
 		n := b.len()
 		b.beginTurn("open")
-		require.NoError(t, s.Append(ctx, id, b.from(n), true))
+		require.NoError(t, s.Append(ctx, id, b.from(n), Sync))
 		note(revisionOf(t, s, id))
 		loaded, err := s.Load(ctx, id)
 		require.NoError(t, err)

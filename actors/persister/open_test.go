@@ -63,7 +63,7 @@ func TestOpenJSONL(t *testing.T) {
 	b := newJL(t, "s-open")
 	b.textTurn("one", 5)
 	require.NoError(t, w.Create(b.header()))
-	require.NoError(t, w.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, w.Append(t.Context(), b.id(), b.events(), Sync))
 	require.FileExists(t, filepath.Join(sessionDir(dir, b.header()), zstdArtifact), "the default encoding")
 
 	// w holds the session's writer lock: a second writer by bare path is
@@ -74,7 +74,7 @@ func TestOpenJSONL(t *testing.T) {
 	more := newJL(t, "s-open") // the same id, to try an append past w's events
 	more.textTurn("one", 5)
 	more.textTurn("two", 3)
-	err = w2.Append(t.Context(), b.id(), more.from(b.len()), true)
+	err = w2.Append(t.Context(), b.id(), more.from(b.len()), Sync)
 	var le *LockedError
 	require.ErrorAs(t, err, &le, "Open must take the writer locks")
 
@@ -104,7 +104,7 @@ func TestOpenJSONLKeepsPlain(t *testing.T) {
 	b := newJL(t, "s-plain")
 	b.textTurn("one", 3)
 	require.NoError(t, p.Create(b.header()))
-	require.NoError(t, p.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, p.Append(t.Context(), b.id(), b.events(), Sync))
 	require.NoError(t, p.Close())
 
 	s, err := Open(dir)
@@ -112,7 +112,7 @@ func TestOpenJSONLKeepsPlain(t *testing.T) {
 	c := newJL(t, "s-plain-2")
 	c.textTurn("two", 3)
 	require.NoError(t, s.Create(c.header()))
-	require.NoError(t, s.Append(t.Context(), c.id(), c.events(), true))
+	require.NoError(t, s.Append(t.Context(), c.id(), c.events(), Sync))
 	require.NoError(t, s.Close())
 	require.FileExists(t, filepath.Join(sessionDir(dir, c.header()), plainArtifact))
 }
@@ -147,7 +147,7 @@ func TestOpenSQLite(t *testing.T) {
 	b := newJL(t, "s-sqlite")
 	b.textTurn("one", 5)
 	require.NoError(t, w.Create(b.header()))
-	require.NoError(t, w.Append(t.Context(), b.id(), b.events(), true))
+	require.NoError(t, w.Append(t.Context(), b.id(), b.events(), Sync))
 
 	_, err = Open("sqlite:" + path)
 	require.ErrorIs(t, err, ErrLocked, "a second writer is refused")

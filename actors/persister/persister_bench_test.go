@@ -110,7 +110,7 @@ func noBackgroundCheckpoints(b *testing.B, s *SQLiteStore) {
 	}
 }
 
-func (w *countingWriter) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+func (w *countingWriter) Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) error {
 	start := time.Now()
 	err := w.Writer.Append(ctx, id, events, durable)
 	w.busy.Add(int64(time.Since(start)))
@@ -507,7 +507,7 @@ func (s *rawFileStore) Create(session.Header) error { return nil }
 // Release has nothing to release: every Append opens and closes its file.
 func (s *rawFileStore) Release(session.SessionID) error { return nil }
 
-func (s *rawFileStore) Append(_ context.Context, id session.SessionID, events []session.Event, _ bool) error {
+func (s *rawFileStore) Append(_ context.Context, id session.SessionID, events []session.Event, _ Durability) error {
 	return appendSync(filepath.Join(s.dir, string(id)+".jsonl"), session.AppendRecords(nil, events, true))
 }
 

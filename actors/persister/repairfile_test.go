@@ -143,7 +143,7 @@ func TestRepairFileRefusesALockedSession(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.Create(h))
-	require.NoError(t, s.Append(ctx, h.ID, events, true))
+	require.NoError(t, s.Append(ctx, h.ID, events, Sync))
 	path := s.Locate(h)
 	before, err := os.ReadFile(path)
 	require.NoError(t, err)

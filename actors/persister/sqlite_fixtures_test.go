@@ -235,7 +235,7 @@ func TestSQLiteWritesTheReferenceRows(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, s.Create(in.Header))
 				for _, b := range ms.AppendBatches {
-					require.NoError(t, s.Append(ctx, id, in.Events[b[0]:b[0]+b[1]], true))
+					require.NoError(t, s.Append(ctx, id, in.Events[b[0]:b[0]+b[1]], Sync))
 				}
 				listed, err := s.List(ctx)
 				require.NoError(t, err)

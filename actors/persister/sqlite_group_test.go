@@ -127,7 +127,7 @@ func TestSQLiteAppendGroupFailsOnlyTheRefusedSessions(t *testing.T) {
 	// Another writer of the database appends session 1's second turn.
 	other := openTestSQLite(t, path, SQLiteOptions{NoWriterLock: true})
 	stale := f.builders[1]
-	require.NoError(t, other.Append(ctx, stale.id(), stale.from(f.k1[1]), true))
+	require.NoError(t, other.Append(ctx, stale.id(), stale.from(f.k1[1]), Sync))
 	require.NoError(t, other.Close())
 	before := revisionsOf(t, s)
 
@@ -273,25 +273,25 @@ func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 	all := b.events()
 	require.GreaterOrEqual(t, len(all), 12)
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), all[:2], false))
-	require.NoError(t, s.Append(ctx, b.id(), all[2:4], true))
+	require.NoError(t, s.Append(ctx, b.id(), all[:2], NoSync))
+	require.NoError(t, s.Append(ctx, b.id(), all[2:4], Sync))
 	require.NoError(t, s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: all[4:5]}})[0])
 	var busy, frames, done int
 	require.NoError(t, s.checkpoints.db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done))
-	require.NoError(t, s.Append(ctx, b.id(), all[5:6], true))
+	require.NoError(t, s.Append(ctx, b.id(), all[5:6], Sync))
 	require.Equal(t, 1, checks(), "only the first append checks the tail")
 
 	other := openTestSQLite(t, path, SQLiteOptions{NoWriterLock: true})
-	require.NoError(t, other.Append(ctx, b.id(), all[6:8], true))
-	err := s.Append(ctx, b.id(), all[6:7], true)
+	require.NoError(t, other.Append(ctx, b.id(), all[6:8], Sync))
+	err := s.Append(ctx, b.id(), all[6:7], Sync)
 	requireFenced(t, err, b.id(), 8, 6)
 	require.Equal(t, 2, checks())
-	require.NoError(t, s.Append(ctx, b.id(), all[8:9], true))
+	require.NoError(t, s.Append(ctx, b.id(), all[8:9], Sync))
 	require.Equal(t, 3, checks(), "a failed append checks again")
-	require.NoError(t, s.Append(ctx, b.id(), all[9:10], true))
+	require.NoError(t, s.Append(ctx, b.id(), all[9:10], Sync))
 	require.Equal(t, 3, checks())
 
-	require.NoError(t, other.Append(ctx, b.id(), all[10:11], true))
+	require.NoError(t, other.Append(ctx, b.id(), all[10:11], Sync))
 	require.NoError(t, other.Close())
 	errs := s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: all[10:12], Durable: true}})
 	requireFenced(t, errs[0], b.id(), 11, 10)
@@ -334,7 +334,7 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 	}
 	for i := range 2 {
 		b := f.builders[i]
-		require.NoError(t, s.Append(ctx, b.id(), b.events()[barrier[i]:behind[i]], false))
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[barrier[i]:behind[i]], NoSync))
 	}
 	before := revisionsOf(t, s)
 	group := func() []Batch {

@@ -37,8 +37,8 @@ func TestSQLiteReadFromAnchorsAtPackedRows(t *testing.T) {
 		b.add(session.AssistantChunk{Turn: turn, Step: 1, Chunk: messages.TextDeltaChunk(0, fmt.Sprint(i))}.Draft())
 	}
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events()[:4], true))
-	require.NoError(t, s.Append(ctx, b.id(), b.from(4), true)) // one packed row at seq 4
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:4], Sync))
+	require.NoError(t, s.Append(ctx, b.id(), b.from(4), Sync)) // one packed row at seq 4
 	db := rawDB(t, path)
 	// A stray scalar at seq 5, hidden behind the packed row 4..6.
 	plantRow(t, db, b.id(), 5, "assistant/chunk", b.events()[5].Data().String(), nil)
@@ -72,7 +72,7 @@ func TestSQLiteTornTailAndCorruption(t *testing.T) {
 	b.beginStep(turn, 1)
 	n := b.len()
 	require.NoError(t, s.Create(b.header()))
-	require.NoError(t, s.Append(ctx, b.id(), b.events(), true))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	db := rawDB(t, path)
 	plantRow(t, db, b.id(), n, "assistant/chunk", "{not valid json", nil)
 	rev := revisionOf(t, s, b.id())
@@ -85,7 +85,7 @@ func TestSQLiteTornTailAndCorruption(t *testing.T) {
 	require.Equal(t, rev, revisionOf(t, s, b.id()))
 	more := restoreBuilder(t, b.header(), b.events())
 	more.add(session.AssistantChunk{Turn: turn, Step: 1, Chunk: messages.TextDeltaChunk(0, "late")}.Draft())
-	err = s.Append(ctx, b.id(), more.from(n), true)
+	err = s.Append(ctx, b.id(), more.from(n), Sync)
 	require.ErrorContains(t, err, fmt.Sprintf("session %s has an invalid physical tail at seq %d", b.id(), n))
 	require.True(t, IsCorruption(err))
 
@@ -100,7 +100,7 @@ func TestSQLiteTornTailAndCorruption(t *testing.T) {
 	requireSameEvents(t, loaded.Events, stored)
 	next := restoreBuilder(t, b.header(), loaded.Events)
 	next.textTurn("three", "3")
-	require.NoError(t, s.Append(ctx, b.id(), next.from(n+2), true))
+	require.NoError(t, s.Append(ctx, b.id(), next.from(n+2), Sync))
 	requireSameEvents(t, next.events(), loadBalanced(t, s, b.id()).Events)
 
 	// Damage before the last turn/end: corruption, for every reader.
@@ -112,7 +112,7 @@ func TestSQLiteTornTailAndCorruption(t *testing.T) {
 	require.True(t, IsCorruption(err))
 	_, err = s.ReadFrom(ctx, b.id(), 0)
 	require.True(t, IsCorruption(err))
-	err = s.Append(ctx, b.id(), nil, true)
+	err = s.Append(ctx, b.id(), nil, Sync)
 	require.NoError(t, err, "an empty append reads nothing")
 }
 
@@ -427,7 +427,7 @@ func TestSQLiteMatchesJSONLAcrossPartitions(t *testing.T) {
 		events := b.events()
 		for start := 0; start < len(events); {
 			end := min(len(events), start+1+rng.IntN(40))
-			durable := rng.IntN(2) == 0
+			durable := Durability(rng.IntN(2) == 0)
 			require.NoError(t, sq.Append(ctx, b.id(), events[start:end], durable))
 			require.NoError(t, js.Append(ctx, b.id(), events[start:end], durable))
 			start = end

@@ -21,7 +21,7 @@ import (
 // writes nothing), inserts the session's row on its first append, packs
 // the batch into rows and bumps the session's revision. An empty batch
 // does nothing.
-func (s *SQLiteStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error {
+func (s *SQLiteStore) Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) error {
 	if err := s.lockOpen(); err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func (s *SQLiteStore) Append(ctx context.Context, id session.SessionID, events [
 	if err != nil {
 		return fmt.Errorf("persister: append %s: %w", id, err)
 	}
-	if err := s.appendLocked(ctx, id, st, events, durable); err != nil {
+	if err := s.appendLocked(ctx, id, st, events, bool(durable)); err != nil {
 		if cerr := s.cutBack(id, st); cerr != nil {
 			err = fmt.Errorf("%w; then %w", err, cerr)
 		}

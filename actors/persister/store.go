@@ -18,14 +18,27 @@ type Store interface {
 	Reader
 }
 
+// Durability says whether an Append is a durability barrier: Sync or
+// NoSync (Writer.Append).
+type Durability bool
+
+const (
+	// NoSync appends the events written (a reader of the store sees them)
+	// but not necessarily durable: a crash may drop them.
+	NoSync Durability = false
+	// Sync makes the Append a barrier: when it returns nil, its events and
+	// every event appended before them are durable.
+	Sync Durability = true
+)
+
 // Writer is the write side of a store.
 type Writer interface {
 	// Create registers a session lazily: nothing is stored (and List does
 	// not show it) until its first Append. ErrExists if the id is already
 	// registered or stored.
 	Create(h session.Header) error
-	// Append appends events to a created or stored session; durable says
-	// whether the call is a durability barrier. The first event's seq must
+	// Append appends events to a created or stored session; durable (Sync
+	// or NoSync) says whether the call is a durability barrier. The first event's seq must
 	// be the stored next seq and the rest contiguous, or nothing is
 	// written and the error is a *FenceError (this is what keeps two
 	// writers from interleaving).
@@ -54,7 +67,7 @@ type Writer interface {
 	// nothing unsynced; a store may group the barriers of many sessions in
 	// one commit): the flag is what lets it leave the rest to the next
 	// barrier.
-	Append(ctx context.Context, id session.SessionID, events []session.Event, durable bool) error
+	Append(ctx context.Context, id session.SessionID, events []session.Event, durable Durability) error
 	// Release ends this writer's hold on id: the writer lock, if the
 	// store takes one, is released and what the store cached about the
 	// file is dropped, so another process can take the session over. It

@@ -34,7 +34,7 @@ func TestSupersededSessionIsNotOpened(t *testing.T) {
 				require.ErrorIs(t, err, ErrSuperseded)
 				require.ErrorContains(t, err, newPath)
 				require.ErrorContains(t, err, "this build reads format 0 only")
-				err = s2.Append(t.Context(), b.id(), b.from(k), true)
+				err = s2.Append(t.Context(), b.id(), b.from(k), Sync)
 				require.ErrorIs(t, err, ErrSuperseded)
 				_, err = RepairFile(vfs.OS(), path)
 				require.ErrorIs(t, err, ErrSuperseded)

@@ -147,7 +147,7 @@ func (c copier) copy(ctx context.Context, id session.SessionID) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("session %s: %s", id, trimPkg(err))
 	}
-	err = c.dst.Append(ctx, id, events, true)
+	err = c.dst.Append(ctx, id, events, persister.Sync)
 	// Give the session's writer lock back at once: a store of many
 	// sessions would otherwise hold one descriptor per session copied.
 	if rerr := c.dst.Release(id); err == nil && rerr != nil {

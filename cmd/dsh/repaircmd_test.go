@@ -74,7 +74,7 @@ func TestSessionsListsAStore(t *testing.T) {
 		l, err := session.New(h)
 		require.NoError(t, err)
 		appendOK(t, l, session.TurnStart{Turn: 1}.Draft())
-		require.NoError(t, store.Append(context.Background(), id, l.Events().Slice(), true))
+		require.NoError(t, store.Append(context.Background(), id, l.Events().Slice(), persister.Sync))
 	}
 	require.NoError(t, store.Create(session.Header{ID: "never-appended", CreatedAt: 1}))
 	require.NoError(t, store.Close())
