@@ -22,6 +22,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/storefs"
 	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/dshgo/dsh/supervisor"
 )
@@ -225,8 +226,8 @@ func Start(cfg Config) (m *Member, err error) {
 		}
 	}
 	m.holder = holder
-	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: cfg.Dir, FS: cfg.fs, Plain: cfg.Session.Plain,
-		Lock: true, Holder: holder})
+	store, err := storefs.NewJSONLStore(persister.JSONLConfig{Root: cfg.Dir, Plain: cfg.Session.Plain,
+		Lock: true, Holder: holder}, cfg.fs)
 	if err != nil {
 		m.closeHealth()
 		return nil, fmt.Errorf("cluster: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/storefs"
 	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/dshgo/dsh/messages"
 )
@@ -323,7 +324,7 @@ func followupAccepted(t *testing.T, h *Host, id session.SessionID, text string) 
 func TestFaultDiskFullTurnEndRetriedInTheBackground(t *testing.T) {
 	ctx := testCtx(t)
 	fsys := newDiskFull()
-	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys})
+	store, err := storefs.NewJSONLStore(persister.JSONLConfig{Root: "/data"}, fsys)
 	require.NoError(t, err)
 	var hooked atomic.Int64
 	h := openHost(t, Config{Store: store, Window: time.Hour,
@@ -378,7 +379,7 @@ func TestFaultDiskFullTurnEndRetriedInTheBackground(t *testing.T) {
 
 	// On disk, synced: the log as a power loss would leave it holds the
 	// three turns, each ended.
-	crashed, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys.CrashClone()})
+	crashed, err := storefs.NewJSONLStore(persister.JSONLConfig{Root: "/data"}, fsys.CrashClone())
 	require.NoError(t, err)
 	defer crashed.Close()
 	stored, err := crashed.Inspect(ctx, id)
@@ -397,7 +398,7 @@ func TestFaultDiskFullTurnEndRetriedInTheBackground(t *testing.T) {
 func TestFaultRetryingSessionEvictedAndClosed(t *testing.T) {
 	ctx := testCtx(t)
 	fsys := newDiskFull()
-	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys})
+	store, err := storefs.NewJSONLStore(persister.JSONLConfig{Root: "/data"}, fsys)
 	require.NoError(t, err)
 	h := openHost(t, Config{Store: store, Window: time.Hour, WriteRetryMin: time.Millisecond, WriteRetryMax: 2 * time.Millisecond})
 	ids := make([]session.SessionID, 2)

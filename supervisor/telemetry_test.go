@@ -21,6 +21,7 @@ import (
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/storefs"
 	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/telemetry"
 )
@@ -213,7 +214,7 @@ func attrOf(rec slog.Record, key string) string {
 func TestLogWriteFailureOnceAndItsRecovery(t *testing.T) {
 	ctx := testCtx(t)
 	fsys := newDiskFull()
-	store, err := persister.NewJSONLStore(persister.JSONLConfig{Root: "/data", FS: fsys})
+	store, err := storefs.NewJSONLStore(persister.JSONLConfig{Root: "/data"}, fsys)
 	require.NoError(t, err)
 	rec := &recordingHandler{}
 	h := openHost(t, Config{Store: store, Window: time.Hour, WriteRetryMin: time.Millisecond, WriteRetryMax: 5 * time.Millisecond,

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/storefs/hook"
 	"github.com/dshgo/dsh/internal/vfs"
 )
 
@@ -30,8 +31,6 @@ type JSONLConfig struct {
 	// Root is the directory holding the sessions. Required. It is created
 	// (mode 0700) on the first write if missing.
 	Root string
-	// FS is the file system written through. Default vfs.OS().
-	FS vfs.FS
 	// Plain writes plain session.jsonl files. Default false: the harness's
 	// default session.jsonl.zstd, one checksummed zstd frame for the header
 	// line and one per durable batch. A root holds one encoding only.
@@ -185,11 +184,21 @@ func (st *jsonlSession) unsynced() bool {
 // (ErrLayout for the other encoding or the flat layout) by walking its
 // project and session directories; it reads no log.
 func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
+	return newJSONLStore(cfg, vfs.OS())
+}
+
+func init() {
+	hook.NewJSONL = func(cfg any, fsys vfs.FS) (any, error) {
+		return newJSONLStore(cfg.(JSONLConfig), fsys)
+	}
+}
+
+// newJSONLStore is NewJSONLStore writing through fsys: the constructor of
+// this package's tests, and of the module's through internal/storefs
+// (init installs it there).
+func newJSONLStore(cfg JSONLConfig, fsys vfs.FS) (*JSONLStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.FS == nil {
-		cfg.FS = vfs.OS()
 	}
 	if cfg.MaxOpenFiles == 0 {
 		cfg.MaxOpenFiles = DefaultMaxOpenFiles
@@ -198,7 +207,7 @@ func NewJSONLStore(cfg JSONLConfig) (*JSONLStore, error) {
 		cfg.Holder = defaultHolder()
 	}
 	s := &JSONLStore{
-		fs:       cfg.FS,
+		fs:       fsys,
 		root:     filepath.Clean(cfg.Root),
 		artifact: zstdArtifact,
 		other:    plainArtifact,

@@ -361,7 +361,7 @@ func TestJSONLLockFileAloneIsNoSession(t *testing.T) {
 	plain := newJSONLOn(t, m, memRoot+"-plain", JSONLConfig{Plain: true})
 	defer plain.Close()
 	writeRaw(t, m, filepath.Join(memRoot+"-plain", "--p--", "s", lockName), []byte("pid 1\n"))
-	_, err = NewJSONLStore(JSONLConfig{FS: m, Root: memRoot + "-plain", Plain: true})
+	_, err = newJSONLStore(JSONLConfig{Root: memRoot + "-plain", Plain: true}, m)
 	require.NoError(t, err)
 	listed, err = plain.List(ctx)
 	require.NoError(t, err)

@@ -280,7 +280,7 @@ func (s *JSONLStore) find(ctx context.Context, st *jsonlSession) (bool, error) {
 	if torn, err := s.tornCreation(found); err != nil || torn {
 		return false, err
 	}
-	if err := Superseded(s.fs, found); err != nil {
+	if err := superseded(s.fs, found); err != nil {
 		return false, err
 	}
 	// A file published after Create (by another store) wins over the
@@ -338,7 +338,7 @@ func (s *JSONLStore) List(ctx context.Context) ([]Listed, error) {
 		seen[h.ID] = path
 		l := Listed{Header: h, Revision: fileRevision(fi)}
 		var sup *SupersededError
-		if err := Superseded(s.fs, path); errors.As(err, &sup) {
+		if err := superseded(s.fs, path); errors.As(err, &sup) {
 			l.Superseded = sup.Newer
 		} else if err != nil {
 			return err

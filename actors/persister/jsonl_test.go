@@ -48,8 +48,8 @@ const memRoot = "/data/sessions"
 
 func newJSONLOn(t testing.TB, fsys vfs.FS, root string, cfg JSONLConfig) *JSONLStore {
 	t.Helper()
-	cfg.FS, cfg.Root = fsys, root
-	s, err := NewJSONLStore(cfg)
+	cfg.Root = root
+	s, err := newJSONLStore(cfg, fsys)
 	require.NoError(t, err)
 	return s
 }
@@ -300,14 +300,14 @@ func TestJSONLLayoutRejections(t *testing.T) {
 			b.textTurn("x", 1)
 			require.NoError(t, other.Create(b.header()))
 			require.NoError(t, other.Append(ctx, b.id(), b.events(), Sync))
-			_, err := NewJSONLStore(JSONLConfig{Root: memRoot, FS: m, Plain: enc.plain})
+			_, err := newJSONLStore(JSONLConfig{Root: memRoot, Plain: enc.plain}, m)
 			require.ErrorIs(t, err, ErrLayout, enc.name)
 		}
 	})
 	t.Run("flat layout", func(t *testing.T) {
 		m := vfs.NewMem()
 		writeRaw(t, m, filepath.Join(memRoot, "--work-proj--", "s1.jsonl"), []byte(h.JSON().String()+"\n"))
-		_, err := NewJSONLStore(JSONLConfig{Root: memRoot, FS: m, Plain: true})
+		_, err := newJSONLStore(JSONLConfig{Root: memRoot, Plain: true}, m)
 		require.ErrorIs(t, err, ErrLayout)
 	})
 	t.Run("header at the wrong path", func(t *testing.T) {

@@ -53,7 +53,7 @@ func TestLoadNewlineBombIsBounded(t *testing.T) {
 
 	path, head = writeBomb(t, s, session.Header{ID: "bomb2", CreatedAt: 1, Cwd: "/w"})
 	var r RepairReport
-	n = testutil.Allocated(func() { r, err = RepairFile(vfs.OS(), path) })
+	n = testutil.Allocated(func() { r, err = RepairFile(path) })
 	require.Less(t, n, uint64(32<<20), "RepairFile allocated %d MiB", n>>20)
 	require.NoError(t, err)
 	require.Equal(t, head, r.SizeAfter)

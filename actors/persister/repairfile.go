@@ -46,11 +46,12 @@ func (r RepairReport) Changed() bool { return r.Torn != nil || len(r.Closers) > 
 // it truncates to the size it read, cutting whatever the writer appended
 // meanwhile. A lock file left beside a file outside a store's layout is
 // harmless: nothing but writers reads it.
-func RepairFile(fsys vfs.FS, path string) (RepairReport, error) {
+func RepairFile(path string) (RepairReport, error) {
+	fsys := vfs.OS()
 	if _, err := fsys.Stat(path); err != nil {
 		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 	}
-	if err := Superseded(fsys, path); err != nil {
+	if err := superseded(fsys, path); err != nil {
 		return RepairReport{}, fmt.Errorf("persister: repair: %w", err)
 	}
 	lockPath := filepath.Join(filepath.Dir(path), lockName)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/dshgo/dsh/actors/session"
-	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/dshgo/dsh/messages"
 	"github.com/stretchr/testify/require"
 )
@@ -55,7 +54,7 @@ func TestRepairFileCutsTornPlainTailAndClosesTheTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, append(clean, `{"type":"tool/res`...), 0o600))
 
-	r, err := RepairFile(vfs.OS(), path)
+	r, err := RepairFile(path)
 	require.NoError(t, err)
 	require.True(t, r.Changed())
 	require.NotNil(t, r.Torn)
@@ -71,7 +70,7 @@ func TestRepairFileCutsTornPlainTailAndClosesTheTurn(t *testing.T) {
 	end := f.Events[len(f.Events)-1].Payload().(session.TurnEnd)
 	require.Equal(t, session.EndInterrupted, end.Reason.Kind)
 
-	again, err := RepairFile(vfs.OS(), path)
+	again, err := RepairFile(path)
 	require.NoError(t, err)
 	require.False(t, again.Changed(), "a repaired file needs nothing more")
 }
@@ -84,7 +83,7 @@ func TestRepairFileTornZstdFrame(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, data[:len(data)-5], 0o600)) // cut the last frame
 
-	r, err := RepairFile(vfs.OS(), path)
+	r, err := RepairFile(path)
 	require.NoError(t, err)
 	require.NotNil(t, r.Torn)
 	f := readBalanced(t, path)
@@ -107,7 +106,7 @@ func TestRepairFileRefusesCorruption(t *testing.T) {
 		`{"type":"turn/end","seq":6,"time":0,"data":{"turn":1,"reason":{"kind":"completed"}}}`+"\n"...)
 	require.NoError(t, os.WriteFile(path, bad, 0o600))
 
-	_, err = RepairFile(vfs.OS(), path)
+	_, err = RepairFile(path)
 	require.Error(t, err)
 	require.True(t, IsCorruption(err), "%v", err)
 	after, err := os.ReadFile(path)
@@ -125,7 +124,7 @@ func TestRepairFileLeavesCleanFilesAlone(t *testing.T) {
 	require.NoError(t, session.WriteFile(path, h, l.Events().Slice(), session.WriteOptions{Zstd: true}))
 	before, err := os.ReadFile(path)
 	require.NoError(t, err)
-	r, err := RepairFile(vfs.OS(), path)
+	r, err := RepairFile(path)
 	require.NoError(t, err)
 	require.False(t, r.Changed())
 	after, err := os.ReadFile(path)
@@ -148,7 +147,7 @@ func TestRepairFileRefusesALockedSession(t *testing.T) {
 	before, err := os.ReadFile(path)
 	require.NoError(t, err)
 
-	_, err = RepairFile(vfs.OS(), path)
+	_, err = RepairFile(path)
 	var le *LockedError
 	require.ErrorAs(t, err, &le)
 	require.ErrorIs(t, err, ErrLocked)
@@ -158,7 +157,7 @@ func TestRepairFileRefusesALockedSession(t *testing.T) {
 	require.Equal(t, before, after, "nothing changed")
 
 	require.NoError(t, s.Release(h.ID))
-	r, err := RepairFile(vfs.OS(), path)
+	r, err := RepairFile(path)
 	require.NoError(t, err)
 	require.Len(t, r.Closers, len(session.InterruptedTurnClosers(events)))
 	readBalanced(t, path)

@@ -65,7 +65,10 @@ func newerVersion(name string) (int64, bool) {
 // Superseded returns a *SupersededError when the directory of the log at
 // path holds a newer format's log (the newest one is named), nil when it
 // holds none or does not exist.
-func Superseded(fsys vfs.FS, path string) error {
+func Superseded(path string) error { return superseded(vfs.OS(), path) }
+
+// superseded is Superseded on fsys.
+func superseded(fsys vfs.FS, path string) error {
 	entries, err := fsys.ReadDir(filepath.Dir(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

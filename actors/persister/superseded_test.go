@@ -36,7 +36,7 @@ func TestSupersededSessionIsNotOpened(t *testing.T) {
 				require.ErrorContains(t, err, "this build reads format 0 only")
 				err = s2.Append(t.Context(), b.id(), b.from(k), Sync)
 				require.ErrorIs(t, err, ErrSuperseded)
-				_, err = RepairFile(vfs.OS(), path)
+				_, err = RepairFile(path)
 				require.ErrorIs(t, err, ErrSuperseded)
 				after, err := os.ReadFile(path)
 				require.NoError(t, err)
@@ -68,10 +68,10 @@ func TestNewerVersionNames(t *testing.T) {
 	for _, n := range []string{"session.jsonl", "session.v2.jsonl", "session.v3.jsonl.zstd", "session.v0.jsonl"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, n), nil, 0o600))
 	}
-	err := Superseded(vfs.OS(), filepath.Join(dir, "session.jsonl"))
+	err := Superseded(filepath.Join(dir, "session.jsonl"))
 	var se *SupersededError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, filepath.Join(dir, "session.v3.jsonl.zstd"), se.Newer)
 	require.EqualValues(t, 3, se.Version)
-	require.NoError(t, Superseded(vfs.OS(), filepath.Join(t.TempDir(), "session.jsonl")))
+	require.NoError(t, Superseded(filepath.Join(t.TempDir(), "session.jsonl")))
 }

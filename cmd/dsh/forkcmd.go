@@ -10,7 +10,6 @@ import (
 
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
-	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/google/uuid"
 )
 
@@ -38,7 +37,7 @@ func logFork(args []string, stdout, _ io.Writer) error {
 	if _, err := os.Lstat(*out); err == nil {
 		return fmt.Errorf("%s: already exists (refusing to overwrite)", *out)
 	}
-	if err := persister.Superseded(vfs.OS(), path); err != nil {
+	if err := persister.Superseded(path); err != nil {
 		return err // names the newer file (docs/log-format.md, "Superseded sessions")
 	}
 	_, l, err := loadFile(path, *fixture)

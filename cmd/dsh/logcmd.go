@@ -12,7 +12,6 @@ import (
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/fixtures"
-	"github.com/dshgo/dsh/internal/vfs"
 )
 
 // logFlags parses the flags shared by the log subcommands. A flag after a
@@ -135,7 +134,7 @@ func logVerify(args []string, stdout, stderr io.Writer) error {
 			note = fmt.Sprintf("; turn %d is open (its end was never recorded)", turn)
 		}
 		var sup *persister.SupersededError
-		if err := persister.Superseded(vfs.OS(), name); errors.As(err, &sup) {
+		if err := persister.Superseded(name); errors.As(err, &sup) {
 			note += fmt.Sprintf("; superseded by %s (a newer reference migrated this session to format version %d and writes only there: this file is stale, and dsh will not open the session)",
 				sup.Newer, sup.Version)
 		}

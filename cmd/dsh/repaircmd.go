@@ -13,7 +13,6 @@ import (
 
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
-	"github.com/dshgo/dsh/internal/vfs"
 )
 
 // logRepair repairs one log file in place and says what it did.
@@ -26,7 +25,7 @@ func logRepair(args []string, stdout, _ io.Writer) error {
 		return usagef("log repair: want exactly one file (flags first)")
 	}
 	path := fs.Arg(0)
-	r, err := persister.RepairFile(vfs.OS(), path)
+	r, err := persister.RepairFile(path)
 	var le *persister.LockedError
 	if errors.As(err, &le) {
 		return le // a live writer: main prints who

@@ -20,6 +20,7 @@ import (
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/cluster"
+	"github.com/dshgo/dsh/internal/storefs"
 	"github.com/dshgo/dsh/internal/vfs"
 	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/supervisor"
@@ -201,7 +202,7 @@ func openTalkStore(loc persister.Location, fsys vfs.FS) (persister.Store, error)
 		return nil, err
 	}
 	if fsys != nil {
-		return persister.NewJSONLStore(persister.JSONLConfig{Root: loc.Path, FS: fsys, Lock: true})
+		return storefs.NewJSONLStore(persister.JSONLConfig{Root: loc.Path, Lock: true}, fsys)
 	}
 	return persister.Open(loc.String())
 }
