@@ -22,15 +22,15 @@ import (
 //	write a batch     a job on the pool: Store.Append with a deadline
 //	                  (durable for a barrier's batch, which goes ahead of
 //	                  background ones), then writeDone back to the shard
-//	                  (never inside Receive); with a GroupWriter store, the
-//	                  writes due of many sessions in one AppendGroup
+//	                  (never inside Receive); with a groupWriter store, the
+//	                  writes due of many sessions in one appendGroup
 //	                  (group.go)
 //	release           a job on the pool once an Untrack drained the session:
 //	                  Store.Release, then released back to the shard, which
 //	                  answers the Untrack and forgets the session
 //	arm/cancel timer  cfg.AfterFunc → tick{id, gen} back to the shard; stale
 //	                  generations are ignored by the core
-//	retry             after a failed write, cfg.AfterFunc(RetryDelay) →
+//	retry             after a failed write, cfg.AfterFunc(retryDelay) →
 //	                  retryTick back to the shard, which starts a barrier
 //	                  of everything received (a Flush nobody waits for)
 //	reply             Flushed/FlushFailed to the sender remembered with the
@@ -57,7 +57,7 @@ import (
 // writes it again with the next enqueue or flush; a session whose turn
 // ended has neither, so on its own it would stay undurable (and its host
 // closed to new turns) until someone flushed. So the shard retries in the
-// background: every failed write arms a retry timer, RetryDelay(attempt)
+// background: every failed write arms a retry timer, retryDelay(attempt)
 // later (exponential from RetryMin to RetryMax), which starts a barrier
 // as a Flush would; the first write that succeeds (the retry or any
 // other: the failed events are at the front of every later write) stops
@@ -75,7 +75,7 @@ import (
 // Props returns the props of a persister actor for cfg (with defaults for
 // its zero fields). Each spawned persister has its own worker pool.
 func Props(cfg Config) (*actor.Props, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -98,7 +98,7 @@ func (r *rootActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		// A store that commits many sessions at once gets their writes
 		// in groups (group.go).
-		group, _ := r.cfg.Store.(GroupWriter)
+		group, _ := r.cfg.Store.(groupWriter)
 		r.pool = newPool(r.cfg.FsyncWorkers, group, r.cfg.WriteTimeout)
 		r.shards = make([]*actor.PID, r.cfg.Shards)
 		cfg, p := r.cfg, r.pool
@@ -495,7 +495,7 @@ func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
 	if e.WriteFailed != nil {
 		t.failures++
 		if retryable(e.WriteFailed) {
-			retryIn = s.cfg.RetryDelay(t.failures)
+			retryIn = s.cfg.retryDelay(t.failures)
 			s.armRetry(t, retryIn)
 		} else {
 			s.stopRetryTimer(t)

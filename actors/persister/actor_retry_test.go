@@ -15,7 +15,7 @@ func TestActorFailingStoreRecovers(t *testing.T) {
 	id := r.track("s-fail")
 	r.append(id, wbUserDrafts(3)...)
 
-	store.FailNext(errWriteDisk)
+	store.failNext(errWriteDisk)
 	ff, ok := r.flush(id).(FlushFailed)
 	require.Truef(t, ok, "want FlushFailed")
 	require.ErrorIs(t, ff.Err, errWriteDisk)
@@ -25,7 +25,7 @@ func TestActorFailingStoreRecovers(t *testing.T) {
 
 	// More events while failing; a second failure; then the store recovers.
 	r.append(id, wbUserDrafts(2)...)
-	store.FailNext(errWriteDisk)
+	store.failNext(errWriteDisk)
 	_, ok = r.flush(id).(FlushFailed)
 	require.True(t, ok)
 	r.append(id, wbUserDrafts(1)...)
@@ -114,10 +114,10 @@ func TestActorFencedWriteIsNotRetriedInTheBackground(t *testing.T) {
 func TestConfigRetryDelay(t *testing.T) {
 	var got []time.Duration
 	for a := 1; a <= 8; a++ {
-		got = append(got, Config{}.RetryDelay(a))
+		got = append(got, Config{}.retryDelay(a))
 	}
 	ms := time.Millisecond
 	require.Equal(t, []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 5000 * ms, 5000 * ms}, got)
-	require.Equal(t, 2*time.Second, Config{RetryMin: 2 * time.Second, RetryMax: time.Second}.RetryDelay(5), "RetryMax is raised to RetryMin")
-	require.Error(t, Config{Store: NewMemStore(), RetryMin: -1}.Validate())
+	require.Equal(t, 2*time.Second, Config{RetryMin: 2 * time.Second, RetryMax: time.Second}.retryDelay(5), "RetryMax is raised to RetryMin")
+	require.Error(t, Config{Store: NewMemStore(), RetryMin: -1}.validate())
 }

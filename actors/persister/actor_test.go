@@ -589,9 +589,9 @@ func TestActorWindowInSynctest(t *testing.T) {
 }
 
 func TestConfigValidateAndDefaults(t *testing.T) {
-	require.NoError(t, Config{Policy: PolicyNone}.Validate(), "the zero config (without a store) works for PolicyNone")
-	require.ErrorContains(t, Config{}.Validate(), "needs a store")
-	require.NoError(t, Config{Store: &fakeStore{}}.Validate())
+	require.NoError(t, Config{Policy: PolicyNone}.validate(), "the zero config (without a store) works for PolicyNone")
+	require.ErrorContains(t, Config{}.validate(), "needs a store")
+	require.NoError(t, Config{Store: &fakeStore{}}.validate())
 	for _, bad := range []Config{
 		{Store: &fakeStore{}, Policy: Policy(7)},
 		{Store: &fakeStore{}, Window: -time.Second},
@@ -602,7 +602,7 @@ func TestConfigValidateAndDefaults(t *testing.T) {
 		{Store: &fakeStore{}, Shards: -1},
 		{Store: &fakeStore{}, WriteTimeout: -1},
 	} {
-		require.Error(t, bad.Validate(), "%+v", bad)
+		require.Error(t, bad.validate(), "%+v", bad)
 		_, err := Props(bad)
 		require.Error(t, err)
 	}

@@ -87,7 +87,7 @@ type Config struct {
 	// Default 4096.
 	MaxBatchEvents int
 	// FsyncWorkers bounds the goroutines running Store.Append, across all
-	// shards. Default 4. A GroupWriter store is written by one more
+	// shards. Default 4. A SQLiteStore is written by one more
 	// goroutine, a group at a time; the workers run its other calls.
 	FsyncWorkers int
 	// Shards is the number of shard actors; a session lives on the shard
@@ -98,7 +98,7 @@ type Config struct {
 	// one minute.
 	WriteTimeout time.Duration
 	// RetryMin and RetryMax bound the backoff of the background retry of a
-	// failed write (see RetryDelay): the first retry comes RetryMin after
+	// failed write: the first retry comes RetryMin after
 	// the failure, each further one twice as late as the one before, up to
 	// RetryMax, for as long as the write fails. Defaults 100ms and 5s;
 	// RetryMax below RetryMin is raised to it.
@@ -112,8 +112,8 @@ type Config struct {
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 }
 
-// Validate reports a config that cannot work. Zero fields are fine.
-func (c Config) Validate() error {
+// validate reports a config that cannot work. Zero fields are fine.
+func (c Config) validate() error {
 	var errs []error
 	if c.Store == nil && c.Policy != PolicyNone {
 		errs = append(errs, errors.New("persister: config needs a store (or PolicyNone)"))
@@ -178,12 +178,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// RetryDelay returns how long after the attempt-th consecutive failed
+// retryDelay returns how long after the attempt-th consecutive failed
 // write of a session the persister retries it on its own: RetryMin
 // doubled attempt-1 times, capped at RetryMax. With the defaults: 100ms,
 // 200ms, 400ms, 800ms, 1.6s, 3.2s, then 5s for every further attempt.
 // Zero fields take their defaults.
-func (c Config) RetryDelay(attempt int) time.Duration {
+func (c Config) retryDelay(attempt int) time.Duration {
 	c = c.withDefaults()
 	d := c.RetryMin
 	for i := 1; i < attempt && d < c.RetryMax; i++ {

@@ -166,17 +166,16 @@
 // background batch still queued when its barrier starts takes the events
 // queued since and becomes the barrier's write: one write, one fsync.
 //
-// A store that implements [GroupWriter] (one database file for every
-// session) gets group commit across sessions as well: its writes go to
-// one committer goroutine instead of the workers, and each commit takes
-// every write queued while the one before ran (barriers first, then
-// background batches; at most 1024, of them at most 64 background ones,
-// so that a turn end never waits behind a long commit) in one AppendGroup
-// call, one transaction and one sync. Each session still has its own watermark: a
-// batch refused inside the commit fails that session only, a commit that
-// fails fails every session in it, and each failed session is retried as
-// any failed write is. A background batch in a commit that held a barrier
-// is durable with it.
+// A store of one database file for every session ([SQLiteStore]) gets group
+// commit across sessions as well: its writes go to one committer goroutine
+// instead of the workers, and each commit takes every write queued while the
+// one before ran (barriers first, then background batches; at most 1024, of
+// them at most 64 background ones, so that a turn end never waits behind a
+// long commit) in one call, one transaction and one sync. Each
+// session still has its own watermark: a batch refused inside the commit
+// fails that session only, a commit that fails fails every session in it,
+// and each failed session is retried as any failed write is. A background
+// batch in a commit that held a barrier is durable with it.
 //
 // Stopping the persister fails pending barriers with ErrStopped and drops
 // unwritten events (what was written unsynced stays in the file, for the
@@ -185,24 +184,23 @@
 //
 // A failed write is an expected failure: the events stay queued at the
 // front, in order (with the events written unsynced before it, which the
-// store cut off), and are retried with the next write; no event is
-// dropped while the process lives. Barrier waiters get FlushFailed with the
-// error and the watermark that was durable before it. Nobody has to flush
-// for the retry to happen: after the n-th consecutive failed write the
-// persister retries by itself Config.RetryDelay(n) later (100ms, 200ms,
-// 400ms, ... doubling up to 5s with the defaults, then every 5s for as
-// long as the write fails), as a flush barrier of everything received,
+// store cut off), and are retried with the next write; no event is dropped
+// while the process lives. Barrier waiters get FlushFailed with the error
+// and the watermark that was durable before it. Nobody has to flush for the
+// retry to happen: after the n-th consecutive failed write the persister
+// retries by itself after a backoff (Config.RetryMin and RetryMax: 100ms,
+// 200ms, 400ms, ... doubling up to 5s with the defaults, then every 5s for
+// as long as the write fails), as a flush barrier of everything received,
 // telling the owner Retrying. A flush, a checkpoint or the write-behind
 // window may retry sooner. The first write that succeeds (it carries the
-// failed events) is reported as Durable and ends the retries; untracking
-// or stopping the persister stops them too. A write refused because
-// another writer owns the session (ErrFenced, ErrLocked), because the
-// stored log is corrupt or because the store is closed is not retried in
-// the background: no retry would succeed. An Untrack is
-// answered only after Store.Release (run on the pool, like every store
-// call) returned; a failed drain releases nothing, and a failed release
-// answers FlushFailed with its error. Either way the session stays
-// tracked and a later Untrack tries again.
+// failed events) is reported as Durable and ends the retries; untracking or
+// stopping the persister stops them too. A write refused because another
+// writer owns the session (ErrFenced, ErrLocked), because the stored log is
+// corrupt or because the store is closed is not retried in the background:
+// no retry would succeed. An Untrack is answered only after Store.Release
+// (run on the pool, like every store call) returned; a failed drain releases
+// nothing, and a failed release answers FlushFailed with its error. Either
+// way the session stays tracked and a later Untrack tries again.
 //
 // # Concurrency and ownership
 //
@@ -372,7 +370,8 @@
 // transaction (checking the tail is still the one it read), inserting the
 // closers of an open turn as scalar rows. A packed row is all or nothing.
 //
-// Group commit (sqlite_group.go): the store is a [GroupWriter], so the
+// Group commit (sqlite_group.go): the store implements the persister's
+// group writes, so the
 // persister writes it a group at a time: one transaction holds every
 // session's write that was due while the previous commit ran, each
 // session's append (tail check, rows, revision) in its own SAVEPOINT, and

@@ -7,10 +7,10 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 )
 
-// GroupWriter is implemented by a store that can commit the writes of many
+// groupWriter is implemented by a store that can commit the writes of many
 // sessions at once: one transaction and one sync for all of them (a
 // database file holding every session). The persister then writes through
-// AppendGroup instead of Append: while one group commits, the writes due
+// appendGroup instead of Append: while one group commits, the writes due
 // (barriers and write-behind batches of any session) queue up, and the
 // next commit takes them all, so a single sync makes many sessions' turn
 // ends durable. A store without it is written one Append per batch, as
@@ -21,8 +21,8 @@ import (
 // goroutines blocked in Append as sessions to group, while the pool bounds
 // store calls to FsyncWorkers; the pool's queue already holds every write
 // that is due, so it is the natural place to cut groups.
-type GroupWriter interface {
-	// AppendGroup writes batches, no two of the same session, and returns
+type groupWriter interface {
+	// appendGroup writes batches, no two of the same session, and returns
 	// one result per batch, in order. Each result means what
 	// Writer.Append's error would for that batch alone: nil means written;
 	// an error means nothing of the batch is stored and the session is cut
@@ -34,12 +34,12 @@ type GroupWriter interface {
 	// them all). Errors name the operation and the session, as Append's.
 	// The store must not keep the batches or their events after it
 	// returns; the caller owns them.
-	AppendGroup(ctx context.Context, batches []Batch) []error
+	appendGroup(ctx context.Context, batches []groupBatch) []error
 }
 
-// Batch is one session's write in a group commit: what one Append call
+// groupBatch is one session's write in a group commit: what one Append call
 // would have written.
-type Batch struct {
+type groupBatch struct {
 	ID      session.SessionID
 	Events  []session.Event
 	Durable bool
@@ -58,7 +58,7 @@ const maxGroupBackground = 64
 
 // commit is the pool's group committer (pool.group set): it takes every
 // write queued (barriers first, then write-behind batches, up to
-// maxGroupBatches) and commits them with one AppendGroup, and again, until
+// maxGroupBatches) and commits them with one appendGroup, and again, until
 // the pool closes. Writes queued while a commit runs wait for the next
 // one: that is the grouping. One committer, so one group in flight: a
 // second concurrent transaction on one database file would only wait for
@@ -105,14 +105,14 @@ func (p *pool) takeGroup(jobs []*writeJob) []*writeJob {
 	return jobs
 }
 
-// commitGroup writes jobs with one AppendGroup and reports each outcome to
+// commitGroup writes jobs with one appendGroup and reports each outcome to
 // its session. A write that was not a barrier is reported synced when the
 // group held a barrier and it succeeded: the group's sync covered it.
 func (p *pool) commitGroup(jobs []*writeJob) {
-	batches := make([]Batch, len(jobs))
+	batches := make([]groupBatch, len(jobs))
 	durable := false
 	for i, j := range jobs {
-		batches[i] = Batch{ID: j.id, Events: j.batch, Durable: j.sync}
+		batches[i] = groupBatch{ID: j.id, Events: j.batch, Durable: j.sync}
 		durable = durable || j.sync
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
@@ -124,10 +124,10 @@ func (p *pool) commitGroup(jobs []*writeJob) {
 	}
 }
 
-// appendGroupSafely is GroupWriter.AppendGroup with a panic, or a result
+// appendGroupSafely is groupWriter.appendGroup with a panic, or a result
 // of the wrong length, turned into the same error for every batch, as
 // appendSafely does for one.
-func appendGroupSafely(ctx context.Context, g GroupWriter, batches []Batch) (errs []error) {
+func appendGroupSafely(ctx context.Context, g groupWriter, batches []groupBatch) (errs []error) {
 	failAll := func(err error) []error {
 		errs := make([]error, len(batches))
 		for i := range errs {
@@ -140,7 +140,7 @@ func appendGroupSafely(ctx context.Context, g GroupWriter, batches []Batch) (err
 			errs = failAll(fmt.Errorf("group commit of %d sessions: store panicked: %v", len(batches), r))
 		}
 	}()
-	errs = g.AppendGroup(ctx, batches)
+	errs = g.appendGroup(ctx, batches)
 	if len(errs) != len(batches) {
 		return failAll(fmt.Errorf("group commit of %d sessions: store returned %d results", len(batches), len(errs)))
 	}

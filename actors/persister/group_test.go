@@ -15,15 +15,15 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 )
 
-// Tests of group commit (group.go): the persister over a GroupWriter store
-// writes the writes due of many sessions in one AppendGroup. They run in
+// Tests of group commit (group.go): the persister over a groupWriter store
+// writes the writes due of many sessions in one appendGroup. They run in
 // synctest bubbles: the store holds each commit until the test hands it a
 // token, so what queues meanwhile is known exactly.
 
-// groupStore is a fakeStore that also commits groups. Each AppendGroup
+// groupStore is a fakeStore that also commits groups. Each appendGroup
 // reports its sessions on entered and waits for a token; the next commit
 // can be made to fail whole, or one session's batch in it. Append (a write
-// outside a group) is counted apart: a GroupWriter store should not get
+// outside a group) is counted apart: a groupWriter store should not get
 // any. Safe for concurrent use.
 type groupStore struct {
 	fakeStore
@@ -50,7 +50,7 @@ func (s *groupStore) Append(ctx context.Context, id session.SessionID, events []
 	return s.fakeStore.Append(ctx, id, events, durable)
 }
 
-func (s *groupStore) AppendGroup(ctx context.Context, batches []Batch) []error {
+func (s *groupStore) appendGroup(ctx context.Context, batches []groupBatch) []error {
 	ids := make([]session.SessionID, len(batches))
 	durable := false
 	for i, b := range batches {
@@ -107,7 +107,7 @@ func (s *groupStore) cutBack(id session.SessionID) {
 	}
 }
 
-// waitCommit waits for the next AppendGroup to start and returns its
+// waitCommit waits for the next appendGroup to start and returns its
 // sessions.
 func (s *groupStore) waitCommit(t *testing.T) []session.SessionID {
 	t.Helper()
@@ -299,7 +299,7 @@ type badGroupStore struct {
 	panics bool
 }
 
-func (s *badGroupStore) AppendGroup(ctx context.Context, batches []Batch) []error {
+func (s *badGroupStore) appendGroup(ctx context.Context, batches []groupBatch) []error {
 	if s.panics {
 		panic("store bug")
 	}
@@ -310,7 +310,7 @@ func (s *badGroupStore) AppendGroup(ctx context.Context, batches []Batch) []erro
 // or answers with the wrong number of results fails every batch of the
 // group, each error naming its session.
 func TestAppendGroupSafelyFailsEveryBatchOfABrokenStore(t *testing.T) {
-	batches := []Batch{{ID: "s-x"}, {ID: "s-y", Durable: true}}
+	batches := []groupBatch{{ID: "s-x"}, {ID: "s-y", Durable: true}}
 	for _, g := range []*badGroupStore{{}, {panics: true}} {
 		errs := appendGroupSafely(context.Background(), g, batches)
 		require.Len(t, errs, 2)

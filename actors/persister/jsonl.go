@@ -68,8 +68,8 @@ type JSONLConfig struct {
 	MaxRecordBytes int
 }
 
-// Validate checks the configuration.
-func (c JSONLConfig) Validate() error {
+// validate checks the configuration.
+func (c JSONLConfig) validate() error {
 	switch {
 	case c.Root == "":
 		return errors.New("persister: jsonl config: Root is required")
@@ -197,7 +197,7 @@ func init() {
 // this package's tests, and of the module's through internal/storefs
 // (init installs it there).
 func newJSONLStore(cfg JSONLConfig, fsys vfs.FS) (*JSONLStore, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxOpenFiles == 0 {
@@ -262,7 +262,7 @@ func defaultHolder() string {
 
 // Locate returns the path of the session's artifact: where it is, or will
 // be once appended to. No I/O.
-func (s *JSONLStore) Locate(h session.Header) string {
+func (s *JSONLStore) locate(h session.Header) string {
 	return filepath.Join(sessionDir(s.root, h), s.artifact)
 }
 

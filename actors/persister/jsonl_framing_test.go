@@ -30,7 +30,7 @@ func TestJSONLFraming(t *testing.T) {
 				b.openToolTurn("call-1")
 				require.NoError(t, s.Create(b.header()))
 				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k1], Sync))
-				path := s.Locate(b.header())
+				path := s.locate(b.header())
 				if enc.plain {
 					require.True(t, strings.HasSuffix(path, "/session.jsonl"))
 				}
@@ -78,7 +78,7 @@ func TestJSONLTornFrameIsRecovered(t *testing.T) {
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], Sync))
 	require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
-	path := s.Locate(b.header())
+	path := s.locate(b.header())
 	whole := readRaw(t, m, path)
 	lastFrame := int64(len(whole) - len(batchBytes(b.from(k), false, true)))
 	torn := whole[:len(whole)-2] // the crash cut the checksum
@@ -134,7 +134,7 @@ func TestJSONLTornLineIsDropped(t *testing.T) {
 	b.openToolTurn("call-1")
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
-	path := s.Locate(b.header())
+	path := s.locate(b.header())
 	whole := readRaw(t, m, path)
 	writeRaw(t, m, path, whole[:len(whole)-9]) // the tool/call line is cut
 	committed := int64(bytes.LastIndexByte(whole[:len(whole)-9], '\n') + 1)
@@ -188,7 +188,7 @@ func TestJSONLDamageBeforeTurnEndIsCorruption(t *testing.T) {
 	b.textTurn("two", 2)
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
-	path := s.Locate(b.header())
+	path := s.locate(b.header())
 	data := readRaw(t, m, path)
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	lines[3] = []byte("{not json\n")
@@ -242,7 +242,7 @@ func TestJSONLRefusesUnreadableLogs(t *testing.T) {
 			m := vfs.NewMem()
 			s := newJSONLOn(t, m, memRoot, JSONLConfig{Plain: true})
 			defer s.Close()
-			path := s.Locate(h)
+			path := s.locate(h)
 			writeRaw(t, m, path, []byte(c.body))
 			_, err := s.Load(ctx, h.ID)
 			c.check(t, err)
@@ -262,7 +262,7 @@ func TestJSONLAppendAfterTornTail(t *testing.T) {
 			s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain})
 			b, k, _ := twoTurnsFirstStored(t, s, "continue")
 			require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
-			path := s.Locate(b.header())
+			path := s.locate(b.header())
 			whole := readRaw(t, m, path)
 			writeRaw(t, m, path, whole[:len(whole)-2])
 			// zstd: the torn frame's records are all recovered; plain: the

@@ -76,7 +76,7 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				k2 := lb.len()
 				require.NoError(t, a.Create(lb.header()))
 				require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k1], Sync))
-				path := a.Locate(lb.header())
+				path := a.locate(lb.header())
 				lockPath := filepath.Join(filepath.Dir(path), lockName)
 				require.Equal(t, "writer a\n", string(readRaw(t, fsys, lockPath)))
 
@@ -190,7 +190,7 @@ func TestJSONLReleaseRemovesUnacknowledgedBytes(t *testing.T) {
 	lb.textTurn("two", 1)
 	require.NoError(t, a.Create(lb.header()))
 	require.NoError(t, a.Append(ctx, lb.id(), lb.events()[:k], Sync))
-	path := a.Locate(lb.header())
+	path := a.locate(lb.header())
 	size := len(readRaw(t, m, path))
 	failTruncate := true
 	m.InjectError(func(op vfs.Op, p string) error {
@@ -336,7 +336,7 @@ func TestJSONLLockFileAloneIsNoSession(t *testing.T) {
 	})
 	require.ErrorIs(t, s.Append(ctx, b.id(), b.events(), Sync), vfs.ErrInjected)
 	m.InjectError(nil)
-	dir := filepath.Dir(s.Locate(b.header()))
+	dir := filepath.Dir(s.locate(b.header()))
 	entries, err := m.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
@@ -392,7 +392,7 @@ func TestJSONLKilledWriterIsTakenOver(t *testing.T) {
 
 			// a's next batch is being written when the process dies: its
 			// first bytes are in the file, not one whole record.
-			path := a.Locate(lb.header())
+			path := a.locate(lb.header())
 			batch := batchBytes(lb.events()[k1:k2], enc.plain, true)
 			f, err := killable.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			require.NoError(t, err)
@@ -426,7 +426,7 @@ func TestJSONLLockFilePermissions(t *testing.T) {
 	b.textTurn("x", 1)
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
-	fi, err := os.Stat(filepath.Join(filepath.Dir(s.Locate(b.header())), lockName))
+	fi, err := os.Stat(filepath.Join(filepath.Dir(s.locate(b.header())), lockName))
 	require.NoError(t, err)
 	require.Equal(t, fs.FileMode(0o600), fi.Mode().Perm())
 }
@@ -440,6 +440,6 @@ func TestJSONLDefaultHolder(t *testing.T) {
 	b.textTurn("x", 1)
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
-	text := string(readRaw(t, m, filepath.Join(filepath.Dir(s.Locate(b.header())), lockName)))
+	text := string(readRaw(t, m, filepath.Join(filepath.Dir(s.locate(b.header())), lockName)))
 	require.Contains(t, text, fmt.Sprintf("pid %d on ", os.Getpid()))
 }

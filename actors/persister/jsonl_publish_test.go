@@ -51,7 +51,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 			b := newJL(t, "first")
 			b.textTurn("hello", 3)
 			require.NoError(t, s.Create(b.header()))
-			path := s.Locate(b.header())
+			path := s.locate(b.header())
 			dir := filepath.Dir(path)
 			m.InjectError(func(op vfs.Op, p string) error {
 				if op == step && (strings.HasPrefix(p, dir) || op == vfs.OpMkdir) {
@@ -86,7 +86,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 	b := newJL(t, "orphan")
 	b.textTurn("hello", 3)
 	require.NoError(t, s.Create(b.header()))
-	path := s.Locate(b.header())
+	path := s.locate(b.header())
 	m.InjectError(func(op vfs.Op, p string) error {
 		if (op == vfs.OpSyncDir && p == filepath.Dir(path)) || (op == vfs.OpRemove && p == path) {
 			return vfs.ErrInjected
@@ -131,7 +131,7 @@ func testJSONLPublishOrder(t *testing.T, cfg JSONLConfig) {
 	b := newJL(t, "order")
 	b.textTurn("hello", 3)
 	require.NoError(t, s.Create(b.header()))
-	path := s.Locate(b.header())
+	path := s.locate(b.header())
 	dir := filepath.Dir(path)
 
 	var ops []string
@@ -277,7 +277,7 @@ func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
 		first.textTurn("x", 1)
 		require.NoError(t, s.Create(first.header()))
 		require.NoError(t, s.Append(ctx, first.id(), first.events(), Sync))
-		project := filepath.Dir(filepath.Dir(s.Locate(first.header())))
+		project := filepath.Dir(filepath.Dir(s.locate(first.header())))
 
 		const n = 6
 		release := make(chan struct{})
@@ -313,7 +313,7 @@ func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
 		}
 		require.Equal(t, 2, syncs[project], "one fsync of the project directory running, one for all who waited")
 		for _, b := range bs {
-			require.Equal(t, 1, syncs[filepath.Dir(s.Locate(b.header()))], "each session directory synced once")
+			require.Equal(t, 1, syncs[filepath.Dir(s.locate(b.header()))], "each session directory synced once")
 		}
 		crashed := newJSONLOn(t, m.CrashClone(), memRoot, cfg)
 		defer crashed.Close()
@@ -350,7 +350,7 @@ func TestJSONLFirstAppendWithoutDurableIsSyncedByTheBarrier(t *testing.T) {
 
 			s, m := newMemJSONL(t, cfg)
 			require.NoError(t, s.Create(b.header()))
-			path := s.Locate(b.header())
+			path := s.locate(b.header())
 			dir := filepath.Dir(path)
 			var ops []string
 			m.InjectError(func(op vfs.Op, p string) error {
@@ -420,7 +420,7 @@ func TestJSONLFailedBarrierAfterLazyFirstAppendUnpublishes(t *testing.T) {
 				k := b.len()
 				b.textTurn("two", 2)
 				require.NoError(t, s.Create(b.header()))
-				path := s.Locate(b.header())
+				path := s.locate(b.header())
 				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], NoSync))
 				m.InjectError(func(op vfs.Op, p string) error {
 					if (op == step && strings.HasPrefix(p, filepath.Dir(path))) || (removeFails && op == vfs.OpRemove) {

@@ -223,7 +223,7 @@ func (s *JSONLStore) read(st *jsonlSession) (*session.File, fs.FileInfo, int64, 
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if file.Header.ID != st.id || s.Locate(file.Header) != st.path {
+	if file.Header.ID != st.id || s.locate(file.Header) != st.path {
 		return nil, nil, 0, &session.CorruptError{Path: st.path, Line: 1, Seq: -1,
 			Err: fmt.Errorf("%w: header of session %q (cwd %q) does not belong at this path", ErrLayout, file.Header.ID, file.Header.Cwd)}
 	}
@@ -329,7 +329,7 @@ func (s *JSONLStore) List(ctx context.Context) ([]Listed, error) {
 			return nil
 		case err != nil:
 			return err
-		case s.Locate(h) != path:
+		case s.locate(h) != path:
 			return fmt.Errorf("%w: header of session %q (cwd %q) does not belong at %s", ErrLayout, h.ID, h.Cwd, path)
 		}
 		if prev, dup := seen[h.ID]; dup {

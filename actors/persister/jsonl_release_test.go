@@ -36,7 +36,7 @@ func TestJSONLReleasedSessionIsForgotten(t *testing.T) {
 				known, synced := storeHolds(s)
 				require.Zero(t, known, "released sessions are forgotten")
 				for _, b := range builders {
-					require.NotContains(t, synced, filepath.Dir(s.Locate(b.header())))
+					require.NotContains(t, synced, filepath.Dir(s.locate(b.header())))
 				}
 				require.Zero(t, m.OpenFiles())
 

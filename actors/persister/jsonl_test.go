@@ -105,7 +105,7 @@ func twoTurnsFirstStored(t testing.TB, s *JSONLStore, id session.SessionID) (b *
 	b.textTurn("two", 5)
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(t.Context(), b.id(), b.events()[:k], Sync))
-	return b, k, s.Locate(b.header())
+	return b, k, s.locate(b.header())
 }
 
 func (b *jlBuilder) id() session.SessionID          { return b.l.ID() }
@@ -215,9 +215,9 @@ func batchBytes(events []session.Event, plain, pack bool) []byte {
 // ---- configuration ----
 
 func TestJSONLConfigValidate(t *testing.T) {
-	require.Error(t, JSONLConfig{}.Validate(), "Root is required")
-	require.Error(t, JSONLConfig{Root: "/r", MaxOpenFiles: -1}.Validate())
-	require.NoError(t, JSONLConfig{Root: "/r"}.Validate())
+	require.Error(t, JSONLConfig{}.validate(), "Root is required")
+	require.Error(t, JSONLConfig{Root: "/r", MaxOpenFiles: -1}.validate())
+	require.NoError(t, JSONLConfig{Root: "/r"}.validate())
 	_, err := NewJSONLStore(JSONLConfig{})
 	require.Error(t, err)
 	s, err := NewJSONLStore(JSONLConfig{Root: t.TempDir()})
@@ -243,7 +243,7 @@ func TestJSONLLazyMaterialization(t *testing.T) {
 	require.Empty(t, listed)
 
 	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
-	path := s.Locate(b.header())
+	path := s.locate(b.header())
 	require.Equal(t, filepath.Join(memRoot, "--work-proj--", "lazy", "session.jsonl.zstd"), path)
 	_, err = m.Stat(path)
 	require.NoError(t, err)
@@ -272,7 +272,7 @@ func TestJSONLPermissions(t *testing.T) {
 			b.textTurn("hello", 3)
 			require.NoError(t, s.Create(b.header()))
 			require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
-			path := s.Locate(b.header())
+			path := s.locate(b.header())
 			for _, dir := range []string{root, filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
 				fi, err := fsys.Stat(dir)
 				require.NoError(t, err)
@@ -329,7 +329,7 @@ func TestJSONLLayoutRejections(t *testing.T) {
 		other := h
 		other.Cwd = "/elsewhere"
 		for _, hh := range []session.Header{h, other} {
-			writeRaw(t, m, s.Locate(hh), []byte(hh.JSON().String()+"\n"))
+			writeRaw(t, m, s.locate(hh), []byte(hh.JSON().String()+"\n"))
 		}
 		_, err := s.List(ctx)
 		require.ErrorIs(t, err, ErrLayout)
@@ -355,9 +355,9 @@ func TestJSONLListSkipsIncompleteFiles(t *testing.T) {
 				"half":       full[:len(full)-3],
 				"not-header": batchBytes(b.events()[:1], enc.plain, true),
 			} {
-				writeRaw(t, m, s.Locate(jlHeader(session.SessionID(id))), data)
+				writeRaw(t, m, s.locate(jlHeader(session.SessionID(id))), data)
 			}
-			writeRaw(t, m, s.Locate(jlHeader("tmp-only"))+".0123456789abcdef.tmp", full)
+			writeRaw(t, m, s.locate(jlHeader("tmp-only"))+".0123456789abcdef.tmp", full)
 			listed, err := s.List(ctx)
 			require.NoError(t, err)
 			require.Len(t, listed, 1)
@@ -521,7 +521,7 @@ func TestCorpusThroughJSONLStore(t *testing.T) {
 				jlRequireEvents(t, got.Closers, got.Events[len(events):])
 
 				// And the bytes read back by the file reader alone.
-				reread, err := session.ReadFile(s.Locate(file.Header))
+				reread, err := session.ReadFile(s.locate(file.Header))
 				require.NoError(t, err)
 				require.Equal(t, file.Header, reread.Header)
 				jlRequireEvents(t, got.Events, reread.Events)

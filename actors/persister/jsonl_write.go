@@ -183,7 +183,7 @@ func fence(id session.SessionID, events []session.Event, next int64) error {
 // artifact is unlinked again, or recorded as the orphan the next
 // operation unlinks), so a retry starts over.
 func (s *JSONLStore) publish(st *jsonlSession, events []session.Event, durable bool) (published bool, err error) {
-	path := s.Locate(st.header)
+	path := s.locate(st.header)
 	dir := filepath.Dir(path)
 	if _, err := s.fs.Stat(filepath.Join(dir, s.other)); err == nil {
 		return false, fmt.Errorf("%w: %s holds a %s", ErrLayout, dir, s.other)

@@ -16,8 +16,8 @@ import (
 // This file is the directory layout of the JSONL store
 // (docs/log-format.md#jsonl-files):
 //
-//	<root>/<ProjectKey(cwd)>/<EncodeSegment(id)>/session.jsonl.zstd   (default)
-//	<root>/<ProjectKey(cwd)>/<EncodeSegment(id)>/session.jsonl        (Plain)
+//	<root>/<projectKey(cwd)>/<EncodeSegment(id)>/session.jsonl.zstd   (default)
+//	<root>/<projectKey(cwd)>/<EncodeSegment(id)>/session.jsonl        (Plain)
 //	<root>/_no-cwd/<EncodeSegment(id)>/...                            (no cwd)
 //
 // beside which a session directory may hold "<artifact>.<hex>.tmp" files
@@ -45,7 +45,7 @@ const (
 // or one id stored twice. Match it with errors.Is.
 var ErrLayout = errors.New("persister: root holds another layout")
 
-// ProjectKey returns the directory name of the project of a working
+// projectKey returns the directory name of the project of a working
 // directory: "--<slug>--", where the slug is cwd with every run of the
 // separators / \ : replaced by one "-", every UTF-16 code unit outside
 // [A-Za-z0-9._-] written as "~XXXX" (four uppercase hex digits), leading
@@ -54,7 +54,7 @@ var ErrLayout = errors.New("persister: root holds another layout")
 // share it); the session directory below it and the header's cwd are what
 // identify a session. An empty cwd (a session without one) maps to
 // "_no-cwd".
-func ProjectKey(cwd string) string {
+func projectKey(cwd string) string {
 	if cwd == "" {
 		return noCwdProject
 	}
@@ -135,7 +135,7 @@ func appendUnit(b []byte, u uint16) []byte {
 
 // sessionDir returns the directory of a session under root.
 func sessionDir(root string, h session.Header) string {
-	return filepath.Join(root, ProjectKey(h.Cwd), EncodeSegment(string(h.ID)))
+	return filepath.Join(root, projectKey(h.Cwd), EncodeSegment(string(h.ID)))
 }
 
 // isFlatArtifact reports whether a file name directly in a project

@@ -31,11 +31,11 @@ func TestProjectKey(t *testing.T) {
 		{"/tmp/😀", "--tmp-~D83D~DE00--"}, // UTF-16 code units
 		{"/tmp/\xff", "--tmp-~DCFF--"},   // a byte that is not UTF-8
 	} {
-		require.Equal(t, c.want, ProjectKey(c.cwd), "cwd %q", c.cwd)
+		require.Equal(t, c.want, projectKey(c.cwd), "cwd %q", c.cwd)
 	}
 	long := "/" + strings.Repeat("x", 300)
-	require.Equal(t, "--"+strings.Repeat("x", 251)+"--", ProjectKey(long), "the slug is cut to 251")
-	require.Len(t, ProjectKey("/"+strings.Repeat("é", 100)), 2+251+2)
+	require.Equal(t, "--"+strings.Repeat("x", 251)+"--", projectKey(long), "the slug is cut to 251")
+	require.Len(t, projectKey("/"+strings.Repeat("é", 100)), 2+251+2)
 }
 
 func TestEncodeSegment(t *testing.T) {
@@ -157,9 +157,9 @@ func FuzzEncodeSegment(f *testing.F) {
 		if id != "" && !validSegment(seg) {
 			t.Fatalf("EncodeSegment(%q) = %q is not a safe name", id, seg)
 		}
-		key := ProjectKey(id)
+		key := projectKey(id)
 		if !validSegment(key) || len(key) > 255 {
-			t.Fatalf("ProjectKey(%q) = %q is not a safe name", id, key)
+			t.Fatalf("projectKey(%q) = %q is not a safe name", id, key)
 		}
 	})
 }

@@ -31,7 +31,7 @@ func TestLegacyLogLoadsUpgradedAndIsNotRewritten(t *testing.T) {
 		`{"type":"step/end","seq":3,"time":1,"data":{"turn":1,"step":1}}`,
 		`{"type":"turn/end","seq":4,"time":1,"data":{"turn":1,"reason":{"kind":"aborted"}}}`,
 	}, "\n") + "\n"
-	path := s.Locate(h)
+	path := s.locate(h)
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	require.NoError(t, os.WriteFile(path, []byte(legacy), 0o600))
 
@@ -93,7 +93,7 @@ func TestSQLiteLegacyRowsMigrateOnRead(t *testing.T) {
 	// What the JSONL store reads from these records.
 	js := newJSONLOn(t, vfs.OS(), t.TempDir(), JSONLConfig{Plain: true})
 	defer js.Close()
-	path := js.Locate(h)
+	path := js.locate(h)
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	file := `{"type":"session","version":0,"id":"s-old","createdAt":1,"cwd":"/work/proj","delegationDepth":0}` + "\n" +
 		strings.Join(append(append([]string{}, current...), legacy...), "\n") + "\n"

@@ -32,7 +32,7 @@ type MemStore struct {
 	// clock is the last revision number handed out. It is store-wide, so a
 	// revision is never reused, not even by another session.
 	clock uint64
-	// failures are the errors armed by FailNext, consumed one per Append
+	// failures are the errors armed by failNext, consumed one per Append
 	// in order.
 	failures []error
 }
@@ -65,14 +65,14 @@ func NewMemStore() *MemStore {
 	return &MemStore{sessions: make(map[session.SessionID]*memSession)}
 }
 
-// FailNext arms a simulated write failure: the next Append that reaches the
+// failNext arms a simulated write failure: the next Append that reaches the
 // store (that is, not refused because the store is closed) fails with an
 // error wrapping err, before its fence is checked, and the log is cut back
 // to its last durable event (see Writer.Append). Each
 // call arms one more failure; they are consumed in order, one per Append.
 // A nil err disarms every pending failure. It exists for the tests of the
 // persister actor's write-error path.
-func (m *MemStore) FailNext(err error) {
+func (m *MemStore) failNext(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err == nil {
@@ -159,18 +159,6 @@ func (m *MemStore) cutBackLocked(s *memSession) {
 		s.events = s.events[:s.synced]
 		s.rev = m.tickLocked()
 	}
-}
-
-// Synced returns the number of events of id that are durable (appended by
-// a barrier or before one), and the number stored. For tests of what the
-// persister syncs when.
-func (m *MemStore) Synced(id session.SessionID) (synced, stored int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s := m.sessions[id]; s != nil {
-		return s.synced, len(s.events)
-	}
-	return 0, 0
 }
 
 // Release makes what was appended without durable durable and checks the

@@ -16,7 +16,7 @@ import (
 
 var errDiskFull = errors.New("test: disk full")
 
-// FailNext makes the next Append fail with the armed error and store
+// failNext makes the next Append fail with the armed error and store
 // nothing; failures are consumed one per Append, in order, and a retry of
 // the same batch then succeeds.
 func TestMemStoreFailNext(t *testing.T) {
@@ -28,7 +28,7 @@ func TestMemStoreFailNext(t *testing.T) {
 	b.textTurn("again", "hi again")
 	require.NoError(t, s.Create(b.header()))
 
-	s.FailNext(errDiskFull)
+	s.failNext(errDiskFull)
 	err := s.Append(ctx, b.id(), b.events()[:k], Sync)
 	require.ErrorIs(t, err, errDiskFull)
 	requireListed(t, s) // the first batch failed: not even materialized
@@ -39,8 +39,8 @@ func TestMemStoreFailNext(t *testing.T) {
 	rev := revisionOf(t, s, b.id())
 
 	errSecond := errors.New("test: second failure")
-	s.FailNext(errDiskFull)
-	s.FailNext(errSecond)
+	s.failNext(errDiskFull)
+	s.failNext(errSecond)
 	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), Sync), errDiskFull)
 	require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), Sync), errSecond)
 	stored, err := s.ReadFrom(ctx, b.id(), 0)
@@ -50,14 +50,14 @@ func TestMemStoreFailNext(t *testing.T) {
 
 	// An armed failure fires before the fence: a write error is what the
 	// caller sees even for a batch the fence would refuse.
-	s.FailNext(errDiskFull)
+	s.failNext(errDiskFull)
 	err = s.Append(ctx, b.id(), b.events()[:1], Sync)
 	require.ErrorIs(t, err, errDiskFull)
 	require.NotErrorIs(t, err, ErrFenced)
 
-	// FailNext(nil) disarms whatever is pending.
-	s.FailNext(errDiskFull)
-	s.FailNext(nil)
+	// failNext(nil) disarms whatever is pending.
+	s.failNext(errDiskFull)
+	s.failNext(nil)
 	require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }

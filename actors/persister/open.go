@@ -30,26 +30,26 @@ const (
 )
 
 // ErrStoreURL says a store URL names no store: its scheme is unknown or its
-// path is empty. The error is a *StoreURLError.
+// path is empty. The error names the URL and what is wrong with it.
 var ErrStoreURL = errors.New("persister: bad store URL")
 
 // ErrReadOnly refuses a write through a store opened for reading only
 // (OpenReader): Load, which commits crash repair, is such a write.
 var ErrReadOnly = errors.New("persister: store opened read-only")
 
-// StoreURLError is a store URL that names no store. errors.Is(err,
+// storeURLError is a store URL that names no store. errors.Is(err,
 // ErrStoreURL) holds.
-type StoreURLError struct {
+type storeURLError struct {
 	URL    string
 	Reason string
 }
 
-func (e *StoreURLError) Error() string {
+func (e *storeURLError) Error() string {
 	return fmt.Sprintf("persister: store URL %q: %s", e.URL, e.Reason)
 }
 
-// Is makes every StoreURLError match ErrStoreURL.
-func (e *StoreURLError) Is(target error) bool { return target == ErrStoreURL }
+// Is makes every storeURLError match ErrStoreURL.
+func (e *storeURLError) Is(target error) bool { return target == ErrStoreURL }
 
 // Location is a parsed store URL.
 type Location struct {
@@ -72,11 +72,11 @@ func ParseStoreURL(url string) (Location, error) {
 	switch scheme {
 	case SchemeJSONL, SchemeSQLite:
 	default:
-		return Location{}, &StoreURLError{URL: url, Reason: fmt.Sprintf(
+		return Location{}, &storeURLError{URL: url, Reason: fmt.Sprintf(
 			"unknown scheme %q (want jsonl:DIR or sqlite:PATH; a directory whose name has a colon is jsonl:%s)", scheme, url)}
 	}
 	if path == "" {
-		return Location{}, &StoreURLError{URL: url, Reason: "empty path (want jsonl:DIR or sqlite:PATH)"}
+		return Location{}, &storeURLError{URL: url, Reason: "empty path (want jsonl:DIR or sqlite:PATH)"}
 	}
 	return Location{Scheme: scheme, Path: path}, nil
 }

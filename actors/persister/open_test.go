@@ -37,7 +37,7 @@ func TestParseStoreURL(t *testing.T) {
 		_, err := ParseStoreURL(tc.url)
 		require.ErrorIs(t, err, ErrStoreURL, tc.url)
 		require.ErrorContains(t, err, tc.says, tc.url)
-		var ue *StoreURLError
+		var ue *storeURLError
 		require.ErrorAs(t, err, &ue)
 		require.Equal(t, tc.url, ue.URL)
 	}

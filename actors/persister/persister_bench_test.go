@@ -86,12 +86,12 @@ type countingWriter struct {
 // counting each commit as one append.
 type countingGroupWriter struct {
 	*countingWriter
-	group GroupWriter
+	group groupWriter
 }
 
-func (w *countingGroupWriter) AppendGroup(ctx context.Context, batches []Batch) []error {
+func (w *countingGroupWriter) appendGroup(ctx context.Context, batches []groupBatch) []error {
 	start := time.Now()
-	errs := w.group.AppendGroup(ctx, batches)
+	errs := w.group.appendGroup(ctx, batches)
 	w.busy.Add(int64(time.Since(start)))
 	w.appends.Add(1)
 	return errs
@@ -168,9 +168,9 @@ func newBenchRig(b *testing.B, n int, policy Policy, kind storeKind) *benchRig {
 		r.store, w = store, store
 	}
 	r.counter = &countingWriter{Writer: w}
-	var cw Writer = r.counter // hides AppendGroup: one Append per batch
+	var cw Writer = r.counter // hides appendGroup: one Append per batch
 	if kind == sqliteFile || kind == sqliteAutoCheckpoint {
-		cw = &countingGroupWriter{countingWriter: r.counter, group: w.(GroupWriter)}
+		cw = &countingGroupWriter{countingWriter: r.counter, group: w.(groupWriter)}
 	}
 	props, err := Props(Config{Store: cw, Policy: policy})
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 // a thousand sessions a turn end queued behind every batch submitted
 // before it.
 //
-// With a GroupWriter store (group set) the writes go to a third pair of
+// With a groupWriter store (group set) the writes go to a third pair of
 // queues, gBarrier and gBehind, that one more goroutine, the committer,
 // empties a group at a time (group.go); the workers run the other jobs
 // (Create, Release).
@@ -46,7 +46,7 @@ type pool struct {
 	// group, when set, commits the writes (group.go): gBarrier and gBehind
 	// are its queues, gwake (1-buffered) wakes the committer, and timeout
 	// is the deadline of each commit.
-	group    GroupWriter
+	group    groupWriter
 	gBarrier jobQueue
 	gBehind  jobQueue
 	gwake    chan struct{}
@@ -109,7 +109,7 @@ func (q *jobQueue) len() int { return len(q.jobs) - q.head }
 
 // newPool starts workers workers, and a group committer if group is not
 // nil (each commit with the deadline timeout).
-func newPool(workers int, group GroupWriter, timeout time.Duration) *pool {
+func newPool(workers int, group groupWriter, timeout time.Duration) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pool{ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		group: group, gwake: make(chan struct{}, 1), timeout: timeout}

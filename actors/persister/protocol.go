@@ -93,8 +93,8 @@ type WriteFailed struct {
 	// Attempt counts the consecutive failed writes of the session, this
 	// one included (1: the first failure since a write succeeded).
 	Attempt int
-	// RetryIn is when the background retry comes (Config.RetryDelay of
-	// Attempt); 0 when none comes because no retry can succeed: another
+	// RetryIn is when the background retry comes (RetryMin doubled per
+	// earlier failure, at most RetryMax: see Config); 0 when none comes because no retry can succeed: another
 	// writer owns the session (ErrFenced, ErrLocked), the stored log is
 	// corrupt (IsCorruption) or the store is closed.
 	RetryIn time.Duration

@@ -23,7 +23,7 @@ func writeBomb(t *testing.T, s *JSONLStore, h session.Header) (string, int64) {
 	data := testutil.ZstdNewlineBomb(header, 100<<20)
 	head := testutil.ZstdFrame(testutil.Repeat{Text: append(header, '\n'), N: 1})
 	require.Equal(t, head, data[:len(head)])
-	path := s.Locate(h)
+	path := s.locate(h)
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 	return path, int64(len(head))
@@ -67,7 +67,7 @@ func TestLoadRefusesRecordOverLimit(t *testing.T) {
 	s := newJSONLOn(t, vfs.OS(), t.TempDir(), JSONLConfig{Plain: true, MaxRecordBytes: 1 << 10})
 	t.Cleanup(func() { _ = s.Close() })
 	h := session.Header{ID: "long", CreatedAt: 1, Cwd: "/w"}
-	path := s.Locate(h)
+	path := s.locate(h)
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	long := `{"type":"x/blob","seq":0,"time":0,"ignorable":true,"data":"` + strings.Repeat("a", 2<<10) + `"}`
 	data := []byte(h.JSON().String() + "\n" + long + "\n")
@@ -83,5 +83,5 @@ func TestLoadRefusesRecordOverLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, data, after)
 
-	require.Error(t, JSONLConfig{Root: "x", MaxRecordBytes: -1}.Validate())
+	require.Error(t, JSONLConfig{Root: "x", MaxRecordBytes: -1}.validate())
 }

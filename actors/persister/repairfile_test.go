@@ -143,7 +143,7 @@ func TestRepairFileRefusesALockedSession(t *testing.T) {
 	defer s.Close()
 	require.NoError(t, s.Create(h))
 	require.NoError(t, s.Append(ctx, h.ID, events, Sync))
-	path := s.Locate(h)
+	path := s.locate(h)
 	before, err := os.ReadFile(path)
 	require.NoError(t, err)
 

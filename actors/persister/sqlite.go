@@ -111,7 +111,7 @@ var _ Store = (*SQLiteStore)(nil)
 // refuses an incompatible one, all with one-line errors (a *DatabaseError,
 // a *DatabaseLockedError) that change nothing.
 func OpenSQLite(path string, opts SQLiteOptions) (*SQLiteStore, error) {
-	if err := opts.Validate(); err != nil {
+	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	if path == "" || strings.ContainsRune(path, 0) {

@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkSQLiteAppendGroup is the store's side of a group commit: one
-// op is one AppendGroup of groupSessions sessions' short turns (a
+// op is one appendGroup of groupSessions sessions' short turns (a
 // request, a one-chunk answer, the turn's closers: scalar rows only), a
 // barrier, as under many sessions doing short turns. cpu-ns/op is the
 // process's CPU time per op (ns/op includes the sync's wait, and a busy
@@ -31,17 +31,17 @@ func BenchmarkSQLiteAppendGroup(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	group := func() []Batch {
-		bs := make([]Batch, groupSessions)
+	group := func() []groupBatch {
+		bs := make([]groupBatch, groupSessions)
 		for i, lb := range builders {
 			lb.textTurn("ask", "answer")
-			bs[i] = Batch{ID: lb.id(), Events: lb.from(next[i]), Durable: true}
+			bs[i] = groupBatch{ID: lb.id(), Events: lb.from(next[i]), Durable: true}
 			next[i] = lb.len()
 		}
 		return bs
 	}
 	ctx := b.Context()
-	for _, err := range s.AppendGroup(ctx, group()) {
+	for _, err := range s.appendGroup(ctx, group()) {
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func BenchmarkSQLiteAppendGroup(b *testing.B) {
 		bs := group()
 		b.StartTimer()
 		start := processCPU()
-		for _, err := range s.AppendGroup(ctx, bs) {
+		for _, err := range s.appendGroup(ctx, bs) {
 			if err != nil {
 				b.Fatal(err)
 			}

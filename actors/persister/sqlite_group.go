@@ -13,7 +13,7 @@ import (
 
 // Group commit and the WAL checkpoint policy of the SQLite store.
 //
-// AppendGroup (GroupWriter) commits the batches of many sessions in one
+// appendGroup (groupWriter) commits the batches of many sessions in one
 // transaction: BEGIN IMMEDIATE, the ownership checks once, then each
 // session's append (the tail check that fences a stale writer, the
 // session row on a first append, the rows, the revision bump) inside its
@@ -52,16 +52,16 @@ const walCheckpointBytes = 4 << 20
 // being told of a commit (writes other than group commits).
 const walCheckpointPoll = 250 * time.Millisecond
 
-var _ GroupWriter = (*SQLiteStore)(nil)
+var _ groupWriter = (*SQLiteStore)(nil)
 
-// AppendGroup commits batches in one transaction, each session's rows in
+// appendGroup commits batches in one transaction, each session's rows in
 // its own savepoint (see the top of this file). The commit is FULL (one
 // fsync, covering every commit before it) when any batch is durable, any
 // is a session's first append, or the journal is not WAL; otherwise it is
 // NORMAL, like an Append without durable. In a durable group every
 // session that succeeds is at a barrier; a session that fails is cut back
 // to its last barrier, as after a failed Append. Safe for concurrent use.
-func (s *SQLiteStore) AppendGroup(ctx context.Context, batches []Batch) []error {
+func (s *SQLiteStore) appendGroup(ctx context.Context, batches []groupBatch) []error {
 	errs := make([]error, len(batches))
 	fail := func(i int, err error) { errs[i] = fmt.Errorf("persister: append %s: %w", batches[i].ID, err) }
 	if err := s.lockOpen(); err != nil {
@@ -182,7 +182,7 @@ func (e savepointError) Unwrap() error { return e.err }
 // released when it succeeds, rolled back to (and released) when it fails,
 // so that the transaction goes on without any of its rows. s.mu must be
 // held and a mutating transaction open.
-func (s *SQLiteStore) appendSavepoint(ctx context.Context, q *stmtCache, b Batch, st *sqlSession) error {
+func (s *SQLiteStore) appendSavepoint(ctx context.Context, q *stmtCache, b groupBatch, st *sqlSession) error {
 	if _, err := q.ExecContext(ctx, "SAVEPOINT group_batch"); err != nil {
 		return savepointError{err}
 	}

@@ -42,18 +42,18 @@ func newGroupFixture(t *testing.T, s Store, prefix string, n int) *groupFixture 
 
 // firstTurns and secondTurns are the group of every session's first
 // (second) turn.
-func (f *groupFixture) firstTurns() []Batch {
-	var bs []Batch
+func (f *groupFixture) firstTurns() []groupBatch {
+	var bs []groupBatch
 	for i, b := range f.builders {
-		bs = append(bs, Batch{ID: b.id(), Events: b.events()[:f.k1[i]], Durable: true})
+		bs = append(bs, groupBatch{ID: b.id(), Events: b.events()[:f.k1[i]], Durable: true})
 	}
 	return bs
 }
 
-func (f *groupFixture) secondTurns() []Batch {
-	var bs []Batch
+func (f *groupFixture) secondTurns() []groupBatch {
+	var bs []groupBatch
 	for i, b := range f.builders {
-		bs = append(bs, Batch{ID: b.id(), Events: b.from(f.k1[i]), Durable: true})
+		bs = append(bs, groupBatch{ID: b.id(), Events: b.from(f.k1[i]), Durable: true})
 	}
 	return bs
 }
@@ -88,12 +88,12 @@ func TestSQLiteAppendGroupCommitsEverySession(t *testing.T) {
 	defer s.Close()
 	f := newGroupFixture(t, s, "group", 6)
 	ctx := t.Context()
-	for i, err := range s.AppendGroup(ctx, f.firstTurns()) {
+	for i, err := range s.appendGroup(ctx, f.firstTurns()) {
 		require.NoError(t, err, "batch %d", i)
 	}
 	second := f.secondTurns()
 	second[2].Events = nil // a barrier alone
-	for i, err := range s.AppendGroup(ctx, second) {
+	for i, err := range s.appendGroup(ctx, second) {
 		require.NoError(t, err, "batch %d", i)
 	}
 	revs := revisionsOf(t, s)
@@ -121,7 +121,7 @@ func TestSQLiteAppendGroupFailsOnlyTheRefusedSessions(t *testing.T) {
 	defer s.Close()
 	f := newGroupFixture(t, s, "fence", 4)
 	ctx := t.Context()
-	for _, err := range s.AppendGroup(ctx, f.firstTurns()) {
+	for _, err := range s.appendGroup(ctx, f.firstTurns()) {
 		require.NoError(t, err)
 	}
 	// Another writer of the database appends session 1's second turn.
@@ -134,8 +134,8 @@ func TestSQLiteAppendGroupFailsOnlyTheRefusedSessions(t *testing.T) {
 	group := f.secondTurns()
 	gap := f.builders[2]
 	group[2].Events = append(gap.from(f.k1[2])[:1:1], gap.from(f.k1[2])[2:]...)
-	group = append(group, Batch{ID: "never-created", Events: f.builders[3].events()[:1], Durable: true})
-	errs := s.AppendGroup(ctx, group)
+	group = append(group, groupBatch{ID: "never-created", Events: f.builders[3].events()[:1], Durable: true})
+	errs := s.appendGroup(ctx, group)
 	require.Len(t, errs, 5)
 	require.NoError(t, errs[0])
 	require.ErrorIs(t, errs[1], ErrFenced, "the stale writer's batch")
@@ -174,7 +174,7 @@ func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
 	defer s.Close()
 	f := newGroupFixture(t, s, "whole", 3)
 	ctx := t.Context()
-	for _, err := range s.AppendGroup(ctx, f.firstTurns()) {
+	for _, err := range s.appendGroup(ctx, f.firstTurns()) {
 		require.NoError(t, err)
 	}
 	raw, err := sql.Open("sqlite", path)
@@ -183,7 +183,7 @@ func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
 	_, err = raw.ExecContext(ctx, "PRAGMA user_version = 16")
 	require.NoError(t, err)
 
-	errs := s.AppendGroup(ctx, f.secondTurns())
+	errs := s.appendGroup(ctx, f.secondTurns())
 	for i, err := range errs {
 		require.Error(t, err, "batch %d", i)
 		require.ErrorContains(t, err, string(f.builders[i].id()))
@@ -196,7 +196,7 @@ func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
 		require.NoError(t, err)
 		requireSameEvents(t, b.events()[:f.k1[i]], got)
 	}
-	for _, err := range s.AppendGroup(ctx, f.secondTurns()) {
+	for _, err := range s.appendGroup(ctx, f.secondTurns()) {
 		require.NoError(t, err)
 	}
 	for _, b := range f.builders {
@@ -222,7 +222,7 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 	s.checkpoints.limit.Store(64 << 10)
 
 	f := newGroupFixture(t, s, "wal", 40)
-	for _, err := range s.AppendGroup(ctx, f.firstTurns()) {
+	for _, err := range s.appendGroup(ctx, f.firstTurns()) {
 		require.NoError(t, err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -232,7 +232,7 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 		b := newLogBuilder(t, session.SessionID(fmt.Sprintf("wal-more-%d", i)))
 		b.textTurn("one", "1")
 		require.NoError(t, s.Create(b.header()))
-		for _, err := range s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: b.events(), Durable: true}}) {
+		for _, err := range s.appendGroup(ctx, []groupBatch{{ID: b.id(), Events: b.events(), Durable: true}}) {
 			require.NoError(t, err)
 		}
 	}
@@ -255,7 +255,7 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 // database, not on every append: the store knows the tail it wrote. A
 // checkpoint of the WAL is no write and checks nothing again. Another
 // writer that appended behind the store's back still fences its next
-// append, in Append and in AppendGroup alike.
+// append, in Append and in appendGroup alike.
 func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "s.sqlite")
@@ -275,7 +275,7 @@ func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(ctx, b.id(), all[:2], NoSync))
 	require.NoError(t, s.Append(ctx, b.id(), all[2:4], Sync))
-	require.NoError(t, s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: all[4:5]}})[0])
+	require.NoError(t, s.appendGroup(ctx, []groupBatch{{ID: b.id(), Events: all[4:5]}})[0])
 	var busy, frames, done int
 	require.NoError(t, s.checkpoints.db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done))
 	require.NoError(t, s.Append(ctx, b.id(), all[5:6], Sync))
@@ -293,7 +293,7 @@ func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 
 	require.NoError(t, other.Append(ctx, b.id(), all[10:11], Sync))
 	require.NoError(t, other.Close())
-	errs := s.AppendGroup(ctx, []Batch{{ID: b.id(), Events: all[10:12], Durable: true}})
+	errs := s.appendGroup(ctx, []groupBatch{{ID: b.id(), Events: all[10:12], Durable: true}})
 	requireFenced(t, errs[0], b.id(), 11, 10)
 	got, err := s.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
@@ -329,7 +329,7 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 		b.endTurn(turn)
 	}
 	first := f.firstTurns()[:2]
-	for _, err := range s.AppendGroup(ctx, first) {
+	for _, err := range s.appendGroup(ctx, first) {
 		require.NoError(t, err)
 	}
 	for i := range 2 {
@@ -337,8 +337,8 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 		require.NoError(t, s.Append(ctx, b.id(), b.events()[barrier[i]:behind[i]], NoSync))
 	}
 	before := revisionsOf(t, s)
-	group := func() []Batch {
-		return []Batch{
+	group := func() []groupBatch {
+		return []groupBatch{
 			{ID: f.builders[0].id(), Events: f.builders[0].from(behind[0]), Durable: true},
 			{ID: f.builders[1].id(), Events: f.builders[1].from(behind[1]), Durable: true},
 			{ID: f.builders[2].id(), Events: f.builders[2].events(), Durable: true},
@@ -355,7 +355,7 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 		return nil
 	}
 	s.mu.Unlock()
-	errs := s.AppendGroup(ctx, group())
+	errs := s.appendGroup(ctx, group())
 	require.NoError(t, errs[0])
 	for _, i := range []int{1, 2} {
 		require.ErrorIs(t, errs[i], fault)
@@ -376,11 +376,11 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 	s.mu.Lock()
 	s.insertFault = nil
 	s.mu.Unlock()
-	retry := []Batch{
+	retry := []groupBatch{
 		{ID: f.builders[1].id(), Events: f.builders[1].from(barrier[1]), Durable: true},
 		{ID: f.builders[2].id(), Events: f.builders[2].events(), Durable: true},
 	}
-	for _, err := range s.AppendGroup(ctx, retry) {
+	for _, err := range s.appendGroup(ctx, retry) {
 		require.NoError(t, err)
 	}
 	for _, b := range f.builders {

@@ -89,8 +89,8 @@ type SQLiteOptions struct {
 	NoWriterLock bool
 }
 
-// Validate checks the options.
-func (o SQLiteOptions) Validate() error {
+// validate checks the options.
+func (o SQLiteOptions) validate() error {
 	switch strings.ToLower(o.JournalMode) {
 	case "", "wal", "delete", "truncate", "persist":
 	default:
