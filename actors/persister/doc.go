@@ -212,105 +212,13 @@
 //
 // # On-disk format
 //
-// Format version 0 (layout.go has the directory layout:
-// <root>/<projectKey(cwd)>/<encodeSegment(id)>/session.jsonl[.zstd],
-// with session.lock beside it when writers lock; see Writer fencing).
-// A log is logical lines, each ending in "\n":
-//
-//	line 1     {"type":"session","version":0,"id":...,"createdAt":...,
-//	            "cwd"?,"parentSession"?,"seedLength"?,"origin"?,
-//	            "delegationDepth":...,"agentPreset"?}
-//	line 2..   one storage record each: a session event as JSON
-//	           {"seq","time","type","data",...}, or a packed chunk row
-//	           standing for a run of ≥3 chunk events of one batch
-//	           (docs/log-format.md#packed-chunk-rows)
-//
-// session.jsonl holds the lines as they are. session.jsonl.zstd (the
-// default) holds them in independent zstd frames, each with a content
-// checksum, so a reader can tell a frame cut short from a damaged one:
-//
-//	offset 0                                                          EOF
-//	+--------------+----------------+----------------+-----+----------------+
-//	| frame 0      | frame 1        | frame 2        | ... | frame n        |
-//	| header line  | batch 1 lines  | batch 2 lines  |     | batch n lines  |
-//	+--------------+----------------+----------------+-----+----------------+
-//	frame = 28 B5 2F FD | frame header | blocks | xxhash64 checksum (4 bytes)
-//
-// Frame 0 holds exactly the header line; each later frame is one append
-// batch (one Append, or one repair), decoding to whole lines.
-// Recovery: a final frame (plain: a final line) cut short by a crash is a
-// torn tail, as is damage after the last turn/end; Load truncates it (the
-// zstd truncation point is the start of the torn frame; the complete
-// records decoded from that frame are re-appended) and closes an open
-// turn. Damage followed by a turn/end is corruption and is reported,
-// never repaired.
-//
-// Write path. The first append of a session creates the artifact under
-// its name (O_EXCL: two writers cannot both create it) and writes the
-// header and the first batch in one write; a durable one then fdatasyncs
-// it and fsyncs its directory, one without durable leaves both to the
-// session's next barrier (which fsyncs the file, then the directory), so
-// a new session's first write-behind batch costs no fsync. The
-// directory's own entry in the project directory is made durable before,
-// by a fsync of the project directory that the first appends of
-// concurrent new sessions share (one running, the next one covering every
-// append that waited for it). The descriptor stays open as the session's
-// append handle. A failed append before that first barrier removes the
-// artifact (nothing of it was durable), and the session is back to
-// registered: its events are appended again from seq 0. A crash before
-// the directory fsync leaves no artifact, or, on a file system that made
-// the name durable before the data, an artifact that ends inside its
-// header (empty, most often): a torn creation. It stores nothing: List skips it, reads find
-// no session, and the next first append of the id removes it and creates
-// the artifact again (under the writer lock, so no live writer is in the
-// middle of creating it). A crash after the header leaves a log with a
-// torn tail, like any unsynced append; neither was acknowledged. A first
-// append that fails unlinks what it created. Later appends write one
-// encoded batch (one checksummed zstd frame, or the plain lines) at the
-// end, and a durable one then fdatasyncs the file. The store tracks the
-// file's size at its last
-// fsync; a cached handle evicted (or a session's handle closed) with
-// bytes unsynced loses nothing, since the next barrier's fsync, through a
-// new descriptor, covers them. A failed append truncates the file back to
-// the last synced size (through a new descriptor) and fsyncs, so a retry
-// cannot store a seq twice. Bytes once acknowledged durable are never
-// rewritten; the only rewrites are crash repair truncating a tail that was
-// never acknowledged durable and a failed append cutting back what was
-// written since the last fsync.
-//
-// Read path. Load and Inspect (and RepairFile) stream the file through
-// session.Read and apply its scan rules: a torn tail (a final record
-// without newline, a final zstd frame cut short, damage after the last
-// turn/end) is dropped, damage before the last turn/end is corruption.
-// Load commits crash repair: it truncates the torn tail and appends, as
-// one batch, the complete records recovered from a torn zstd frame plus
-// the closers of session.InterruptedTurnClosers. List reads only each
-// file's header.
-//
-// Memory. Reading a log costs its events plus a bound, never the file's
-// size nor its decompressed size: a plain file is streamed, each zstd
-// frame is decoded as a stream with a window of at most 16 MiB (whatever
-// its header asks for), an empty line costs nothing, and one line (the
-// header or a record) may be at most JSONLConfig.MaxRecordBytes long,
-// session.DefaultMaxRecordBytes (16 MiB) by default, the most dsh ever
-// writes on one line (its packed rows stay under 1 MiB, and the session
-// refuses a longer event at append; see session's doc.go). A longer
-// line makes the log corrupt (a *session.CorruptError wrapping a
-// *session.RecordTooLargeError that names the limit), never repaired.
-// So a file of a few kilobytes that decompresses to a hundred MiB of
-// newlines loads in a few MiB (see session's doc.go).
-//
-// Rejected alternative for the first append: publishing the file whole,
-// through a temp file fsynced and then hard-linked to the artifact's name.
-// No crash could leave a torn creation, but each new session would pay a
-// file create, a fsync, a link and an unlink on top, and a fsync of the
-// project directory of its own: about a seventh of the CPU of a run of
-// short turns over many new sessions.
-//
-// Rejected alternative: rewriting the file through a temp file on every
-// append (atomic, simple to reason about) copies the whole log per append
-// and rewrites acknowledged bytes; appending plus truncate-on-failure is
-// what the reference does and what an append-only log is for.
+// The JSONL store keeps a session in
+// <root>/<project>/<id>/session.jsonl.zstd (session.jsonl with
+// JSONLConfig.Plain), with session.lock beside it when writers lock (see
+// Writer fencing). docs/log-format.md#jsonl-files describes the lines, the
+// zstd framing, and a torn tail as opposed to corruption; the comment at
+// the top of jsonl.go tells how the store writes and reads them (the
+// first append, barriers, repair, the memory a read costs).
 //
 // # SQLite store
 //
@@ -318,82 +226,10 @@
 // the reference's own SQLite format (schema 17), so that each opens the
 // other's databases. It runs on a pure-Go SQLite (no C compiler needed).
 //
-// Identity: application_id 0x44534850 ("DSHP"), user_version 17, one row
-// in persistence_state holding a random UUID store_id. The schema is three
-// STRICT tables, created with the reference's DDL text (sqlite_open.go)
-// and nothing else: a reader compares every schema object's CREATE text
-// (whitespace runs folded) with that DDL, at open and at the start of
-// every mutating transaction, and refuses any difference (an index, a
-// column, a keyword's case). Every open sets busy_timeout (default 5 s),
-// trusted_schema OFF, mmap_size 0 and foreign_keys ON; a writer then runs
-// the ownership transaction (BEGIN IMMEDIATE: initialize a pristine file,
-// refuse an incompatible one), selects the journal mode (default wal,
-// retrying SQLITE_BUSY within the busy timeout) and synchronous=FULL.
-//
-//	sessions  one row per materialized session: the header's fields
-//	          (NULL when absent), a UUID incarnation minted when the row is
-//	          inserted, and revision, bumped by every committed append or
-//	          repair. The revision token is
-//	          file:<dev>:<ino>:<birthNs>:store:<store_id>:incarnation:<uuid>:revision:<n>
-//	events    (session_id, seq) primary key; a scalar row is one event
-//	          (type, seq, time, data, source_event_seqs, surface_op,
-//	          ignorable 1 or NULL); a packed row (ignorable 0, type
-//	          text-chunks, reasoning-chunks or tool-call-chunks) is a run of
-//	          3..1024 chunk deltas of one append batch, seq and time of its
-//	          first member, data {"turn","step","index","dt":[gaps],
-//	          "texts":[...]} (tool calls: "id", "name" when every member
-//	          has one, "args"), at most 1 MiB uncompressed
-//
-// data is the event's JSON text: TEXT under 4 KiB; from 4 KiB a zstd frame
-// (level 3, no checksum) stored as a BLOB when it is strictly shorter, else
-// TEXT. source_event_seqs is NULL without the field, else a BLOB of
-// varints: the first seq unsigned LEB128, each later one the ZigZag varint
-// of its difference to the previous (an empty list is a zero-length BLOB).
-// surface_op is the op's JSON text. A packed row's run is cut greedily: 1024
-// members, or the most (at least 3) whose payload fits 1 MiB; what is left
-// shorter than 3 stays scalar. Runs never cross append batches, and rows
-// once written are never rewritten by an append.
-//
-// Append is one transaction (BEGIN IMMEDIATE ... COMMIT, synchronous=FULL,
-// so every append is durable when it returns): the ownership checks, the
-// tail check (the older of the last two rows, widened back to a packed row
-// covering it, must decode and be gapless; the batch must start at the
-// stored next seq, else a *FenceError), the session row on a first append,
-// the rows, the revision bump. Reads run in a read transaction. A read
-// from seq k anchors at a packed row covering k (or one that does not
-// decode, so that a corrupt row fails the read instead of being skipped).
-// Recovery scans a session's rows as the JSONL reader scans lines: a row
-// that does not decode or does not continue the seqs, followed by a row
-// holding a turn/end, is corruption (never repaired); after the last such
-// row it starts a torn tail (SQLite commits are atomic, so only a foreign
-// writer or a hand edit makes one), which Load deletes in its repair
-// transaction (checking the tail is still the one it read), inserting the
-// closers of an open turn as scalar rows. A packed row is all or nothing.
-//
-// Group commit (sqlite_group.go): the store implements the persister's
-// group writes, so the
-// persister writes it a group at a time: one transaction holds every
-// session's write that was due while the previous commit ran, each
-// session's append (tail check, rows, revision) in its own SAVEPOINT, and
-// one COMMIT syncs them all (FULL when any write in it is a barrier or a
-// first append, else NORMAL, as for one Append). A session refused inside the group (its
-// fence, its checks) is rolled back to its savepoint and fails alone; a
-// failed transaction fails every session in it. The writer connection
-// never checkpoints on commit (wal_autocheckpoint 0): a goroutine with its
-// own connection runs PASSIVE checkpoints once the WAL passes 4 MiB, and
-// Close checkpoints with TRUNCATE.
-//
-// A writer holds the kernel lock of PATH.lock (the same kind as a JSONL
-// session.lock) for its lifetime: a second dsh writer is refused at once,
-// naming the holder (*DatabaseLockedError). Other SQLite clients (the
-// reference) are fenced by SQLite's locking within the busy timeout, then
-// by the tail check. A ReadOnly store takes no lock. OpenSQLite refuses,
-// with one line and changing nothing (*DatabaseError, ErrIncompatible): a
-// file that is not SQLite, another application's database, another schema
-// version, changed schema objects, a missing or invalid store identity, a
-// symbolic link or a non-regular file, a file with any group or other
-// permission or not owned by the user, a parent directory that is a
-// symbolic link, group- or world-writable or not the user's.
+// docs/log-format.md#sqlite-databases describes the tables and rows; the
+// comment at the top of sqlite.go tells how the store opens, checks and
+// writes a database (identity, schema check, group commit, its writer
+// lock and what it refuses).
 //
 // # Writer fencing
 //

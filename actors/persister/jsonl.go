@@ -19,8 +19,108 @@ import (
 
 // This file is the JSONL store (docs/log-format.md#jsonl-files): one log
 // file per session, in the harness's interop format, written append-only
-// through a vfs.FS. The format, the write path and the recovery rules are
-// documented in doc.go.
+// through a vfs.FS. What follows is how the store writes and reads it.
+//
+// Format version 0 (layout.go has the directory layout:
+// <root>/<projectKey(cwd)>/<encodeSegment(id)>/session.jsonl[.zstd],
+// with session.lock beside it when writers lock; see Writer fencing in
+// doc.go).
+// A log is logical lines, each ending in "\n":
+//
+//	line 1     {"type":"session","version":0,"id":...,"createdAt":...,
+//	            "cwd"?,"parentSession"?,"seedLength"?,"origin"?,
+//	            "delegationDepth":...,"agentPreset"?}
+//	line 2..   one storage record each: a session event as JSON
+//	           {"seq","time","type","data",...}, or a packed chunk row
+//	           standing for a run of ≥3 chunk events of one batch
+//	           (docs/log-format.md#packed-chunk-rows)
+//
+// session.jsonl holds the lines as they are. session.jsonl.zstd (the
+// default) holds them in independent zstd frames, each with a content
+// checksum, so a reader can tell a frame cut short from a damaged one:
+//
+//	offset 0                                                          EOF
+//	+--------------+----------------+----------------+-----+----------------+
+//	| frame 0      | frame 1        | frame 2        | ... | frame n        |
+//	| header line  | batch 1 lines  | batch 2 lines  |     | batch n lines  |
+//	+--------------+----------------+----------------+-----+----------------+
+//	frame = 28 B5 2F FD | frame header | blocks | xxhash64 checksum (4 bytes)
+//
+// Frame 0 holds exactly the header line; each later frame is one append
+// batch (one Append, or one repair), decoding to whole lines.
+// Recovery: a final frame (plain: a final line) cut short by a crash is a
+// torn tail, as is damage after the last turn/end; Load truncates it (the
+// zstd truncation point is the start of the torn frame; the complete
+// records decoded from that frame are re-appended) and closes an open
+// turn. Damage followed by a turn/end is corruption and is reported,
+// never repaired.
+//
+// Write path. The first append of a session creates the artifact under
+// its name (O_EXCL: two writers cannot both create it) and writes the
+// header and the first batch in one write; a durable one then fdatasyncs
+// it and fsyncs its directory, one without durable leaves both to the
+// session's next barrier (which fsyncs the file, then the directory), so
+// a new session's first write-behind batch costs no fsync. The
+// directory's own entry in the project directory is made durable before,
+// by a fsync of the project directory that the first appends of
+// concurrent new sessions share (one running, the next one covering every
+// append that waited for it). The descriptor stays open as the session's
+// append handle. A failed append before that first barrier removes the
+// artifact (nothing of it was durable), and the session is back to
+// registered: its events are appended again from seq 0. A crash before
+// the directory fsync leaves no artifact, or, on a file system that made
+// the name durable before the data, an artifact that ends inside its
+// header (empty, most often): a torn creation. It stores nothing: List skips it, reads find
+// no session, and the next first append of the id removes it and creates
+// the artifact again (under the writer lock, so no live writer is in the
+// middle of creating it). A crash after the header leaves a log with a
+// torn tail, like any unsynced append; neither was acknowledged. A first
+// append that fails unlinks what it created. Later appends write one
+// encoded batch (one checksummed zstd frame, or the plain lines) at the
+// end, and a durable one then fdatasyncs the file. The store tracks the
+// file's size at its last
+// fsync; a cached handle evicted (or a session's handle closed) with
+// bytes unsynced loses nothing, since the next barrier's fsync, through a
+// new descriptor, covers them. A failed append truncates the file back to
+// the last synced size (through a new descriptor) and fsyncs, so a retry
+// cannot store a seq twice. Bytes once acknowledged durable are never
+// rewritten; the only rewrites are crash repair truncating a tail that was
+// never acknowledged durable and a failed append cutting back what was
+// written since the last fsync.
+//
+// Read path. Load and Inspect (and RepairFile) stream the file through
+// session.Read and apply its scan rules: a torn tail (a final record
+// without newline, a final zstd frame cut short, damage after the last
+// turn/end) is dropped, damage before the last turn/end is corruption.
+// Load commits crash repair: it truncates the torn tail and appends, as
+// one batch, the complete records recovered from a torn zstd frame plus
+// the closers of session.InterruptedTurnClosers. List reads only each
+// file's header.
+//
+// Memory. Reading a log costs its events plus a bound, never the file's
+// size nor its decompressed size: a plain file is streamed, each zstd
+// frame is decoded as a stream with a window of at most 16 MiB (whatever
+// its header asks for), an empty line costs nothing, and one line (the
+// header or a record) may be at most JSONLConfig.MaxRecordBytes long,
+// session.DefaultMaxRecordBytes (16 MiB) by default, the most dsh ever
+// writes on one line (its packed rows stay under 1 MiB, and the session
+// refuses a longer event at append; see session's doc.go). A longer
+// line makes the log corrupt (a *session.CorruptError wrapping a
+// *session.RecordTooLargeError that names the limit), never repaired.
+// So a file of a few kilobytes that decompresses to a hundred MiB of
+// newlines loads in a few MiB (see session's doc.go).
+//
+// Rejected alternative for the first append: publishing the file whole,
+// through a temp file fsynced and then hard-linked to the artifact's name.
+// No crash could leave a torn creation, but each new session would pay a
+// file create, a fsync, a link and an unlink on top, and a fsync of the
+// project directory of its own: about a seventh of the CPU of a run of
+// short turns over many new sessions.
+//
+// Rejected alternative: rewriting the file through a temp file on every
+// append (atomic, simple to reason about) copies the whole log per append
+// and rewrites acknowledged bytes; appending plus truncate-on-failure is
+// what the reference does and what an append-only log is for.
 
 // DefaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default.
 const DefaultMaxOpenFiles = 256

@@ -19,8 +19,87 @@ import (
 )
 
 // This file is the SQLite store: every session of a store in one SQLite
-// database, in the reference's schema 17 (doc.go, "SQLite store"), so that
-// the reference opens a database dsh wrote and the other way round.
+// database, in the reference's schema 17
+// (docs/log-format.md#sqlite-databases), so that the reference opens a
+// database dsh wrote and the other way round. What follows is how the store
+// opens, checks and writes a database.
+//
+// Identity: application_id 0x44534850 ("DSHP"), user_version 17, one row
+// in persistence_state holding a random UUID store_id. The schema is three
+// STRICT tables, created with the reference's DDL text (sqlite_open.go)
+// and nothing else: a reader compares every schema object's CREATE text
+// (whitespace runs folded) with that DDL, at open and at the start of
+// every mutating transaction, and refuses any difference (an index, a
+// column, a keyword's case). Every open sets busy_timeout (default 5 s),
+// trusted_schema OFF, mmap_size 0 and foreign_keys ON; a writer then runs
+// the ownership transaction (BEGIN IMMEDIATE: initialize a pristine file,
+// refuse an incompatible one), selects the journal mode (default wal,
+// retrying SQLITE_BUSY within the busy timeout) and synchronous=FULL.
+//
+//	sessions  one row per materialized session: the header's fields
+//	          (NULL when absent), a UUID incarnation minted when the row is
+//	          inserted, and revision, bumped by every committed append or
+//	          repair. The revision token is
+//	          file:<dev>:<ino>:<birthNs>:store:<store_id>:incarnation:<uuid>:revision:<n>
+//	events    (session_id, seq) primary key; a scalar row is one event
+//	          (type, seq, time, data, source_event_seqs, surface_op,
+//	          ignorable 1 or NULL); a packed row (ignorable 0, type
+//	          text-chunks, reasoning-chunks or tool-call-chunks) is a run of
+//	          3..1024 chunk deltas of one append batch, seq and time of its
+//	          first member, data {"turn","step","index","dt":[gaps],
+//	          "texts":[...]} (tool calls: "id", "name" when every member
+//	          has one, "args"), at most 1 MiB uncompressed
+//
+// data is the event's JSON text: TEXT under 4 KiB; from 4 KiB a zstd frame
+// (level 3, no checksum) stored as a BLOB when it is strictly shorter, else
+// TEXT. source_event_seqs is NULL without the field, else a BLOB of
+// varints: the first seq unsigned LEB128, each later one the ZigZag varint
+// of its difference to the previous (an empty list is a zero-length BLOB).
+// surface_op is the op's JSON text. A packed row's run is cut greedily: 1024
+// members, or the most (at least 3) whose payload fits 1 MiB; what is left
+// shorter than 3 stays scalar. Runs never cross append batches, and rows
+// once written are never rewritten by an append.
+//
+// Append is one transaction (BEGIN IMMEDIATE ... COMMIT, synchronous=FULL,
+// so every append is durable when it returns): the ownership checks, the
+// tail check (the older of the last two rows, widened back to a packed row
+// covering it, must decode and be gapless; the batch must start at the
+// stored next seq, else a *FenceError), the session row on a first append,
+// the rows, the revision bump. Reads run in a read transaction. A read
+// from seq k anchors at a packed row covering k (or one that does not
+// decode, so that a corrupt row fails the read instead of being skipped).
+// Recovery scans a session's rows as the JSONL reader scans lines: a row
+// that does not decode or does not continue the seqs, followed by a row
+// holding a turn/end, is corruption (never repaired); after the last such
+// row it starts a torn tail (SQLite commits are atomic, so only a foreign
+// writer or a hand edit makes one), which Load deletes in its repair
+// transaction (checking the tail is still the one it read), inserting the
+// closers of an open turn as scalar rows. A packed row is all or nothing.
+//
+// Group commit (sqlite_group.go): the store implements the persister's
+// group writes, so the
+// persister writes it a group at a time: one transaction holds every
+// session's write that was due while the previous commit ran, each
+// session's append (tail check, rows, revision) in its own SAVEPOINT, and
+// one COMMIT syncs them all (FULL when any write in it is a barrier or a
+// first append, else NORMAL, as for one Append). A session refused inside the group (its
+// fence, its checks) is rolled back to its savepoint and fails alone; a
+// failed transaction fails every session in it. The writer connection
+// never checkpoints on commit (wal_autocheckpoint 0): a goroutine with its
+// own connection runs PASSIVE checkpoints once the WAL passes 4 MiB, and
+// Close checkpoints with TRUNCATE.
+//
+// A writer holds the kernel lock of PATH.lock (the same kind as a JSONL
+// session.lock) for its lifetime: a second dsh writer is refused at once,
+// naming the holder (*DatabaseLockedError). Other SQLite clients (the
+// reference) are fenced by SQLite's locking within the busy timeout, then
+// by the tail check. A ReadOnly store takes no lock. OpenSQLite refuses,
+// with one line and changing nothing (*DatabaseError, ErrIncompatible): a
+// file that is not SQLite, another application's database, another schema
+// version, changed schema objects, a missing or invalid store identity, a
+// symbolic link or a non-regular file, a file with any group or other
+// permission or not owned by the user, a parent directory that is a
+// symbolic link, group- or world-writable or not the user's.
 
 // SQLiteStore is the Store of one SQLite database. It is safe for
 // concurrent use: one connection serves every operation, one at a time

@@ -22,7 +22,8 @@ import (
 // This file opens a SQLite store: the path and permission checks, the
 // connection setup, the ownership transaction that initializes a pristine
 // file or refuses an incompatible one, and the schema check every
-// mutation repeats. The format is described in doc.go ("SQLite store").
+// mutation repeats. The format is described in
+// docs/log-format.md#sqlite-databases and at the top of sqlite.go.
 
 const (
 	// sqlAppID is the application id of a session database ("DSHP").

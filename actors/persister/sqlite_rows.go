@@ -18,7 +18,7 @@ import (
 // becomes rows of the events table (scalar rows, packed chunk rows, the
 // compression rule, the provenance varints) and how one row becomes logical
 // events again. The layout is the reference's schema 17, described in
-// doc.go ("SQLite store").
+// docs/log-format.md#sqlite-databases and at the top of sqlite.go.
 
 // The packed row tags (the type column of a row whose ignorable is 0).
 const (
