@@ -3,9 +3,33 @@
 // and the persister actor that writes a session's committed events behind
 // it.
 //
+// # Using it
+//
+// A program that embeds dsh mostly only chooses a store: a
+// supervisor.Host spawns the persister actor and tracks every session it
+// runs. supervisor.Config{Dir: dir} opens a JSONL store with writer locks;
+// Config.Store takes any other Store (the host closes it), and
+// Config.Policy the durability policy ([PolicyTurnEnd] by default).
+//
 // [Open] names a store by URL, as the command line does: jsonl:DIR (a bare
 // DIR is the same) or sqlite:PATH; [OpenReader] opens one for reading
-// only, taking no writer lock and repairing nothing (open.go).
+// only, taking no writer lock and repairing nothing. [NewJSONLStore],
+// [OpenSQLite] and [NewMemStore] build a store with options. A program
+// that reads, copies or repairs logs uses a Store directly: Create a
+// session, Append its events (with [Sync] the append is a barrier), Load
+// it back, List what is stored. ExampleOpen does that; ExampleOpen_host
+// wires a store into a host. [RepairFile] repairs one log file wherever
+// it lies.
+//
+// An embedder with actors of its own talks to the persister actor
+// directly ([Props] and the messages under The actor below): [Track] a
+// session actor, [Flush] for a barrier, [Untrack] to let the session go;
+// the owner PID named in Track hears [Durable], [WriteFailed] and
+// [Retrying].
+//
+// What a barrier makes durable and what a crash can lose is told in full
+// in docs/durability.md, the bytes of the files in docs/log-format.md;
+// the sections below are the contract of this package's API.
 //
 // # The Store contract
 //
@@ -21,20 +45,19 @@
 //     contiguously; otherwise nothing is written and the error is a
 //     [*FenceError]. The fence is what keeps two writers of one session
 //     from interleaving: the loser of a race learns it from the error, and
-//     the winner's events stand. Without durable the events are written
-//     (committed: every reader sees them) but not yet durable. With
-//     durable the call is a barrier: when it returns nil, its events and
-//     every event appended before them are durable. An empty durable
-//     Append is a barrier alone. A session's first Append carries the
-//     header with the batch; without durable neither is durable yet (a
-//     store may make them so all the same), and a crash may lose the
-//     session whole. A failed
+//     the winner's events stand. With [NoSync] the events are written
+//     (committed: every reader sees them) but not yet durable. With [Sync]
+//     the call is a barrier: when it returns nil, its events and every
+//     event appended before them are durable. An empty Append with Sync is
+//     a barrier alone. A session's first Append carries the header with
+//     the batch; with NoSync neither is durable yet (a store may make them
+//     so all the same), and a crash may lose the session whole. A failed
 //     Append (any error) leaves the log at its last durable event: the
-//     batch, and what was appended without durable since the last
-//     barrier, are gone, and the caller appends them again. The flag
-//     rather than a separate Sync call is what lets a store group the
-//     barriers of many sessions (one transaction in a database store) and
-//     fold a pending batch into the barrier's write.
+//     batch, and what was appended with NoSync since the last barrier, are
+//     gone, and the caller appends them again. The argument rather than a
+//     separate sync call is what lets a store group the barriers of many
+//     sessions (one transaction in a database store) and fold a pending
+//     batch into the barrier's write.
 //   - Load returns the log balanced and commits crash repair: a torn tail
 //     (records a crash left half written after the last turn/end) is cut
 //     off, and a turn left open is closed by appending the closers of
