@@ -198,6 +198,22 @@ func TestFlagsFromTheEnvironment(t *testing.T) {
 	require.Contains(t, errOut, `"maybe"`)
 }
 
+func TestFlagsFromTheEnvironmentYieldToTheirAlternatives(t *testing.T) {
+	path := filepath.Join(mustCorpus(t), "acp", "packed-chunks", "session.jsonl")
+	dir := t.TempDir()
+	t.Setenv("DSH_STORE", "sqlite:"+filepath.Join(dir, "no-such-dir", "x.db"))
+	t.Setenv("DSH_SESSION", "some-session")
+	code, out, errOut := runDsh("log", "stats", "--fixture", path)
+	require.Equal(t, exitOK, code, "a FILE wins over DSH_STORE and DSH_SESSION: %s", errOut)
+	require.Contains(t, out, "turns      1")
+	code, _, errOut = runDsh("sessions", "--dir", dir)
+	require.Equal(t, exitOK, code, "--dir wins over DSH_STORE: %s", errOut)
+
+	code, _, errOut = runDsh("log", "stats")
+	require.Equal(t, exitFailure, code, "no FILE: DSH_STORE and DSH_SESSION name the log")
+	require.Contains(t, errOut, "no-such-dir")
+}
+
 func TestFlagsFromEnvNamesAndPrecedence(t *testing.T) {
 	fs := newFlagSet("x")
 	baseURL := fs.String("base-url", "", "")
@@ -206,13 +222,13 @@ func TestFlagsFromEnvNamesAndPrecedence(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--model", "given"}))
 	env := map[string]string{"DSH_BASE_URL": "http://h", "DSH_MODEL": "env", "DSH_N": "7"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	require.NoError(t, flagsFromEnv(fs, lookup))
+	require.NoError(t, flagsFromEnv(fs, lookup, nil))
 	require.Equal(t, "http://h", *baseURL, "--base-url reads DSH_BASE_URL")
 	require.Equal(t, "given", *model, "the command line wins")
 	require.Equal(t, 7, *n)
 
 	env["DSH_N"] = "seven"
-	err := flagsFromEnv(newFlagSetWithInt(), lookup)
+	err := flagsFromEnv(newFlagSetWithInt(), lookup, nil)
 	var ue *usageError
 	require.ErrorAs(t, err, &ue)
 	require.Contains(t, err.Error(), "$DSH_N")

@@ -25,6 +25,16 @@ func newFlagSet(command string) *flag.FlagSet {
 // on the command line or in the environment, is bad usage (exit 2), named
 // after the command.
 func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer) error {
+	if err := parseCommandLine(fs, args, usage, stdout); err != nil {
+		return err
+	}
+	return flagsFromEnv(fs, os.LookupEnv, nil)
+}
+
+// parseCommandLine is parseFlags without the environment: for a command
+// that decides, from its arguments, which variables apply (flagsFromEnv's
+// skip).
+func parseCommandLine(fs *flag.FlagSet, args []string, usage string, stdout io.Writer) error {
 	err := fs.Parse(args)
 	if p, ok := stdout.(*flagProbe); ok {
 		p.fs = fs
@@ -38,7 +48,7 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer)
 	if err != nil {
 		return usagef("%s: %s", strings.TrimPrefix(fs.Name(), "dsh "), twoDashes.ReplaceAllString(err.Error(), "$1--$2"))
 	}
-	return flagsFromEnv(fs, os.LookupEnv)
+	return nil
 }
 
 // twoDashes finds the flag the flag package names in its errors, which it
@@ -56,18 +66,39 @@ func envName(flagName string) string {
 const envHelp = `
 Every flag can also be set in the environment: DSH_ and the flag's name in
 capitals, dashes as underscores (--base-url: DSH_BASE_URL). A flag given
-on the command line wins over the environment; an empty variable is unset.
+on the command line wins over the environment, and so do --dir over
+DSH_STORE, --store over DSH_DIR, and a FILE over DSH_STORE and DSH_SESSION;
+an empty variable is unset.
 `
 
+// alternatives are flags that name one thing two ways: one of them on the
+// command line keeps the others' variables out (DSH_STORE does not clash
+// with --dir given on the command line).
+var alternatives = [][]string{{"dir", "store"}}
+
 // flagsFromEnv sets each flag of fs that the command line did not set
-// from its environment variable, when that holds a value. A value the
-// flag refuses is bad usage naming the variable.
-func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+// from its environment variable, when that holds a value, except the
+// flags skip names and the alternatives of a flag the command line gave.
+// A value the flag refuses is bad usage naming the variable.
+func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool), skip map[string]bool) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	out := map[string]bool{}
+	for name := range skip {
+		out[name] = true
+	}
+	for _, alt := range alternatives {
+		for _, a := range alt {
+			if given[a] {
+				for _, b := range alt {
+					out[b] = true
+				}
+			}
+		}
+	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] {
+		if err != nil || given[f.Name] || out[f.Name] {
 			return
 		}
 		name := envName(f.Name)

@@ -59,7 +59,16 @@ func logSourceFlags(name, synopsis string, args []string, stdout io.Writer, many
 	if more != nil {
 		more(fs)
 	}
-	if err := parseFlags(fs, args, fmt.Sprintf("Usage: dsh log %s %s\n\nFlags:\n", name, synopsis), stdout); err != nil {
+	if err := parseCommandLine(fs, args, fmt.Sprintf("Usage: dsh log %s %s\n\nFlags:\n", name, synopsis), stdout); err != nil {
+		return a, err
+	}
+	// Files on the command line: the store and session in the
+	// environment (for dsh run and the like) are not for them.
+	var skip map[string]bool
+	if fs.NArg() > 0 {
+		skip = map[string]bool{"store": true, "session": true}
+	}
+	if err := flagsFromEnv(fs, os.LookupEnv, skip); err != nil {
 		return a, err
 	}
 	for _, f := range fs.Args() {
