@@ -114,8 +114,8 @@ func (r FinishReason) JSON() JSON {
 	return o.Build()
 }
 
-// ParseFinishReason reads a finish reason.
-func ParseFinishReason(j JSON) (FinishReason, error) {
+// parseFinishReason reads a finish reason.
+func parseFinishReason(j JSON) (FinishReason, error) {
 	k, ok := stringField(j, "kind")
 	if !ok {
 		return FinishReason{}, fmt.Errorf("messages: finish reason lacks a kind")
@@ -329,7 +329,7 @@ func ParseStreamChunk(j JSON) (StreamChunk, error) {
 		c.extra = &chunkExtra{usage: u}
 	case ChunkFinish:
 		rj, _ := j.Field("reason")
-		r, err := ParseFinishReason(rj)
+		r, err := parseFinishReason(rj)
 		if err != nil {
 			return StreamChunk{}, err
 		}

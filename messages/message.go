@@ -110,7 +110,7 @@ func ImportMessage(j JSON) (Message, error) {
 	if !ok {
 		return Message{}, fmt.Errorf("messages: message %s lacks a source", id)
 	}
-	src, err := ParseSource(sj)
+	src, err := parseSource(sj)
 	if err != nil {
 		return Message{}, fmt.Errorf("messages: message %s: %w", id, err)
 	}

@@ -81,10 +81,10 @@ func newModelSource(m ModelSource) (Source, error) {
 	return Source{kind: SourceModel, provider: m.Provider, model: m.Model, replayState: m.ReplayState, raw: o.Build()}, nil
 }
 
-// ParseSource reads a source from its JSON form: an object with a non-empty
+// parseSource reads a source from its JSON form: an object with a non-empty
 // string kind. The fields of the four kinds dsh produces are checked; other
 // kinds are kept verbatim.
-func ParseSource(j JSON) (Source, error) {
+func parseSource(j JSON) (Source, error) {
 	if j.Kind() != KindObject {
 		return Source{}, fmt.Errorf("messages: source is not an object")
 	}
