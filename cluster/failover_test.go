@@ -139,11 +139,12 @@ func TestClusterFailoverAfterMemberKilledMidTurn(t *testing.T) {
 }
 
 // heldModel streams like its synthetic model until armed; then each call
-// yields at most limit chunks until the limit is raised, and ends when
-// its context does (its turn disposed when its member goes): a turn
-// mid-stream for as long as the test wants.
+// (each call only picks, when set) yields at most limit chunks until the
+// limit is raised, and ends when its context does (its turn disposed when
+// its member goes): a turn mid-stream for as long as the test wants.
 type heldModel struct {
 	*synthetic.Provider
+	only   func(llm.Request) bool
 	mu     sync.Mutex
 	armed  bool
 	limit  int
@@ -187,7 +188,7 @@ func (h *heldModel) Stream(ctx context.Context, req llm.Request) iter.Seq2[messa
 	armed := h.armed
 	h.mu.Unlock()
 	inner := h.Provider.Stream(ctx, req)
-	if !armed {
+	if !armed || h.only != nil && !h.only(req) {
 		return inner
 	}
 	return func(yield func(messages.StreamChunk, error) bool) {
@@ -202,6 +203,17 @@ func (h *heldModel) Stream(ctx context.Context, req llm.Request) iter.Seq2[messa
 			}
 		}
 	}
+}
+
+// answering says whether req is a turn's call (not a title's or a
+// compaction's) answering the user message text.
+func answering(req llm.Request, text string) bool {
+	for i := req.NumMessages() - 1; i >= 0 && req.Purpose() == ""; i-- {
+		if m := req.Message(i); m.Role() == messages.RoleUser {
+			return m.NumBlocks() == 1 && m.Block(0).Text() == text
+		}
+	}
+	return false
 }
 
 // watch collects what a subscription delivers.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/supervisor"
@@ -26,6 +27,7 @@ const (
 	childEnv      = "DSH_CLUSTER_TEST_CHILD" // the shared directory
 	childPortEnv  = "DSH_CLUSTER_TEST_PORT"  // its provider endpoint port
 	childPeersEnv = "DSH_CLUSTER_TEST_PEERS" // every member's endpoint, comma-separated
+	childHoldEnv  = "DSH_CLUSTER_TEST_HOLD"  // set: the member's model holds turn 2 (see runChildMember)
 )
 
 // childModel is the model of every member of the process test: turns of
@@ -33,7 +35,10 @@ const (
 var childModel = synthetic.Config{Seed: 13, TextChunks: 100, ReasoningChunks: 10, TokensPerSecond: 100}
 
 // runChildMember runs a member in this process (a child of the test) and
-// prints "ready ADDRESS" on stdout; it then waits to be killed.
+// prints "ready ADDRESS" on stdout; it then waits to be killed. With
+// childHoldEnv set its model holds every turn-2 call (the one answering
+// "second") after a few deltas until the process dies: the kill lands
+// mid-turn however slow the machine.
 func runChildMember() {
 	port, err := strconv.Atoi(os.Getenv(childPortEnv))
 	if err != nil {
@@ -45,9 +50,15 @@ func runChildMember() {
 		fmt.Fprintln(os.Stderr, "child member:", err)
 		return
 	}
+	var model llm.Provider = p
+	if os.Getenv(childHoldEnv) != "" {
+		h := &heldModel{Provider: p, only: func(r llm.Request) bool { return answering(r, "second") }}
+		h.arm(30)
+		model = h
+	}
 	m, err := Start(Config{Dir: os.Getenv(childEnv), ProviderPort: port, Refresh: 100 * time.Millisecond,
 		RequestTimeout: 3 * time.Second, HandoffTimeout: 5 * time.Second, Peers: strings.Split(os.Getenv(childPeersEnv), ","),
-		Session: supervisor.Config{Provider: p}})
+		Session: supervisor.Config{Provider: model}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child member:", err)
 		return
@@ -68,10 +79,11 @@ func freeEndpoint(t *testing.T) (string, int) {
 
 // The failover test again, with real processes: two members are child
 // processes of the test, the third runs in the test and is the client.
-// One child is killed with SIGKILL while its sessions are mid-turn: the
-// kernel drops its writer locks and its sockets, the page cache keeps
-// what it wrote. Its sessions come back on the others, repaired, with
-// everything acknowledged durable, and take the next turn.
+// One child is killed with SIGKILL while its sessions are mid-turn (its
+// model holds turn 2 until then, see runChildMember): the kernel drops
+// its writer locks and its sockets, the page cache keeps what it wrote.
+// Its sessions come back on the others, repaired, with everything
+// acknowledged durable, and take the next turn.
 func TestClusterFailoverWhenAMemberProcessIsKilled(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	dir := t.TempDir()
@@ -90,6 +102,9 @@ func TestClusterFailoverWhenAMemberProcessIsKilled(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+dir, childPortEnv+"="+strconv.Itoa(ports[i]),
 			childPeersEnv+"="+strings.Join(peers, ","))
+		if i == 1 { // the victim
+			cmd.Env = append(cmd.Env, childHoldEnv+"=1")
+		}
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
