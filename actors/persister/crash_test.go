@@ -245,7 +245,7 @@ func verifyRecovered(t testing.TB, fsys vfs.FS, cfg JSONLConfig, w []*crashSessi
 		}
 		require.GreaterOrEqual(t, k, acked[i], "%s: an acknowledged event is lost", cs.header.ID)
 		require.LessOrEqual(t, k, attempted[i], "%s: holds events never appended", cs.header.ID)
-		jlRequireEvents(t, session.InterruptedTurnClosers(cs.events[:k]), got.Events[k:])
+		requireSameEvents(t, session.InterruptedTurnClosers(cs.events[:k]), got.Events[k:])
 		require.LessOrEqual(t, len(got.Closers), len(got.Events)-k)
 		require.NoError(t, session.CheckTrace(got.Events))
 
@@ -253,7 +253,7 @@ func verifyRecovered(t testing.TB, fsys vfs.FS, cfg JSONLConfig, w []*crashSessi
 		require.NoError(t, err)
 		require.Nil(t, again.Torn)
 		require.Empty(t, again.Closers, "the repair was committed")
-		jlRequireEvents(t, got.Events, again.Events)
+		requireSameEvents(t, got.Events, again.Events)
 	}
 }
 
@@ -418,8 +418,8 @@ func TestJSONLRandomFailuresWithRetries(t *testing.T) {
 							if err != nil {
 								return err
 							}
-							jlRequireEvents(t, cs.events[:acked[i]], in.Events[:acked[i]])
-							jlRequireEvents(t, session.InterruptedTurnClosers(cs.events[:acked[i]]), in.Events[acked[i]:])
+							requireSameEvents(t, cs.events[:acked[i]], in.Events[:acked[i]])
+							requireSameEvents(t, session.InterruptedTurnClosers(cs.events[:acked[i]]), in.Events[acked[i]:])
 							return nil
 						})
 					}

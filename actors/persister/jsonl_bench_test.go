@@ -28,7 +28,7 @@ func benchBatches(b *testing.B, turns int) [][]session.Event {
 		for i := range 20 {
 			l.add(session.AssistantChunk{Turn: tt, Step: 1, Chunk: messages.ToolCallDeltaChunk(0, callID, fmt.Sprintf(`"a%d"`, i))}.Draft())
 		}
-		m, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.ToolCallBlock(callID, "read", `{"path":"x"}`)}, jlModel)
+		m, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.ToolCallBlock(callID, "read", `{"path":"x"}`)}, storeTestModel)
 		require.NoError(b, err)
 		l.add(session.AssistantMessage{Turn: tt, Step: 1, Message: m, Usage: messages.TokenUsage{InputTokens: 1000, OutputTokens: 40}, HasUsage: true}.Draft())
 		call := l.add(session.ToolCall{Turn: tt, Step: 1, CallID: callID, Name: "read", Arguments: `{"path":"x"}`}.Draft())
@@ -42,7 +42,7 @@ func benchBatches(b *testing.B, turns int) [][]session.Event {
 			text.WriteString(w)
 			l.add(session.AssistantChunk{Turn: tt, Step: 2, Chunk: messages.TextDeltaChunk(0, w)}.Draft())
 		}
-		m, err = messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock(text.String())}, jlModel)
+		m, err = messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock(text.String())}, storeTestModel)
 		require.NoError(b, err)
 		l.add(session.AssistantMessage{Turn: tt, Step: 2, Message: m, Usage: messages.TokenUsage{InputTokens: 1100, OutputTokens: 40}, HasUsage: true}.Draft())
 		l.add(session.StepEnd{Turn: tt, Step: 2}.Draft())
@@ -67,7 +67,7 @@ func BenchmarkJSONLAppend(b *testing.B) {
 		ids := make([]session.SessionID, sessions)
 		for i := range ids {
 			ids[i] = session.SessionID(fmt.Sprintf("bench-%04d", i))
-			require.NoError(b, s.Create(session.Header{ID: ids[i], CreatedAt: jlNow, Cwd: "/work/proj"}))
+			require.NoError(b, s.Create(session.Header{ID: ids[i], CreatedAt: storeTestNow, Cwd: "/work/proj"}))
 			require.NoError(b, s.Append(ctx, ids[i], batches[0], Sync))
 		}
 		// A session reaching the last turn starts over as a new session
@@ -87,7 +87,7 @@ func BenchmarkJSONLAppend(b *testing.B) {
 				b.StopTimer()
 				restarted++
 				ids[k] = session.SessionID(fmt.Sprintf("bench-%04d-%d", k, restarted))
-				require.NoError(b, s.Create(session.Header{ID: ids[k], CreatedAt: jlNow, Cwd: "/work/proj"}))
+				require.NoError(b, s.Create(session.Header{ID: ids[k], CreatedAt: storeTestNow, Cwd: "/work/proj"}))
 				next[k] = 0
 				b.StartTimer()
 			}

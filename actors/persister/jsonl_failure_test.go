@@ -60,7 +60,7 @@ func TestJSONLFailedAppendTruncates(t *testing.T) {
 				require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync), "the retry of the same batch")
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, b.events(), got.Events)
+				requireSameEvents(t, b.events(), got.Events)
 				require.Empty(t, got.Closers)
 			})
 		}
@@ -106,11 +106,11 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 				require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, b.events(), got.Events)
+				requireSameEvents(t, b.events(), got.Events)
 			case "load":
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, b.events()[:k], got.Events)
+				requireSameEvents(t, b.events()[:k], got.Events)
 				require.Equal(t, before, readRaw(t, m, path))
 			}
 		})
@@ -143,9 +143,9 @@ func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
 	require.NoError(t, s.Release(bs[0].id()))
 	got, err := crashed().Load(ctx, bs[0].id())
 	require.NoError(t, err)
-	jlRequireEvents(t, bs[0].events(), got.Events)
+	requireSameEvents(t, bs[0].events(), got.Events)
 	require.NoError(t, s.Close())
 	got, err = crashed().Load(ctx, bs[1].id())
 	require.NoError(t, err)
-	jlRequireEvents(t, bs[1].events(), got.Events)
+	requireSameEvents(t, bs[1].events(), got.Events)
 }

@@ -57,7 +57,7 @@ func TestJSONLFraming(t *testing.T) {
 				f, err := session.ParseFile(readRaw(t, m, path), path)
 				require.NoError(t, err)
 				require.Equal(t, !enc.plain, f.Compressed)
-				jlRequireEvents(t, b.events(), f.Events)
+				requireSameEvents(t, b.events(), f.Events)
 			})
 		}
 	}
@@ -92,22 +92,22 @@ func TestJSONLTornFrameIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, in.Torn)
 	require.Equal(t, lastFrame, in.Torn.Offset)
-	jlRequireEvents(t, b.from(k), in.Torn.Recovered)
+	requireSameEvents(t, b.from(k), in.Torn.Recovered)
 	closers := session.InterruptedTurnClosers(b.events())
 	require.Len(t, closers, 3)
-	jlRequireEvents(t, append(b.events(), closers...), in.Events)
-	jlRequireEvents(t, closers, in.Closers)
+	requireSameEvents(t, append(b.events(), closers...), in.Events)
+	requireSameEvents(t, closers, in.Closers)
 	require.Equal(t, torn, readRaw(t, m, path), "Inspect writes nothing")
 	require.Equal(t, rev, in.Revision)
 	require.Equal(t, rev, jsonlRevision(t, s2, b.id()))
 
 	read, err := s2.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
-	jlRequireEvents(t, b.events(), read) // the recovered records are stored bytes
+	requireSameEvents(t, b.events(), read) // the recovered records are stored bytes
 
 	got, err := s2.Load(ctx, b.id())
 	require.NoError(t, err)
-	jlRequireEvents(t, in.Events, got.Events)
+	requireSameEvents(t, in.Events, got.Events)
 	require.Equal(t, in.Torn.Offset, got.Torn.Offset)
 	require.NotEqual(t, rev, got.Revision)
 	after := readRaw(t, m, path)
@@ -120,7 +120,7 @@ func TestJSONLTornFrameIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, again.Torn)
 	require.Empty(t, again.Closers)
-	jlRequireEvents(t, got.Events, again.Events)
+	requireSameEvents(t, got.Events, again.Events)
 	require.Equal(t, got.Revision, again.Revision)
 }
 
@@ -149,7 +149,7 @@ func TestJSONLTornLineIsDropped(t *testing.T) {
 	closers := session.InterruptedTurnClosers(kept)
 	require.Equal(t, "TOOL_NOT_STARTED", closers[0].Payload().(session.ToolResult).Error.Code,
 		"the call's tool/call was torn off")
-	jlRequireEvents(t, append(slices.Clone(kept), closers...), got.Events)
+	requireSameEvents(t, append(slices.Clone(kept), closers...), got.Events)
 	after := readRaw(t, m, path)
 	require.Equal(t, whole[:committed], after[:committed])
 	require.Equal(t, session.AppendRecords(nil, closers, true), after[committed:])
@@ -292,7 +292,7 @@ func TestJSONLAppendAfterTornTail(t *testing.T) {
 			require.NoError(t, err)
 			require.Nil(t, got.Torn)
 			require.Empty(t, got.Closers)
-			jlRequireEvents(t, c.events(), got.Events)
+			requireSameEvents(t, c.events(), got.Events)
 		})
 	}
 }

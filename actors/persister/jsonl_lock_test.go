@@ -57,7 +57,7 @@ func requireLockedBy(t testing.TB, err error, id session.SessionID, holder strin
 // that has had turns turns.
 func continueFrom(t testing.TB, h session.Header, events []session.Event, turns int64) *jlBuilder {
 	t.Helper()
-	return &jlBuilder{t: t, l: mustRestore(t, h, events), now: jlNow + 1_000_000, turns: turns}
+	return &jlBuilder{logBuilder: &logBuilder{t: t, l: mustRestore(t, h, events), now: storeTestNow + 1_000_000}, turns: turns}
 }
 
 func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
@@ -89,10 +89,10 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				require.Equal(t, before, readRaw(t, fsys, path), "a refused writer changes nothing")
 				in, err := b.Inspect(ctx, lb.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, lb.events()[:k1], in.Events)
+				requireSameEvents(t, lb.events()[:k1], in.Events)
 				got, err := b.ReadFrom(ctx, lb.id(), 0)
 				require.NoError(t, err)
-				jlRequireEvents(t, lb.events()[:k1], got)
+				requireSameEvents(t, lb.events()[:k1], got)
 				listed, err := b.List(ctx)
 				require.NoError(t, err)
 				require.Len(t, listed, 1)
@@ -105,7 +105,7 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				loaded, err := b.Load(ctx, lb.id())
 				require.NoError(t, err)
 				require.NotEmpty(t, loaded.Closers)
-				jlRequireEvents(t, lb.events(), loaded.Events[:k2])
+				requireSameEvents(t, lb.events(), loaded.Events[:k2])
 				require.Equal(t, "writer b\n", string(readRaw(t, fsys, lockPath)))
 				nb := continueFrom(t, lb.header(), loaded.Events, 2)
 				nb.textTurn("two", 2)
@@ -123,12 +123,12 @@ func TestJSONLLockExcludesAnotherWriter(t *testing.T) {
 				require.NoError(t, b.Close())
 				back, err := a.Load(ctx, lb.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, nb.events(), back.Events)
+				requireSameEvents(t, nb.events(), back.Events)
 				nb.textTurn("three", 1)
 				require.NoError(t, a.Append(ctx, lb.id(), nb.from(k3), Sync))
 				again, err := a.Inspect(ctx, lb.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, nb.events(), again.Events)
+				requireSameEvents(t, nb.events(), again.Events)
 				require.NoError(t, a.Close())
 				_, err = fsys.Stat(lockPath)
 				require.NoError(t, err, "a lock file is never removed")
@@ -164,7 +164,7 @@ func TestJSONLRelease(t *testing.T) {
 			require.Equal(t, open, m.OpenFiles())
 			got, err := s.Load(ctx, b.id())
 			require.NoError(t, err)
-			jlRequireEvents(t, b.events(), got.Events)
+			requireSameEvents(t, b.events(), got.Events)
 			require.NoError(t, s.Close())
 			require.Zero(t, m.OpenFiles(), "Close releases every lock")
 			require.ErrorIs(t, s.Release(b.id()), ErrClosed)
@@ -215,7 +215,7 @@ func TestJSONLReleaseRemovesUnacknowledgedBytes(t *testing.T) {
 	require.Len(t, readRaw(t, m, path), size)
 	got, err := b.Load(ctx, lb.id())
 	require.NoError(t, err)
-	jlRequireEvents(t, lb.events()[:k], got.Events)
+	requireSameEvents(t, lb.events()[:k], got.Events)
 }
 
 // Two stores race to publish one new session: exactly one wins, the other
@@ -275,7 +275,7 @@ func TestJSONLLockFirstAppendRace(t *testing.T) {
 				}
 				got, err := stores[1-winner].Load(ctx, id)
 				require.NoError(t, err)
-				jlRequireEvents(t, logs[winner].events(), got.Events)
+				requireSameEvents(t, logs[winner].events(), got.Events)
 				require.NoError(t, stores[1-winner].Release(id))
 			}
 			t.Logf("losers: %v", outcomes)
@@ -316,7 +316,7 @@ func TestJSONLPublishRechecksUnderTheLock(t *testing.T) {
 	require.Equal(t, FenceError{ID: lb.id(), Want: la.len(), Got: 0}, *fe)
 	got, err := b.Load(ctx, lb.id())
 	require.NoError(t, err)
-	jlRequireEvents(t, la.events(), got.Events)
+	requireSameEvents(t, la.events(), got.Events)
 }
 
 // A session directory holding only a lock file (a first append that
@@ -355,7 +355,7 @@ func TestJSONLLockFileAloneIsNoSession(t *testing.T) {
 	require.NoError(t, other.Append(ctx, b.id(), b.events(), Sync))
 	got, err := other.Load(ctx, b.id())
 	require.NoError(t, err)
-	jlRequireEvents(t, b.events(), got.Events)
+	requireSameEvents(t, b.events(), got.Events)
 
 	// The plain store's layout check ignores the lock file as well.
 	plain := newJSONLOn(t, m, memRoot+"-plain", JSONLConfig{Plain: true})
@@ -405,12 +405,12 @@ func TestJSONLKilledWriterIsTakenOver(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, got.Torn, "the half-written batch is a torn tail")
 			require.Empty(t, got.Closers)
-			jlRequireEvents(t, lb.events()[:k1], got.Events)
+			requireSameEvents(t, lb.events()[:k1], got.Events)
 			require.NoError(t, b.Append(ctx, lb.id(), lb.events()[k1:k2], Sync))
 			again, err := b.Load(ctx, lb.id())
 			require.NoError(t, err)
 			require.Nil(t, again.Torn)
-			jlRequireEvents(t, lb.events(), again.Events)
+			requireSameEvents(t, lb.events(), again.Events)
 			_, err = os.Stat(filepath.Join(filepath.Dir(path), lockName))
 			require.NoError(t, err)
 			require.ErrorIs(t, a.Close(), vfs.ErrKilled, "a dead process closes nothing")

@@ -38,7 +38,7 @@ func TestJSONLRetriedFirstAppendSyncsTheDirectoriesItCreated(t *testing.T) {
 	m.InjectError(nil)
 	got, err := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{}).Load(ctx, b.id())
 	require.NoError(t, err, "the acknowledged log is lost in a crash")
-	jlRequireEvents(t, b.events(), got.Events)
+	requireSameEvents(t, b.events(), got.Events)
 }
 
 // A first append that fails at any step publishes nothing; the retry
@@ -75,7 +75,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 			require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 			got, err := s.Load(ctx, b.id())
 			require.NoError(t, err)
-			jlRequireEvents(t, b.events(), got.Events)
+			requireSameEvents(t, b.events(), got.Events)
 		})
 	}
 
@@ -106,7 +106,7 @@ func TestJSONLFailedFirstAppendPublishesNothing(t *testing.T) {
 	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 	got, err := s.Load(ctx, b.id())
 	require.NoError(t, err)
-	jlRequireEvents(t, b.events(), got.Events)
+	requireSameEvents(t, b.events(), got.Events)
 }
 
 // The first append is published in this order: directories made durable,
@@ -198,7 +198,7 @@ func testJSONLPublishOrder(t *testing.T, cfg JSONLConfig) {
 					require.NoError(t, after.Append(ctx, b.id(), b.events(), Sync), "the first append replaces a torn creation")
 					got, err := after.Load(ctx, b.id())
 					require.NoError(t, err)
-					jlRequireEvents(t, b.events(), got.Events)
+					requireSameEvents(t, b.events(), got.Events)
 					return
 				}
 				require.NoError(t, lerr)
@@ -209,7 +209,7 @@ func testJSONLPublishOrder(t *testing.T, cfg JSONLConfig) {
 				for k < len(got.Events) && k < len(b.events()) && b.events()[k].Equal(got.Events[k]) {
 					k++
 				}
-				jlRequireEvents(t, session.InterruptedTurnClosers(b.events()[:k]), got.Events[k:])
+				requireSameEvents(t, session.InterruptedTurnClosers(b.events()[:k]), got.Events[k:])
 				if kept == len(data) {
 					require.Len(t, b.events(), k)
 				}
@@ -320,7 +320,7 @@ func TestJSONLFirstAppendsShareProjectDirSync(t *testing.T) {
 		for _, b := range bs {
 			got, err := crashed.Load(ctx, b.id())
 			require.NoError(t, err, "a durable first append is durable when it returns")
-			jlRequireEvents(t, b.events(), got.Events)
+			requireSameEvents(t, b.events(), got.Events)
 		}
 	})
 }
@@ -383,7 +383,7 @@ func TestJSONLFirstAppendWithoutDurableIsSyncedByTheBarrier(t *testing.T) {
 						got, err := after.Load(ctx, b.id())
 						if i == len(ops) {
 							require.NoError(t, err, "the barrier returned")
-							jlRequireEvents(t, b.events(), got.Events)
+							requireSameEvents(t, b.events(), got.Events)
 							return
 						}
 						if errors.Is(err, ErrNotFound) {
@@ -396,7 +396,7 @@ func TestJSONLFirstAppendWithoutDurableIsSyncedByTheBarrier(t *testing.T) {
 						for n < len(got.Events) && n < len(b.events()) && b.events()[n].Equal(got.Events[n]) {
 							n++
 						}
-						jlRequireEvents(t, session.InterruptedTurnClosers(b.events()[:n]), got.Events[n:])
+						requireSameEvents(t, session.InterruptedTurnClosers(b.events()[:n]), got.Events[n:])
 					})
 				}
 			}
@@ -447,7 +447,7 @@ func TestJSONLFailedBarrierAfterLazyFirstAppendUnpublishes(t *testing.T) {
 				require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync))
 				got, err := newJSONLOn(t, m.CrashClone(), memRoot, JSONLConfig{}).Load(ctx, b.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, b.events(), got.Events)
+				requireSameEvents(t, b.events(), got.Events)
 			})
 		}
 	}

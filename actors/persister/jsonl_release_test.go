@@ -48,7 +48,7 @@ func TestJSONLReleasedSessionIsForgotten(t *testing.T) {
 				require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync), "a later write finds the file")
 				got, err := s.Load(ctx, b.id())
 				require.NoError(t, err)
-				jlRequireEvents(t, b.events(), got.Events)
+				requireSameEvents(t, b.events(), got.Events)
 				require.NoError(t, s.Release(b.id()))
 				known, _ = storeHolds(s)
 				require.Zero(t, known)

@@ -71,27 +71,22 @@ var encodings = []struct {
 
 // ---- a log builder for these tests ----
 
-const jlNow int64 = 1_700_000_000_000
-
-var jlModel = messages.ModelSource{Provider: "deepseek-official", Model: "deepseek-v4-flash"}
-
-// jlBuilder builds a session log that obeys the session trace.
+// jlBuilder is a logBuilder with the turns these tests write: text turns
+// streamed in deltas, and a tool turn a crash left open.
 type jlBuilder struct {
-	t     testing.TB
-	l     *session.Log
-	now   int64
+	*logBuilder
 	turns int64
 }
 
 func jlHeader(id session.SessionID) session.Header {
-	return session.Header{ID: id, CreatedAt: jlNow, Cwd: "/work/proj"}
+	return session.Header{ID: id, CreatedAt: storeTestNow, Cwd: "/work/proj"}
 }
 
 func newJL(t testing.TB, id session.SessionID) *jlBuilder {
 	t.Helper()
 	l, err := session.New(jlHeader(id))
 	require.NoError(t, err)
-	return &jlBuilder{t: t, l: l, now: jlNow}
+	return &jlBuilder{logBuilder: &logBuilder{t: t, l: l, now: storeTestNow}}
 }
 
 // twoTurnsFirstStored builds a log of two five-chunk text turns with id and
@@ -106,27 +101,6 @@ func twoTurnsFirstStored(t testing.TB, s *JSONLStore, id session.SessionID) (b *
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(t.Context(), b.id(), b.events()[:k], Sync))
 	return b, k, s.locate(b.header())
-}
-
-func (b *jlBuilder) id() session.SessionID          { return b.l.ID() }
-func (b *jlBuilder) header() session.Header         { return b.l.Header() }
-func (b *jlBuilder) len() int64                     { return b.l.Len() }
-func (b *jlBuilder) events() []session.Event        { return b.l.Events().Slice() }
-func (b *jlBuilder) from(seq int64) []session.Event { return b.l.EventsFrom(seq).Slice() }
-
-func (b *jlBuilder) add(d session.Draft) session.Event {
-	b.t.Helper()
-	b.now++
-	e, err := b.l.Append(d, b.now)
-	require.NoError(b.t, err)
-	return e
-}
-
-func (b *jlBuilder) user(text string) {
-	b.t.Helper()
-	m, err := messages.NewUserMessage([]messages.ContentBlock{messages.TextBlock(text)}, messages.UserSource())
-	require.NoError(b.t, err)
-	b.add(session.UserMessage{Message: m}.Draft())
 }
 
 // begin opens a turn and its first step.
@@ -150,7 +124,7 @@ func (b *jlBuilder) textTurn(prompt string, deltas int) {
 		text.WriteString(w)
 		b.add(session.AssistantChunk{Turn: turn, Step: 1, Chunk: messages.TextDeltaChunk(0, w)}.Draft())
 	}
-	m, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock(text.String())}, jlModel)
+	m, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock(text.String())}, storeTestModel)
 	require.NoError(b.t, err)
 	b.add(session.AssistantMessage{Turn: turn, Step: 1, Message: m}.Draft())
 	b.add(session.StepEnd{Turn: turn, Step: 1}.Draft())
@@ -162,19 +136,10 @@ func (b *jlBuilder) textTurn(prompt string, deltas int) {
 func (b *jlBuilder) openToolTurn(callID string) {
 	b.t.Helper()
 	turn := b.begin("run " + callID)
-	m, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.ToolCallBlock(callID, "shell", `{}`)}, jlModel)
+	m, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.ToolCallBlock(callID, "shell", `{}`)}, storeTestModel)
 	require.NoError(b.t, err)
 	b.add(session.AssistantMessage{Turn: turn, Step: 1, Message: m}.Draft())
 	b.add(session.ToolCall{Turn: turn, Step: 1, CallID: callID, Name: "shell", Arguments: `{}`}.Draft())
-}
-
-func jlRequireEvents(t testing.TB, want, got []session.Event) {
-	t.Helper()
-	require.Len(t, got, len(want))
-	for i := range want {
-		require.Truef(t, want[i].Equal(got[i]), "event %d: want %d %s %s, got %d %s %s", i,
-			want[i].Seq(), want[i].Type(), want[i].Data(), got[i].Seq(), got[i].Type(), got[i].Data())
-	}
 }
 
 func readRaw(t testing.TB, fsys vfs.FS, path string) []byte {
@@ -414,7 +379,7 @@ func TestJSONLBoundsOpenFiles(t *testing.T) {
 	for _, b := range builders {
 		got, err := s.Load(ctx, b.id())
 		require.NoError(t, err)
-		jlRequireEvents(t, b.events(), got.Events)
+		requireSameEvents(t, b.events(), got.Events)
 		require.LessOrEqual(t, m.OpenFiles(), maxOpen)
 	}
 	require.NoError(t, s.Close())
@@ -447,7 +412,7 @@ func TestJSONLNoticesAnotherWriter(t *testing.T) {
 	require.NoError(t, a.Append(ctx, b.id(), b.from(k2), Sync))
 	got, err := other.Load(ctx, b.id())
 	require.NoError(t, err)
-	jlRequireEvents(t, b.events(), got.Events)
+	requireSameEvents(t, b.events(), got.Events)
 }
 
 func TestJSONLContextCancellation(t *testing.T) {
@@ -516,15 +481,15 @@ func TestCorpusThroughJSONLStore(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, file.Header, got.Header)
 				require.Nil(t, got.Torn)
-				jlRequireEvents(t, events, got.Events[:len(events)])
-				jlRequireEvents(t, session.InterruptedTurnClosers(events), got.Closers)
-				jlRequireEvents(t, got.Closers, got.Events[len(events):])
+				requireSameEvents(t, events, got.Events[:len(events)])
+				requireSameEvents(t, session.InterruptedTurnClosers(events), got.Closers)
+				requireSameEvents(t, got.Closers, got.Events[len(events):])
 
 				// And the bytes read back by the file reader alone.
 				reread, err := session.ReadFile(s.locate(file.Header))
 				require.NoError(t, err)
 				require.Equal(t, file.Header, reread.Header)
-				jlRequireEvents(t, got.Events, reread.Events)
+				requireSameEvents(t, got.Events, reread.Events)
 			})
 		}
 	}
