@@ -14,7 +14,7 @@ import (
 // committed and the boundary's claim answered, before anything else is
 // decided), so that the contributions the reference's plugins make from
 // the log's events land where its recordings put them instead of racing
-// the next claim (docs/agent-loop.md#turns-and-steps).
+// the next claim (docs/agent-loop.md#the-step-end-hook).
 
 // StepEndInput is what the step-end hook sees: the step that ended.
 type StepEndInput struct {
