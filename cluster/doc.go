@@ -52,16 +52,21 @@
 //
 // # Grains
 //
-// A session's grain serves the requests for it in the order they arrive.
-// Loading the session from the store (taking its writer lock, reading
-// and repairing its log) never runs inside the grain's Receive: a
-// goroutine loads it and reports back, and the requests that arrive
-// meanwhile wait in the grain, in order. So a slow load (a long log, a
-// slow network file system) delays its own session and no other. A load
-// that fails answers the requests that waited for it with its error; the
-// next request loads again. A grain that stops while its load runs
-// answers the waiting requests CLOSED (the caller retries) and lets go of
-// whatever the load brings in. docs/cluster.md#grains has the whole
+// A session's grain serves the requests for it in the order they arrive,
+// and nothing that waits runs inside the grain's Receive while it serves
+// them. Loading the session from the store (taking its writer lock,
+// reading and repairing its log) runs in a goroutine that reports back,
+// and the requests that arrive meanwhile wait in the grain, in order. So
+// a slow load (a long log, a slow network file system) delays its own
+// session and no other. A load that fails answers the requests that
+// waited for it with its error; the next request loads again. The other
+// requests run off the mailbox too: Create, Send, Cancel, SetSystem,
+// Messages, Stats, Fork and Release one at a time, each completing before
+// the next one starts; WaitIdle, Events and Flush start in order and run
+// concurrently. A grain that stops answers the requests still waiting
+// CLOSED (the caller retries), lets go of whatever a load in flight
+// brings in, and waits for the request running before it hands the
+// session over (see Handing over). docs/cluster.md#grains has the whole
 // story.
 //
 // # Wire

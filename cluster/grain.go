@@ -18,14 +18,26 @@ import (
 
 // grain is the activation of one session on this member: the only way a
 // session becomes resident on a member's host (the host runs with
-// ManualResume). Requests are served in the order they arrive. Loading
-// the session from the store never runs in Receive: a goroutine resumes
-// it and reports back (loaded), and the requests that arrive meanwhile
-// wait, in order, until it has (see [grain.serveWaiting]); so a slow
-// load delays only its own session. Quick requests are then handled in
-// Receive; the ones that wait (WaitIdle, GetEvents, Flush) run in
-// goroutines the grain joins before it lets the session go. See
-// docs/cluster.md#grains.
+// ManualResume). Requests are served in the order they arrive, and
+// nothing that waits runs in Receive while the grain serves them:
+//
+//   - loading the session from the store runs in a goroutine that
+//     reports back (loaded), and the requests that arrive meanwhile wait,
+//     in order, until it has (see [grain.serveWaiting]);
+//   - every other request whose work waits on the session's actors or
+//     the disk (Create, Send, Cancel, SetSystem, GetMessages, GetStats,
+//     Fork, Release) runs in a goroutine too, one at a time: the grain is
+//     busy (job) until its completion comes back (worked), and the
+//     requests behind it wait, in order, so one request's work completes
+//     before the next one's starts;
+//   - the requests that wait for the session to do something (WaitIdle,
+//     GetEvents, Flush) start in order but run concurrently, in
+//     goroutines the grain joins before it lets the session go.
+//
+// So a slow load or a hung request delays only its own session, and the
+// grain keeps reading its mailbox (its idle tick, a stop) meanwhile.
+// The one wait left in Receive is the hand-over when the grain stops (see
+// [grain.stopping]). See docs/cluster.md#grains.
 type grain struct {
 	m      *Member
 	id     session.SessionID
@@ -35,17 +47,19 @@ type grain struct {
 	// used says the session was made resident here (and must be handed
 	// over when the grain stops).
 	used bool
-	// loading is the load in flight (nil when none), and waiting the
-	// requests not served yet, in arrival order: the first needs the
-	// session, which is not resident.
+	// loading is the load in flight (nil when none), job the request
+	// whose work runs (nil when none), and waiting the requests not served
+	// yet, in arrival order: they wait for the load or the job.
 	loading *load
+	job     *job
 	waiting []request
 	// stopped says the grain asked itself to stop: the requests still
 	// waiting are answered CLOSED when it does.
 	stopped bool
 	// accepted holds the ids of the messages this activation delivered or
 	// found in the log, so that a Send retried across a timeout or a
-	// failover is not delivered twice.
+	// failover is not delivered twice. Only a Send's work touches it (and
+	// order and seeded), off the mailbox: jobs run one at a time.
 	accepted map[string]struct{}
 	order    []string
 	seeded   bool
@@ -55,6 +69,14 @@ type grain struct {
 	idle     *time.Timer
 	lastUsed time.Time
 	inflight int // async requests running (guarded by the actor)
+}
+
+// job is the work of one request running off the mailbox. The goroutine
+// sets rep before it ends; the grain reads it when worked comes back, or
+// after joining the goroutine when it stops first.
+type job struct {
+	r   request
+	rep *clusterpb.Reply
 }
 
 // request is a request to the grain and whom to answer.
@@ -111,6 +133,9 @@ type asyncDone struct{}
 // loaded tells the grain its load ended.
 type loaded struct{ l *load }
 
+// worked tells the grain the work of its job ended.
+type worked struct{ j *job }
+
 // reload hands back an async request that found the session gone (see
 // request.reloaded).
 type reload struct{ r request }
@@ -132,6 +157,8 @@ func (g *grain) Receive(ctx actor.Context) {
 		g.lastUsed = time.Now()
 	case loaded:
 		g.onLoaded(ctx, msg.l)
+	case worked:
+		g.onWorked(ctx, msg.j)
 	case reload:
 		g.arrive(ctx, msg.r)
 	case *actor.Stopping:
@@ -147,16 +174,17 @@ func (g *grain) arrive(ctx actor.Context, r request) {
 	g.lastUsed = time.Now()
 	g.waiting = append(g.waiting, r)
 	g.serveWaiting(ctx)
-	if g.loading != nil && g.m.cfg.waited != nil {
+	if (g.loading != nil || g.job != nil) && g.m.cfg.waited != nil {
 		g.m.cfg.waited(g.id, len(g.waiting))
 	}
 }
 
 // serveWaiting serves the waiting requests in order until one needs the
-// session while it is not resident: that one starts a load (unless one
-// is in flight) and it and those behind it wait for the load.
+// session while it is not resident, or one starts a job: the first starts
+// a load (unless one is in flight) and it and those behind it wait for
+// the load; those behind a job wait for its completion.
 func (g *grain) serveWaiting(ctx actor.Context) {
-	for len(g.waiting) > 0 && g.loading == nil && !g.stopped {
+	for len(g.waiting) > 0 && g.loading == nil && g.job == nil && !g.stopped {
 		r := g.waiting[0]
 		if needsSession(r.msg) && !g.resident() {
 			g.load(ctx)
@@ -243,29 +271,32 @@ func (g *grain) onLoaded(ctx actor.Context, l *load) {
 func (g *grain) serve(ctx actor.Context, r request) {
 	switch msg := r.msg.(type) {
 	case *clusterpb.Create:
-		g.respond(ctx, r, g.create(msg))
+		g.work(ctx, r, func(c context.Context) *clusterpb.Reply { return g.create(c, msg) })
 	case *clusterpb.Send:
-		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply { return g.send(c, msg) })
+		g.work(ctx, r, func(c context.Context) *clusterpb.Reply { return g.send(c, msg) })
 	case *clusterpb.Cancel:
-		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply {
+		g.work(ctx, r, func(c context.Context) *clusterpb.Reply {
 			return g.reply(g.m.host.Cancel(c, g.id, session.CancelCause{Kind: session.CauseKind(msg.Cause)}))
 		})
 	case *clusterpb.SetSystem:
-		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply { return g.reply(g.m.host.SetSystem(c, g.id, msg.Prompt)) })
+		g.work(ctx, r, func(c context.Context) *clusterpb.Reply { return g.reply(g.m.host.SetSystem(c, g.id, msg.Prompt)) })
 	case *clusterpb.GetMessages:
-		g.sync(ctx, r, g.messages)
+		g.work(ctx, r, g.messages)
 	case *clusterpb.GetStats:
-		g.sync(ctx, r, g.stats)
+		g.work(ctx, r, g.stats)
 	case *clusterpb.Fork:
-		g.sync(ctx, r, func(c context.Context) *clusterpb.Reply { return g.fork(c, msg) })
+		g.work(ctx, r, func(c context.Context) *clusterpb.Reply { return g.fork(c, msg) })
 	case *clusterpb.Release:
-		rep := g.reply(nil)
-		if g.used {
-			rep = g.reply(g.m.host.Evict(g.ctx, g.id))
-			g.used = false
-		}
-		g.respond(ctx, r, rep)
-		g.stop(ctx)
+		// The session is not the grain's to hand over any more once the
+		// release starts: a stop meanwhile does not evict it again.
+		used := g.used
+		g.used = false
+		g.work(ctx, r, func(c context.Context) *clusterpb.Reply {
+			if !used {
+				return g.reply(nil)
+			}
+			return g.reply(g.m.host.Evict(c, g.id))
+		})
 	case *clusterpb.WaitIdle:
 		g.async(ctx, r, func(c context.Context) *clusterpb.Reply { return g.waitIdle(c, msg) })
 	case *clusterpb.Flush:
@@ -300,7 +331,7 @@ func (g *grain) stop(ctx actor.Context) {
 // which resumes the session.
 func (g *grain) onIdleCheck(ctx actor.Context) {
 	d := g.m.cfg.Session.IdleTimeout
-	if wait := d - time.Since(g.lastUsed); wait > 0 || g.inflight > 0 || g.loading != nil || len(g.waiting) > 0 {
+	if wait := d - time.Since(g.lastUsed); wait > 0 || g.inflight > 0 || g.loading != nil || g.job != nil || len(g.waiting) > 0 {
 		g.idle.Reset(max(wait, d/4))
 		return
 	}
@@ -336,20 +367,59 @@ func gone(r request, rep *clusterpb.Reply) bool {
 	return rep.Code == clusterpb.Code_CODE_NO_SESSION && !r.reloaded
 }
 
-// sync runs fn in Receive.
-func (g *grain) sync(ctx actor.Context, r request, fn func(context.Context) *clusterpb.Reply) {
-	c, cancel := g.begin()
-	defer cancel()
-	rep := fn(c)
-	if gone(r, rep) {
-		r.reloaded = true
-		g.waiting = append([]request{r}, g.waiting...)
+// work makes r the grain's job: fn runs in a goroutine that reports back
+// with worked, and the requests behind it wait until it has. The work's
+// context ends after RequestTimeout but not when the grain stops: a stop
+// waits for the job to complete, as the request had begun (a Create, a
+// Fork or a Release cut short could leave a session resident with no
+// grain to hand it over).
+func (g *grain) work(ctx actor.Context, r request, fn func(context.Context) *clusterpb.Reply) {
+	g.lastUsed = time.Now()
+	c, cancel := context.WithTimeout(context.Background(), g.m.cfg.RequestTimeout)
+	j := &job{r: r}
+	g.job = j
+	self, root := ctx.Self(), g.m.sys.Root
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer cancel()
+		j.rep = fn(c)
+		root.Send(self, worked{j})
+	}()
+}
+
+// onWorked answers the job's request and serves the requests that waited
+// behind it. A job that found the session gone waits for a load (see
+// request.reloaded); one that found its writer lock held by another
+// member stops the grain (this activation lost), except a Create, which
+// answers and stays.
+func (g *grain) onWorked(ctx actor.Context, j *job) {
+	if j != g.job {
 		return
 	}
-	if rep.Code == clusterpb.Code_CODE_LOCKED {
-		g.stop(ctx) // another writer has the session: this activation lost
+	g.job = nil
+	g.lastUsed = time.Now()
+	r, rep := j.r, j.rep
+	switch r.msg.(type) {
+	case *clusterpb.Create:
+		g.used = g.used || rep.Code == clusterpb.Code_CODE_OK
+	case *clusterpb.Release:
+		g.respond(ctx, r, rep)
+		g.stop(ctx)
+		return
+	default:
+		if gone(r, rep) {
+			r.reloaded = true
+			g.waiting = append([]request{r}, g.waiting...)
+			g.serveWaiting(ctx)
+			return
+		}
+		if rep.Code == clusterpb.Code_CODE_LOCKED {
+			g.stop(ctx) // another writer has the session: this activation lost
+		}
 	}
 	g.respond(ctx, r, rep)
+	g.serveWaiting(ctx)
 }
 
 // async runs fn in a goroutine, and sends its reply to the requester.
@@ -381,10 +451,21 @@ func (g *grain) async(ctx actor.Context, r request, fn func(context.Context) *cl
 // stopping hands the session over when the grain stops (it moved to
 // another member, or this member is closing): the waiting requests are
 // answered CLOSED (the caller retries where the session goes next), the
-// running turn may finish within HandoffTimeout, then the session is
-// evicted: disposed, flushed, its writer lock released. A load still in
-// flight is abandoned: it lets the session go itself when it ends. See
+// async requests in flight are canceled, and they and the job are joined
+// (the job's requester gets what its work returned), the running turn
+// may finish within HandoffTimeout, then the session is evicted:
+// disposed, flushed, its writer lock released. A load still in flight is
+// abandoned: it lets the session go itself when it ends. See
 // docs/cluster.md#handoff.
+//
+// This is the one wait left in Receive, on purpose: protoactor keeps the
+// grain in its placement table until Stopping returns, so no second
+// activation of the session can start on this member while its hand-over
+// runs (one that started then would find the session resident and serve
+// it while it is being evicted). The grain serves nothing more by then,
+// and the waits are bounded: the canceled async requests return, the job
+// within RequestTimeout, the turn gets HandoffTimeout, the eviction
+// RequestTimeout.
 func (g *grain) stopping(ctx actor.Context) {
 	if g.cancel == nil {
 		return
@@ -405,6 +486,18 @@ func (g *grain) stopping(ctx actor.Context) {
 	}
 	g.waiting = nil
 	g.wg.Wait()
+	if j := g.job; j != nil {
+		// Its worked will never be read: do here what onWorked would.
+		g.job = nil
+		rep := j.rep
+		if needsSession(j.r.msg) && gone(j.r, rep) {
+			rep = g.reply(errStopped) // it would have waited for a load
+		}
+		if _, ok := j.r.msg.(*clusterpb.Create); ok && rep.Code == clusterpb.Code_CODE_OK {
+			g.used = true // created here: handed over below
+		}
+		g.respond(ctx, j.r, rep)
+	}
 	if !g.used {
 		return
 	}

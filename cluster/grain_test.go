@@ -24,11 +24,13 @@ import (
 
 // gatedFS holds the writer-lock Lock of one session — the first thing a
 // load of it does — until the test lets it go: a load as slow as the test
-// wants, or failing as the test says.
+// wants, or failing as the test says. holdNext holds the next Lock of any
+// session (the first write of a new one: a fork's child).
 type gatedFS struct {
 	vfs.FS
 	mu      sync.Mutex
 	id      string // the session whose next Lock is held ("": none)
+	any     bool   // the next Lock is held, whichever its session
 	entered chan<- struct{}
 	release <-chan error // what the held Lock returns (nil: the lock itself)
 }
@@ -43,12 +45,21 @@ func (f *gatedFS) hold(id session.SessionID) (entered <-chan struct{}, release c
 	return e, r
 }
 
+// holdNext arms the gate for the next Lock, whichever its session.
+func (f *gatedFS) holdNext() (entered <-chan struct{}, release chan<- error) {
+	e, r := f.hold("")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.any = true
+	return e, r
+}
+
 func (f *gatedFS) Lock(name string, holder []byte) (vfs.Lock, error) {
 	f.mu.Lock()
-	held := f.id != "" && strings.Contains(name, f.id)
+	held := f.any || f.id != "" && strings.Contains(name, f.id)
 	entered, release := f.entered, f.release
 	if held {
-		f.id = ""
+		f.id, f.any = "", false
 	}
 	f.mu.Unlock()
 	if held {
@@ -60,7 +71,7 @@ func (f *gatedFS) Lock(name string, holder []byte) (vfs.Lock, error) {
 	return f.FS.Lock(name, holder)
 }
 
-// queued is a report of Config.waited: n requests wait for id's load.
+// queued is a report of Config.waited: n requests wait in id's grain.
 type queued struct {
 	id session.SessionID
 	n  int
@@ -74,7 +85,7 @@ type grainBed struct {
 	m       *Member
 	fs      *gatedFS
 	dir     string
-	waited  chan queued // each time a request joins a load's queue
+	waited  chan queued // each time a request joins a grain's queue
 	replies chan *clusterpb.Reply
 	to      *actor.PID // the replies actor
 }
@@ -145,7 +156,8 @@ func (b *grainBed) noReply(what string) {
 	}
 }
 
-// waitQueued waits until n requests wait for the load of id.
+// waitQueued waits until n requests wait in the grain of id (for its
+// load or its job).
 func (b *grainBed) waitQueued(id session.SessionID, n int) {
 	b.t.Helper()
 	deadline := time.After(20 * time.Second)
@@ -156,7 +168,7 @@ func (b *grainBed) waitQueued(id session.SessionID, n int) {
 				return
 			}
 		case <-deadline:
-			b.t.Fatalf("%d requests never waited for the load", n)
+			b.t.Fatalf("%d requests never queued in the grain", n)
 		}
 	}
 }
@@ -268,4 +280,101 @@ func TestGrainStoppedDuringALoadLetsTheSessionGo(t *testing.T) {
 	ms, err := b.m.Messages(ctx, id)
 	require.NoError(t, err, "a new grain loads the session")
 	require.Len(t, ms, 2)
+}
+
+// resident makes the stored sessions resident (through their grains):
+// their requests take no writer lock after this. It forgets the queue
+// reports of those loads.
+func (b *grainBed) resident(ctx context.Context, ids ...session.SessionID) {
+	for _, id := range ids {
+		_, err := b.m.Messages(ctx, id)
+		require.NoError(b.t, err)
+	}
+	for len(b.waited) > 0 {
+		<-b.waited
+	}
+}
+
+// A request's work runs off the grain's mailbox: while a Fork hangs (the
+// first write of its child waits for its writer lock), the grain still
+// reads its mailbox — the requests that arrive queue behind the Fork —
+// and another session is served; once the Fork completes the queued
+// requests are answered, in the order they arrived, each after the one
+// before it.
+func TestGrainServesWhileAJobHangs(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	b := newGrainBed(t)
+	id, other := b.stored(ctx), b.stored(ctx)
+	b.resident(ctx, id, other)
+	entered, release := b.fs.holdNext()
+
+	b.send(id, &clusterpb.Fork{Boundary: session.LastEvent})
+	<-entered
+	b.send(id, &clusterpb.GetStats{})
+	b.send(id, &clusterpb.SetSystem{Prompt: "be brief"})
+	b.send(id, &clusterpb.GetMessages{})
+	b.waitQueued(id, 3)
+
+	b.send(other, &clusterpb.GetStats{})
+	r := b.next("the other session's stats")
+	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	require.Positive(t, r.Stats.Events)
+	b.noReply("the forked session's requests wait for its Fork")
+
+	release <- nil
+	r = b.next("the Fork")
+	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	require.NotEmpty(t, r.Id, "first: Fork")
+	require.NotEqual(t, string(id), r.Id)
+	child := session.SessionID(r.Id)
+	r = b.next("the second request")
+	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	require.NotNil(t, r.Stats, "second: GetStats")
+	r = b.next("the third request")
+	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	require.Nil(t, r.Stats, "third: SetSystem")
+	require.Empty(t, r.Messages)
+	r = b.next("the fourth request")
+	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	require.NotEmpty(t, r.Messages, "fourth: GetMessages")
+	ms, err := b.m.Messages(ctx, child)
+	require.NoError(t, err, "the child is stored")
+	require.Len(t, ms, 2)
+}
+
+// A grain stopped while a request's work hangs reads the stop at once —
+// the request queued behind the work is answered CLOSED — and loses
+// nothing: once the work completes its requester gets its answer, and
+// the stop hands the session over (not resident, its writer lock free).
+func TestGrainStoppedDuringAJobHandsTheSessionOver(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	b := newGrainBed(t)
+	id := b.stored(ctx)
+	b.resident(ctx, id)
+	entered, release := b.fs.holdNext()
+
+	pid := b.m.c.Get(string(id), Kind)
+	b.send(id, &clusterpb.Fork{Boundary: session.LastEvent})
+	<-entered
+	b.send(id, &clusterpb.GetStats{})
+	b.waitQueued(id, 1)
+	b.m.sys.Root.Stop(pid)
+	r := b.next("the queued request, as the grain stops")
+	require.Equal(t, clusterpb.Code_CODE_CLOSED, r.Code, r.Error)
+	b.noReply("the Fork still hangs")
+
+	release <- nil
+	r = b.next("the Fork")
+	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	require.NotEmpty(t, r.Id)
+	require.Eventually(t, func() bool {
+		_, err := b.m.Host().SessionPID(id)
+		return errors.Is(err, supervisor.ErrNoSession)
+	}, 20*time.Second, 10*time.Millisecond, "the stop hands the session over")
+	locks, err := filepath.Glob(filepath.Join(b.dir, "*", string(id), "session.lock"))
+	require.NoError(t, err)
+	require.Len(t, locks, 1)
+	l, err := vfs.OS().Lock(locks[0], []byte("the test"))
+	require.NoError(t, err, "the writer lock is free")
+	require.NoError(t, l.Release())
 }

@@ -118,8 +118,9 @@ type Config struct {
 	// Seams for tests (same package).
 	fs       vfs.FS       // the store's file system (default vfs.OS())
 	listener net.Listener // the health endpoint's listener, made by the caller
-	// waited hears each request that waits for its session's load, with
-	// the number of requests waiting then.
+	// waited hears each request that waits in its grain (for the
+	// session's load or the request running), with the number of
+	// requests waiting then.
 	waited func(id session.SessionID, n int)
 }
 

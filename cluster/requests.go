@@ -19,13 +19,8 @@ const (
 	maxReplyBytes     = 1 << 20
 )
 
-func (g *grain) create(msg *clusterpb.Create) *clusterpb.Reply {
-	c, cancel := g.begin()
-	defer cancel()
+func (g *grain) create(c context.Context, msg *clusterpb.Create) *clusterpb.Reply {
 	_, err := g.m.host.Create(c, supervisor.CreateOptions{ID: g.id, Cwd: msg.Cwd})
-	if err == nil {
-		g.used = true
-	}
 	r := g.reply(err)
 	r.Id = string(g.id)
 	return r
