@@ -378,3 +378,41 @@ func TestGrainStoppedDuringAJobHandsTheSessionOver(t *testing.T) {
 	require.NoError(t, err, "the writer lock is free")
 	require.NoError(t, l.Release())
 }
+
+// A Send retried while the first attempt waits behind a hung job is
+// delivered once: the two run one after the other once the job
+// completes, and the second finds the message accepted.
+func TestGrainRetriedSendQueuedBehindAJobIsDeliveredOnce(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	b := newGrainBed(t)
+	id := b.stored(ctx)
+	b.resident(ctx, id)
+	entered, release := b.fs.holdNext()
+
+	b.send(id, &clusterpb.Fork{Boundary: session.LastEvent})
+	<-entered
+	m := userMsg(t, "again")
+	j, err := m.MarshalJSON()
+	require.NoError(t, err)
+	b.send(id, &clusterpb.Send{Message: j})
+	b.send(id, &clusterpb.Send{Message: j})
+	b.waitQueued(id, 2)
+	b.noReply("the Sends wait for the Fork")
+
+	release <- nil
+	for _, what := range []string{"the Fork", "the Send", "the retried Send"} {
+		r := b.next(what)
+		require.Equal(t, clusterpb.Code_CODE_OK, r.Code, "%s: %s", what, r.Error)
+	}
+	require.NoError(t, b.m.WaitIdle(ctx, id))
+	ms, err := b.m.Messages(ctx, id)
+	require.NoError(t, err)
+	n := 0
+	for _, got := range ms {
+		if got.ID() == m.ID() {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "the message is delivered once")
+	require.Len(t, ms, 4, "two turns")
+}
