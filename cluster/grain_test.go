@@ -173,6 +173,26 @@ func (b *grainBed) waitQueued(id session.SessionID, n int) {
 	}
 }
 
+// served checks that the grain of id answers a request now.
+func (b *grainBed) served(id session.SessionID) {
+	b.t.Helper()
+	b.send(id, &clusterpb.GetStats{})
+	r := b.next("the stats of " + string(id))
+	require.Equal(b.t, clusterpb.Code_CODE_OK, r.Code, r.Error)
+	require.Positive(b.t, r.Stats.Events)
+}
+
+// lockFree checks that nobody holds the writer lock of id.
+func (b *grainBed) lockFree(id session.SessionID) {
+	b.t.Helper()
+	locks, err := filepath.Glob(filepath.Join(b.dir, "*", string(id), "session.lock"))
+	require.NoError(b.t, err)
+	require.Len(b.t, locks, 1)
+	l, err := vfs.OS().Lock(locks[0], []byte("the test"))
+	require.NoError(b.t, err, "the writer lock is free")
+	require.NoError(b.t, l.Release())
+}
+
 // A load runs off the grain's mailbox: while one session's load hangs,
 // another session on the same member is served, and the requests that
 // arrived for the hung session meanwhile wait; once the load completes
@@ -192,14 +212,11 @@ func TestGrainServesWhileALoadHangs(t *testing.T) {
 	ms, err := b.m.Messages(ctx, other)
 	require.NoError(t, err, "another session is served while the load hangs")
 	require.Len(t, ms, 2)
-	b.send(other, &clusterpb.GetStats{})
-	r := b.next("the other session's stats")
-	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
-	require.Positive(t, r.Stats.Events)
+	b.served(other)
 	b.noReply("the slow session's requests wait for its load")
 
 	release <- nil
-	r = b.next("the first request")
+	r := b.next("the first request")
 	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
 	require.NotEmpty(t, r.Messages, "first: GetMessages")
 	require.Nil(t, r.Stats)
@@ -270,12 +287,7 @@ func TestGrainStoppedDuringALoadLetsTheSessionGo(t *testing.T) {
 	}
 	_, err := b.m.Host().SessionPID(id)
 	require.ErrorIs(t, err, supervisor.ErrNoSession, "the abandoned load let the session go")
-	locks, err := filepath.Glob(filepath.Join(b.dir, "*", string(id), "session.lock"))
-	require.NoError(t, err)
-	require.Len(t, locks, 1)
-	l, err := vfs.OS().Lock(locks[0], []byte("the test"))
-	require.NoError(t, err, "the writer lock is free")
-	require.NoError(t, l.Release())
+	b.lockFree(id)
 
 	ms, err := b.m.Messages(ctx, id)
 	require.NoError(t, err, "a new grain loads the session")
@@ -315,14 +327,11 @@ func TestGrainServesWhileAJobHangs(t *testing.T) {
 	b.send(id, &clusterpb.GetMessages{})
 	b.waitQueued(id, 3)
 
-	b.send(other, &clusterpb.GetStats{})
-	r := b.next("the other session's stats")
-	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
-	require.Positive(t, r.Stats.Events)
+	b.served(other)
 	b.noReply("the forked session's requests wait for its Fork")
 
 	release <- nil
-	r = b.next("the Fork")
+	r := b.next("the Fork")
 	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
 	require.NotEmpty(t, r.Id, "first: Fork")
 	require.NotEqual(t, string(id), r.Id)
@@ -371,12 +380,7 @@ func TestGrainStoppedDuringAJobHandsTheSessionOver(t *testing.T) {
 		_, err := b.m.Host().SessionPID(id)
 		return errors.Is(err, supervisor.ErrNoSession)
 	}, 20*time.Second, 10*time.Millisecond, "the stop hands the session over")
-	locks, err := filepath.Glob(filepath.Join(b.dir, "*", string(id), "session.lock"))
-	require.NoError(t, err)
-	require.Len(t, locks, 1)
-	l, err := vfs.OS().Lock(locks[0], []byte("the test"))
-	require.NoError(t, err, "the writer lock is free")
-	require.NoError(t, l.Release())
+	b.lockFree(id)
 }
 
 // A Send retried while the first attempt waits behind a hung job is
