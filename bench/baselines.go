@@ -61,7 +61,7 @@ func runBaselines(ctx context.Context, o Options, logs []loggedSession, scratch 
 		start := time.Now()
 		var buf []byte
 		for _, l := range logs {
-			buf = session.AppendRecords(buf[:0], l.events, true)
+			buf = session.AppendRecords(buf[:0], l.events, session.PackChunks)
 		}
 		b.EncodeEventsPerSec = float64(total) / time.Since(start).Seconds()
 		if b.RawFsync, b.RawFsyncPerSec, err = rawFsyncBaseline(logs, o, scratch); err != nil {
@@ -155,7 +155,7 @@ func rawFsyncBaseline(logs []loggedSession, o Options, scratch string) (Latency,
 		from := 0
 		for k, e := range l.events {
 			if e.Type() == session.TypeTurnEnd || k == len(l.events)-1 {
-				js = append(js, job{path: path, data: session.AppendRecords(nil, l.events[from:k+1], true)})
+				js = append(js, job{path: path, data: session.AppendRecords(nil, l.events[from:k+1], session.PackChunks)})
 				from = k + 1
 			}
 		}

@@ -103,7 +103,7 @@ func referenceMix(turns int) ([]session.Draft, error) {
 		for sb.Len() < mixResultBytes {
 			fmt.Fprintf(&sb, "-rw-r--r-- 1 dsh dsh %6d Dec  1 16:%02d file%04d.go\n", rng.IntN(100000), rng.IntN(60), sb.Len())
 		}
-		result := messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(sb.String()[:mixResultBytes])}, false)
+		result := messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(sb.String()[:mixResultBytes])}, messages.ToolSucceeded)
 		callSeq := base + 3 + mixChunks + 1
 		out = append(out,
 			session.AssistantMessage{Turn: t, Step: 1, Message: answer, Usage: usage, HasUsage: true}.Draft().WithSources(sources),

@@ -48,7 +48,7 @@ func storeStats(ctx context.Context, loc persister.Location, verify bool, rep *R
 			continue
 		}
 		buf = append(buf[:0], st.Header.JSON().String()...)
-		buf = session.AppendRecords(append(buf, '\n'), st.Events, true)
+		buf = session.AppendRecords(append(buf, '\n'), st.Events, session.PackChunks)
 		rep.BytesRaw += int64(len(buf))
 		if verify {
 			rep.FilesVerified++

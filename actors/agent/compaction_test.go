@@ -348,7 +348,7 @@ func (b *logBuilder) pair(id, args, result string) (int64, int64) {
 	a := b.assistant(messages.ToolCallBlock(id, "echo", args))
 	c := b.add(session.ToolCall{Turn: 1, Step: 1, CallID: id, Name: "echo", Arguments: args}.Draft())
 	r := b.add(session.ToolResult{Turn: 1, Step: 1, Message: messages.NewToolResultMessage(id,
-		[]messages.ContentBlock{messages.TextBlock(result)}, false)}.Draft().WithSources([]int64{c}))
+		[]messages.ContentBlock{messages.TextBlock(result)}, messages.ToolSucceeded)}.Draft().WithSources([]int64{c}))
 	return a, r
 }
 

@@ -130,7 +130,7 @@ func (b *logBuilder) toolCall(turn, step int64, callID string) int64 {
 // toolResult appends the result of callID, citing its tool/call.
 func (b *logBuilder) toolResult(turn, step int64, callID string, callSeq int64) {
 	b.t.Helper()
-	m := messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock("ok: " + callID)}, false)
+	m := messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock("ok: " + callID)}, messages.ToolSucceeded)
 	b.add(session.ToolResult{Turn: turn, Step: step, Message: m}.Draft().WithSources([]int64{callSeq}))
 }
 

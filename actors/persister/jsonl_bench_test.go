@@ -32,7 +32,7 @@ func benchBatches(b *testing.B, turns int) [][]session.Event {
 		require.NoError(b, err)
 		l.add(session.AssistantMessage{Turn: tt, Step: 1, Message: m, Usage: messages.TokenUsage{InputTokens: 1000, OutputTokens: 40}, HasUsage: true}.Draft())
 		call := l.add(session.ToolCall{Turn: tt, Step: 1, CallID: callID, Name: "read", Arguments: `{"path":"x"}`}.Draft())
-		res := messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(strings.Repeat("file contents ", 40))}, false)
+		res := messages.NewToolResultMessage(callID, []messages.ContentBlock{messages.TextBlock(strings.Repeat("file contents ", 40))}, messages.ToolSucceeded)
 		l.add(session.ToolResult{Turn: tt, Step: 1, Message: res}.Draft().WithSources([]int64{call.Seq()}))
 		l.add(session.StepEnd{Turn: tt, Step: 1}.Draft())
 		l.add(session.StepStart{Turn: tt, Step: 2}.Draft())
@@ -119,7 +119,7 @@ func BenchmarkJSONEncodeOnly(b *testing.B) {
 			for b.Loop() {
 				batch := batches[i%len(batches)]
 				i++
-				buf = session.AppendRecords(buf[:0], batch, true)
+				buf = session.AppendRecords(buf[:0], batch, session.PackChunks)
 				n := len(buf)
 				if c.zstd {
 					frame = session.AppendZstdFrame(frame[:0], buf)

@@ -152,7 +152,7 @@ func TestJSONLTornLineIsDropped(t *testing.T) {
 	requireSameEvents(t, append(slices.Clone(kept), closers...), got.Events)
 	after := readRaw(t, m, path)
 	require.Equal(t, whole[:committed], after[:committed])
-	require.Equal(t, session.AppendRecords(nil, closers, true), after[committed:])
+	require.Equal(t, session.AppendRecords(nil, closers, session.PackChunks), after[committed:])
 }
 
 // A complete frame whose content ends inside a record is not a crash
@@ -162,7 +162,7 @@ func TestJSONLCompleteFrameWithTornRecordIsCorruption(t *testing.T) {
 	ctx := t.Context()
 	s, m := newMemJSONL(t, JSONLConfig{})
 	b, k, path := twoTurnsFirstStored(t, s, "bad-frame")
-	recs := session.AppendRecords(nil, b.from(k), true)
+	recs := session.AppendRecords(nil, b.from(k), session.PackChunks)
 	bad := append(readRaw(t, m, path), session.AppendZstdFrame(nil, recs[:len(recs)-10])...)
 	writeRaw(t, m, path, bad)
 

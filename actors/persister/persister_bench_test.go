@@ -406,7 +406,7 @@ func benchEncodeOnly(b *testing.B, n int) {
 		for w := range workers {
 			wg.Go(func() {
 				for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-					bufs[w] = session.AppendRecords(bufs[w][:0], turns[i], true)
+					bufs[w] = session.AppendRecords(bufs[w][:0], turns[i], session.PackChunks)
 					encoded.Add(int64(len(bufs[w])))
 				}
 			})
@@ -456,7 +456,7 @@ func benchRawFsync(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		payload[i] = session.AppendRecords(nil, evs, true)
+		payload[i] = session.AppendRecords(nil, evs, session.PackChunks)
 		paths[i] = filepath.Join(dir, fmt.Sprintf("s%04d.jsonl", i))
 	}
 	var lat []time.Duration
@@ -508,7 +508,7 @@ func (s *rawFileStore) Create(session.Header) error { return nil }
 func (s *rawFileStore) Release(session.SessionID) error { return nil }
 
 func (s *rawFileStore) Append(_ context.Context, id session.SessionID, events []session.Event, _ Durability) error {
-	return appendSync(filepath.Join(s.dir, string(id)+".jsonl"), session.AppendRecords(nil, events, true))
+	return appendSync(filepath.Join(s.dir, string(id)+".jsonl"), session.AppendRecords(nil, events, session.PackChunks))
 }
 
 func appendSync(path string, p []byte) error {

@@ -78,7 +78,7 @@ func TestRepairFileCutsTornPlainTailAndClosesTheTurn(t *testing.T) {
 func TestRepairFileTornZstdFrame(t *testing.T) {
 	h, events := openToolTurn(t)
 	path := filepath.Join(t.TempDir(), "session.jsonl.zstd")
-	require.NoError(t, session.WriteFile(path, h, events, session.WriteOptions{Zstd: true, Pack: true, BatchSizes: []int{3, 2}}))
+	require.NoError(t, session.WriteFile(path, h, events, session.WriteOptions{Zstd: true, Pack: session.PackChunks, BatchSizes: []int{3, 2}}))
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, data[:len(data)-5], 0o600)) // cut the last frame

@@ -42,7 +42,7 @@ func newTurnScript() *turnScript {
 	return &turnScript{
 		header: session.NewEpochHeader(cfg, session.AdapterDefaults{}, "you are terse", nil),
 		user:   user, answer: answer,
-		result: messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("a.go b.go")}, false),
+		result: messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("a.go b.go")}, messages.ToolSucceeded),
 		delta:  messages.TextDeltaChunk(0, "tok "),
 	}
 }

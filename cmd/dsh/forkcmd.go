@@ -57,7 +57,7 @@ func logFork(args []string, stdout, _ io.Writer) error {
 		}
 		return describe(path, err)
 	}
-	opts := session.WriteOptions{Pack: true, Zstd: strings.HasSuffix(*out, ".zstd")}
+	opts := session.WriteOptions{Pack: session.PackChunks, Zstd: strings.HasSuffix(*out, ".zstd")}
 	if err := session.CreateFile(*out, forked.Header(), forked.Events().Slice(), opts); err != nil {
 		if errors.Is(err, session.ErrFileExists) {
 			return fmt.Errorf("%s: already exists (refusing to overwrite)", *out)

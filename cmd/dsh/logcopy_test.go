@@ -74,7 +74,7 @@ func TestLogEventsPrintsLogicalEvents(t *testing.T) {
 	require.Greater(t, chunks, 3, "the log holds chunk runs")
 	raw, err := session.ReadFile(path)
 	require.NoError(t, err)
-	stored := session.AppendRecords(nil, raw.Events, true)
+	stored := session.AppendRecords(nil, raw.Events, session.PackChunks)
 	require.Less(t, strings.Count(string(stored), "\n"), len(fileLines), "the file packs chunk rows; events expands them")
 	require.NotEmpty(t, lines)
 

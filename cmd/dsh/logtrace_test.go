@@ -199,7 +199,7 @@ func TestLogTraceTree(t *testing.T) {
 		appendOK(t, l, session.StepStart{Turn: 1, Step: 1}.Draft())
 		appendOK(t, l, session.ToolCall{Turn: 1, Step: 1, CallID: "c1", Name: "evil\x1b[2J", Arguments: "{}"}.Draft())
 		appendOK(t, l, session.ToolResult{Turn: 1, Step: 1,
-			Message: messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("no")}, true),
+			Message: messages.NewToolResultMessage("c1", []messages.ContentBlock{messages.TextBlock("no")}, messages.ToolFailed),
 			Error:   session.ToolError{Name: "E", Code: "TOOL_FAILED"}}.Draft())
 		appendOK(t, l, session.StepEnd{Turn: 1, Step: 1}.Draft())
 		appendOK(t, l, session.TurnEnd{Turn: 1, Reason: session.TurnEndReason{Kind: session.EndCompleted}}.Draft())

@@ -26,7 +26,7 @@ func wholeLogs(t *testing.T, dir string) string {
 		f, err := session.ReadFile(p)
 		require.NoError(t, err, p)
 		b.WriteString(f.Header.JSON().String() + "\n")
-		b.Write(session.AppendRecords(nil, f.Events, false))
+		b.Write(session.AppendRecords(nil, f.Events, session.Verbatim))
 		n++
 		return nil
 	}))

@@ -61,7 +61,7 @@ func logStatsCmd(args []string, stdout, _ io.Writer) error {
 		}
 	}
 	header := l.Header().JSON().String() + "\n"
-	records := session.AppendRecords(nil, f.Events, true)
+	records := session.AppendRecords(nil, f.Events, session.PackChunks)
 	st.BytesJSONL = int64(len(header) + len(records))
 	for _, b := range records {
 		if b == '\n' {

@@ -38,7 +38,7 @@ func benchTurns(b *testing.B, turns, chunks int) []session.Event {
 		add(session.AssistantMessage{Turn: turn, Step: 1, Message: m, Usage: messages.TokenUsage{InputTokens: 9, OutputTokens: 1}, HasUsage: true}.Draft().WithSurface(session.AppendOp()))
 		add(session.ToolCall{Turn: turn, Step: 1, CallID: callID, Name: "echo", Arguments: "{}"}.Draft())
 		add(session.ToolResult{Turn: turn, Step: 1, Message: messages.NewToolResultMessage(callID,
-			[]messages.ContentBlock{messages.TextBlock("ok")}, false)}.Draft().WithSurface(session.AppendOp()))
+			[]messages.ContentBlock{messages.TextBlock("ok")}, messages.ToolSucceeded)}.Draft().WithSurface(session.AppendOp()))
 		add(session.StepEnd{Turn: turn, Step: 1}.Draft())
 		add(session.StepStart{Turn: turn, Step: 2}.Draft())
 		add(session.AssistantChunk{Turn: turn, Step: 2, Chunk: messages.BlockStartChunk(0, messages.BlockText)}.Draft())

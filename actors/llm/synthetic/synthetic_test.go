@@ -163,7 +163,7 @@ func TestGrammarAfterToolResult(t *testing.T) {
 			require.NoError(t, err)
 			history = append(history, a)
 			for _, b := range blocks {
-				history = append(history, messages.NewToolResultMessage(b.ID(), []messages.ContentBlock{messages.TextBlock("ok")}, false))
+				history = append(history, messages.NewToolResultMessage(b.ID(), []messages.ContentBlock{messages.TextBlock("ok")}, messages.ToolSucceeded))
 			}
 			history = append(history, pluginMsg(t, "runtime context"))
 		}
@@ -207,7 +207,7 @@ func TestToolBudget(t *testing.T) {
 	p := newProvider(t, Config{Seed: 1, TextChunks: 5, ToolCallRate: 1})
 	user := userMsg(t, "task")
 	call := toolCallMsg(t, "call_1")
-	res := messages.NewToolResultMessage("call_1", []messages.ContentBlock{messages.TextBlock("ok")}, false)
+	res := messages.NewToolResultMessage("call_1", []messages.ContentBlock{messages.TextBlock("ok")}, messages.ToolSucceeded)
 
 	first := collect(t, p, context.Background(), llm.NewRequest(testConfig, "", []messages.Message{user}, nil))
 	require.True(t, first.has(messages.BlockToolCall))
