@@ -133,6 +133,6 @@ func (m *Client) shutdown() {
 		m.c.IdentityLookup.Shutdown()
 	}
 	if m.c.Remote != nil {
-		m.c.Remote.Shutdown(true)
+		stopRemote(func() { m.c.Remote.Shutdown(true) }, func() { m.c.Remote.Shutdown(false) })
 	}
 }

@@ -357,7 +357,7 @@ func (m *Member) Close(ctx context.Context) error {
 	// Leaving first moves the placement away from this member; the
 	// placement actor stops every grain here, each of which hands its
 	// session over (grain.stopping), before the cluster is down.
-	m.c.Shutdown(true)
+	stopRemote(func() { m.c.Shutdown(true) }, func() { m.c.Remote.Shutdown(false) })
 	m.loads.Wait() // abandoned by their stopped grains; each evicts what it loaded
 	m.closeHealth()
 	return m.host.Close(ctx)
