@@ -27,6 +27,13 @@
 //	c, err := cluster.Dial(ctx, cluster.ClientConfig{Peers: []string{"10.0.0.5:6330"}, TLS: tc})
 //	defer c.Close()
 //
+// A Member and a Client are both a supervisor.Sessions, as a
+// supervisor.Host is: code written against that interface (dsh run and
+// chat, the HTTP server) runs on one process or on a cluster alike.
+// List and Peek read the members' shared store; a Client reads it when
+// its ClientConfig.Store names it, and otherwise List fails with
+// [ErrNoStore] and Peek asks the session's member.
+//
 // `dsh member` runs a member from the command line; `dsh bench --cluster
 // N` runs the N members of [StartLocal].
 //

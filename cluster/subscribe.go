@@ -9,21 +9,12 @@ import (
 	"github.com/dshgo/dsh/supervisor"
 )
 
-// Subscription delivers a session's events, wherever the session lives,
-// from a seq on: the past, then live events as they commit. It long-polls
-// the session's grain, so it follows the session when it moves to another
-// member without a gap or a repeat. Live events are delivered as they
-// commit, before they are durable: should their member die before they
-// were written, the repaired log no longer holds them, and the
-// subscription ends with ErrDiverged rather than go on from a log that
-// is not the one it showed. A slow
-// consumer is never dropped: the subscription only polls again once C has
-// taken what it has (unlike supervisor.Subscription, it holds no buffer
-// on the session's member).
-type Subscription struct {
-	// C carries the events. It is closed when the subscription ends
-	// (Close, its context done, a request that failed for good).
-	C <-chan session.Event
+// subscription is the supervisor.Subscription a Client's Subscribe
+// returns (see Subscribe).
+type subscription struct {
+	// c carries the events (Events). It is closed when the subscription
+	// ends (Close, its context done, a request that failed for good).
+	c <-chan session.Event
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -32,25 +23,36 @@ type Subscription struct {
 }
 
 // Err says why the subscription ended: nil after Close, else the error
-// (supervisor.ErrNoSession, the context's error, ...). Read it after C is
-// closed.
-func (s *Subscription) Err() error {
+// (supervisor.ErrNoSession, the context's error, ...). Read it after
+// Events is closed.
+func (s *subscription) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
 }
 
-// Events returns C (supervisor.Subscription).
-func (s *Subscription) Events() <-chan session.Event { return s.C }
+// Events carries the events; it is closed when the subscription ends.
+func (s *subscription) Events() <-chan session.Event { return s.c }
 
 // Close ends the subscription and waits for its poller to stop.
-func (s *Subscription) Close() {
+func (s *subscription) Close() {
 	s.cancel()
 	<-s.done
 }
 
 // Subscribe subscribes to the session's events from seq from on (0 for
-// the whole log). It fails at once if the session does not exist.
+// the whole log): the past, then live events as they commit, wherever
+// the session lives. It fails at once if the session does not exist.
+//
+// The subscription long-polls the session's grain, so it follows the
+// session when it moves to another member without a gap or a repeat.
+// Live events are delivered as they commit, before they are durable:
+// should their member die before they were written, the repaired log no
+// longer holds them, and the subscription ends with ErrDiverged rather
+// than go on from a log that is not the one it showed. A slow consumer is
+// never dropped: the subscription only polls again once its consumer has
+// taken what it has (unlike a host's subscription, it holds no buffer on
+// the session's member).
 func (m *Client) Subscribe(ctx context.Context, id session.SessionID, from int64) (supervisor.Subscription, error) {
 	r, err := m.call(ctx, id, &clusterpb.GetEvents{From: from})
 	if err != nil {
@@ -63,7 +65,7 @@ func (m *Client) Subscribe(ctx context.Context, id session.SessionID, from int64
 	ch := make(chan session.Event)
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	s := &Subscription{C: ch, cancel: cancel, done: make(chan struct{})}
+	s := &subscription{c: ch, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		defer close(ch)
@@ -110,13 +112,13 @@ func (m *Client) Subscribe(ctx context.Context, id session.SessionID, from int64
 
 // end records why a canceled poller stopped: its parent context's error,
 // or nil after Close.
-func (s *Subscription) end(parent context.Context) {
+func (s *subscription) end(parent context.Context) {
 	if err := context.Cause(parent); err != nil {
 		s.setErr(err)
 	}
 }
 
-func (s *Subscription) setErr(err error) {
+func (s *subscription) setErr(err error) {
 	s.mu.Lock()
 	if s.err == nil {
 		s.err = err
