@@ -173,14 +173,7 @@ func (d *driver) seedConfig() messages.CallConfig {
 		}
 		return cfg
 	}
-	cfg := folded.Config
-	if folded.AdapterDefaults.ReasoningEffort {
-		cfg.ReasoningEffort = ""
-	}
-	if folded.AdapterDefaults.MaxTokens {
-		cfg.MaxTokens = messages.OptInt{}
-	}
-	return cfg
+	return folded.CallerConfig()
 }
 
 // beginAttempt builds the attempt's config and header drafts, then, once

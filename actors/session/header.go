@@ -169,6 +169,19 @@ type EpochHeader struct {
 	toolsJSON       []messages.JSON // each tool's JSON as written, for headerEquals
 }
 
+// CallerConfig is the header's config without the fields its adapter
+// materialised (AdapterDefaults): what the caller asked for.
+func (h EpochHeader) CallerConfig() messages.CallConfig {
+	cfg := h.Config
+	if h.AdapterDefaults.ReasoningEffort {
+		cfg.ReasoningEffort = ""
+	}
+	if h.AdapterDefaults.MaxTokens {
+		cfg.MaxTokens = messages.OptInt{}
+	}
+	return cfg
+}
+
 // NewEpochHeader returns a header; tools is copied.
 func NewEpochHeader(cfg messages.CallConfig, defaults AdapterDefaults, system string, tools []messages.ToolSchema) EpochHeader {
 	h := EpochHeader{Config: cfg, AdapterDefaults: defaults, System: system, tools: slices.Clone(tools)}

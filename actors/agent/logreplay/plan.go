@@ -111,20 +111,6 @@ type boundaryItem struct {
 	action *action
 }
 
-// callerConfig is a recorded header's config without the fields its
-// adapter materialised: what the caller asked for (the replay's route
-// fills the rest in again and marks it, as the recording's adapter did).
-func callerConfig(h session.EpochHeader) messages.CallConfig {
-	cfg := h.Config
-	if h.AdapterDefaults.ReasoningEffort {
-		cfg.ReasoningEffort = ""
-	}
-	if h.AdapterDefaults.MaxTokens {
-		cfg.MaxTokens = messages.OptInt{}
-	}
-	return cfg
-}
-
 // route returns the recorded route of provider and model: the adapter
 // defaults its headers mark and the context window its request/context
 // logs.
@@ -196,7 +182,10 @@ func newPlan(h session.Header, events []session.Event) *plan {
 		switch pl := e.Payload().(type) {
 		case session.RequestHeader:
 			if !p.hasHead {
-				p.hasHead, p.config, p.system, p.tools = true, callerConfig(pl.Header), pl.Header.System, pl.Header.Tools()
+				// What the caller asked for: the replay's route fills the
+				// adapter's defaults in again and marks them, as the
+				// recording's adapter did.
+				p.hasHead, p.config, p.system, p.tools = true, pl.Header.CallerConfig(), pl.Header.System, pl.Header.Tools()
 			}
 			c := pl.Header.Config
 			k := routeKey{c.Provider, c.Model}
@@ -217,7 +206,7 @@ func newPlan(h session.Header, events []session.Event) *plan {
 	}
 	for _, e := range events[:n] {
 		if rh, ok := e.Payload().(session.RequestHeader); ok {
-			cfg, hasCfg = callerConfig(rh.Header), true
+			cfg, hasCfg = rh.Header.CallerConfig(), true
 		}
 		if tt, ok := e.Payload().(session.TurnStart); ok {
 			turn = tt.Turn
@@ -284,7 +273,7 @@ func newPlan(h session.Header, events []session.Event) *plan {
 				p.entered[key()] = append(p.entered[key()], item{msg: pl.Message})
 			}
 		case session.RequestHeader:
-			cfg, hasCfg = callerConfig(pl.Header), true
+			cfg, hasCfg = pl.Header.CallerConfig(), true
 			setStepConfig()
 			z, streamIdle = zStream, true
 		case session.RequestContext:
