@@ -45,6 +45,11 @@ func TestPassivationOutwaitedByItsUntrackStillPassivates(t *testing.T) {
 				close(store.gate)
 			}
 			_ = h.Close(context.Background())
+			// A dead letter during the close starts protoactor's
+			// dead-letter throttle, a goroutine waiting on a 1 ms ticker
+			// of the bubble's clock; let it fire (fake time) so the bubble
+			// ends with no goroutine blocked.
+			<-time.After(time.Second)
 		})
 		id, err := h.Create(ctx, CreateOptions{})
 		require.NoError(t, err)
