@@ -24,15 +24,22 @@ import (
 // lookup says: protoactor's placement actor activates on any
 // ActivationRequest (the disthash lookup does not check ownership), which
 // is how two activations of one session happen while members' views of
-// the membership disagree.
-func activate(t *testing.T, m *Member, id session.SessionID) *actor.PID {
+// the membership disagree. The placement actor forgets a grain only when
+// it handles the grain's Terminated, so until then it answers with the
+// stopped grain's PID: activate asks again (with a deadline) while the
+// answer is one of the stale PIDs, grains the test saw stop.
+func activate(t *testing.T, m *Member, id session.SessionID, stale ...*actor.PID) *actor.PID {
 	t.Helper()
 	placement := actor.NewPID(m.Address(), disthash.PartitionActivatorActorName)
-	res, err := m.sys.Root.RequestFuture(placement, &pcluster.ActivationRequest{
-		ClusterIdentity: pcluster.NewClusterIdentity(string(id), Kind), RequestId: "forced"}, 5*time.Second).Result()
-	require.NoError(t, err)
-	pid := res.(*pcluster.ActivationResponse).Pid
-	require.NotNil(t, pid)
+	var pid *actor.PID
+	require.Eventually(t, func() bool {
+		res, err := m.sys.Root.RequestFuture(placement, &pcluster.ActivationRequest{
+			ClusterIdentity: pcluster.NewClusterIdentity(string(id), Kind), RequestId: "forced"}, 5*time.Second).Result()
+		require.NoError(t, err)
+		pid = res.(*pcluster.ActivationResponse).Pid
+		require.NotNil(t, pid)
+		return !slices.ContainsFunc(stale, pid.Equal)
+	}, 30*time.Second, time.Millisecond, "the placement actor still answers with a stopped grain")
 	require.Equal(t, m.Address(), pid.Address, "activated on the member asked")
 	return pid
 }
@@ -93,10 +100,11 @@ func TestClusterFencingRefusesASecondActivation(t *testing.T) {
 
 	// The owner lets the session go (as it does when the session moves);
 	// a forced activation elsewhere now takes it, with everything.
-	r, err = ask(t, owner, activate(t, owner, id), &clusterpb.Release{})
+	released := activate(t, owner, id)
+	r, err = ask(t, owner, released, &clusterpb.Release{})
 	require.NoError(t, err)
 	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
-	pid = activate(t, other, id)
+	pid = activate(t, other, id, pid)
 	r, err = ask(t, other, pid, &clusterpb.GetEvents{From: 0})
 	require.NoError(t, err)
 	require.Equal(t, clusterpb.Code_CODE_OK, r.Code, r.Error)
@@ -107,7 +115,7 @@ func TestClusterFencingRefusesASecondActivation(t *testing.T) {
 		require.Equal(t, string(session.AppendEvent(nil, ev)), string(session.AppendEvent(nil, got[i])))
 	}
 	// And now the old owner is the one refused.
-	pid2 := activate(t, owner, id)
+	pid2 := activate(t, owner, id, released)
 	r, err = ask(t, owner, pid2, &clusterpb.GetStats{})
 	require.NoError(t, err)
 	require.Equal(t, clusterpb.Code_CODE_LOCKED, r.Code)
