@@ -99,7 +99,10 @@ func (r *rootActor) Receive(ctx actor.Context) {
 		// A store that commits many sessions at once gets their writes
 		// in groups (group.go).
 		group, _ := r.cfg.Store.(groupWriter)
-		r.pool = newPool(r.cfg.FsyncWorkers, group, r.cfg.WriteTimeout)
+		r.pool = newPool(r.cfg.FsyncWorkers, group, r.cfg.WriteTimeout, r.cfg.Telemetry.syncedWrite())
+		if t := r.cfg.Telemetry; t != nil {
+			t.pool.Store(r.pool)
+		}
 		r.shards = make([]*actor.PID, r.cfg.Shards)
 		cfg, p := r.cfg, r.pool
 		props := actor.PropsFromProducer(func() actor.Actor { return &shard{cfg: cfg, pool: p} })
@@ -118,6 +121,9 @@ func (r *rootActor) Receive(ctx actor.Context) {
 		// The shards have stopped: no job can be submitted any more. This
 		// waits for the store calls in flight (cancelled) to return.
 		r.pool.close()
+		if t := r.cfg.Telemetry; t != nil {
+			t.pool.CompareAndSwap(r.pool, nil)
+		}
 	}
 }
 
@@ -621,13 +627,20 @@ func (s *shard) onReleased(ctx actor.Context, m released) {
 // synced write (a barrier's) goes ahead of every background write; a
 // background write can be promoted (pool.promote) until it starts.
 func (s *shard) write(id session.SessionID, gen uint64, batch []session.Event, sync bool) *writeJob {
-	store, g, timeout := s.cfg.Store, s.gate, s.cfg.WriteTimeout
+	store, g, timeout, timed := s.cfg.Store, s.gate, s.cfg.WriteTimeout, s.pool.synced
 	j := &writeJob{id: id, batch: batch, sync: sync}
 	j.done = func(synced bool, err error) { g.send(writeDone{id: id, gen: gen, synced: synced, err: err}) }
 	j.run = func(base context.Context) {
 		// Taken: batch and sync are final.
 		ctx, cancel := context.WithTimeout(base, timeout)
+		var start time.Time
+		if timed != nil && j.sync {
+			start = time.Now()
+		}
 		err := appendSafely(ctx, store, id, j.batch, j.sync)
+		if timed != nil && j.sync && err == nil {
+			timed(time.Since(start))
+		}
 		cancel()
 		j.done(j.sync, err)
 	}

@@ -110,6 +110,10 @@ type Config struct {
 	// first; stop reports whether it prevented the call.
 	Now       func() time.Time
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	// Telemetry, when set, watches the persister's store calls (queued
+	// writes, durable write latency) for metrics. nil: nothing is
+	// measured.
+	Telemetry *Telemetry
 }
 
 // validate reports a config that cannot work. Zero fields are fine.

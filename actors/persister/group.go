@@ -3,6 +3,8 @@ package persister
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/dshgo/dsh/actors/session"
 )
@@ -116,8 +118,17 @@ func (p *pool) commitGroup(jobs []*writeJob) {
 		durable = durable || j.sync
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+	var start time.Time
+	if p.synced != nil && durable {
+		start = time.Now()
+	}
 	errs := appendGroupSafely(ctx, p.group, batches)
 	cancel()
+	// A batch's own failure (its fence) fails it alone: the group's sync
+	// ran if any batch was written.
+	if p.synced != nil && durable && slices.ContainsFunc(errs, func(err error) bool { return err == nil }) {
+		p.synced(time.Since(start))
+	}
 	for i, j := range jobs {
 		err := errs[i]
 		j.done(j.sync || (durable && err == nil), err)

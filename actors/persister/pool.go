@@ -51,6 +51,10 @@ type pool struct {
 	gBehind  jobQueue
 	gwake    chan struct{}
 	timeout  time.Duration
+
+	// synced, when set, is told how long each durable write that
+	// succeeded took (Config.Telemetry).
+	synced func(time.Duration)
 }
 
 // writeJob is one queued job. taken makes sure it runs once, though a
@@ -108,11 +112,12 @@ func (q *jobQueue) pop() *writeJob {
 func (q *jobQueue) len() int { return len(q.jobs) - q.head }
 
 // newPool starts workers workers, and a group committer if group is not
-// nil (each commit with the deadline timeout).
-func newPool(workers int, group groupWriter, timeout time.Duration) *pool {
+// nil (each commit with the deadline timeout). synced, if not nil, is told
+// the duration of each durable write that succeeded.
+func newPool(workers int, group groupWriter, timeout time.Duration, synced func(time.Duration)) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pool{ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{}),
-		group: group, gwake: make(chan struct{}, 1), timeout: timeout}
+		group: group, gwake: make(chan struct{}, 1), timeout: timeout, synced: synced}
 	for range workers {
 		p.wg.Go(p.work)
 	}
