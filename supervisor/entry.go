@@ -44,6 +44,9 @@ type entry struct {
 	inTokens, outTokens, reasonTokens atomic.Int64
 	cacheRead, cacheWrite             atomic.Int64
 	durable                           atomic.Int64
+	// Messages pending in the inbox (its splices since the seed),
+	// folded only when the host has metrics.
+	inbox atomic.Int64
 
 	// The turn ends committed but not yet reported durable, oldest
 	// first: appended by the session observer, taken by the persister's
@@ -128,6 +131,14 @@ func (e *entry) fold(h *Host, ev session.Event, live bool) {
 	case session.TypeTurnStart:
 		if live {
 			e.open.Store(true)
+		}
+	case session.TypeInboxSpliced:
+		// A fork does not inherit its parent's inbox: splices of the seed
+		// are not the session's (inbox.Rebuild skips them too).
+		if h.metrics != nil && ev.Seq() >= e.header.SeedLength.Or(0) {
+			if p, ok := ev.Payload().(session.InboxSpliced); ok {
+				e.inbox.Add(int64(len(p.Inserted())) - p.RemovedCount.Or(0))
+			}
 		}
 	case session.TypeTurnEnd:
 		e.turns.Add(1)

@@ -35,13 +35,14 @@ type Host struct {
 	// testObserve, set by tests before any session starts, is called by
 	// every session's observer (fault injection).
 	testObserve func(session.Event)
-	limit       *limitedProvider   // nil when MaxConcurrentModelCalls is 0
-	agents      *agent.Template    // every session's agent configuration, shared
-	logger      *slog.Logger       // never nil
-	metrics     *telemetry.Metrics // nil without Config.MeterProvider
-	unobserve   func() error       // unregisters the host gauges
-	workers     *workers           // runs the mailboxes of the actors spawned here
-	passWG      sync.WaitGroup     // passivation goroutines (timer callbacks)
+	limit       *limitedProvider     // nil when MaxConcurrentModelCalls is 0
+	agents      *agent.Template      // every session's agent configuration, shared
+	logger      *slog.Logger         // never nil
+	metrics     *telemetry.Metrics   // nil without Config.MeterProvider
+	persisted   *persister.Telemetry // the persister's queue and write times; nil without metrics
+	unobserve   func() error         // unregisters the host gauges
+	workers     *workers             // runs the mailboxes of the actors spawned here
+	passWG      sync.WaitGroup       // passivation goroutines (timer callbacks)
 
 	mu         sync.Mutex
 	closed     bool
@@ -119,8 +120,12 @@ func Open(cfg Config) (*Host, error) {
 		h.store = persister.NewMemStore()
 		h.cfg.Policy = persister.PolicyNone
 	}
+	if h.metrics != nil {
+		h.persisted = &persister.Telemetry{OnSyncedWrite: h.metrics.SyncedWrite}
+	}
 	pp, err := persister.Props(persister.Config{Store: h.store, Policy: h.cfg.Policy, Window: cfg.Window,
-		FsyncWorkers: cfg.FsyncWorkers, Shards: cfg.Shards, RetryMin: cfg.WriteRetryMin, RetryMax: cfg.WriteRetryMax})
+		FsyncWorkers: cfg.FsyncWorkers, Shards: cfg.Shards, RetryMin: cfg.WriteRetryMin, RetryMax: cfg.WriteRetryMax,
+		Telemetry: h.persisted})
 	if err != nil {
 		_ = h.store.Close()
 		return nil, err
@@ -170,11 +175,14 @@ func (h *Host) readings() telemetry.HostReadings {
 		}
 		r.Resident++
 		r.DurableLag += max(e.events.Load()-1-e.durable.Load(), 0)
+		r.Inbox += e.inbox.Load()
 	}
 	h.mu.Unlock()
 	if h.limit != nil {
 		r.Queued = h.limit.waiting.Load()
 	}
+	w, n := h.persisted.Queued()
+	r.QueuedWrites, r.QueuedEvents = int64(w), int64(n)
 	return r
 }
 

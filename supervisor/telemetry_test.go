@@ -164,6 +164,46 @@ func TestMetricsScrapeCountsTheLog(t *testing.T) {
 	require.EqualValues(t, 0, val("dsh_sessions_passivated", nil))
 	_, failures := sample(fams, "dsh_persister_write_failures_total", nil)
 	require.False(t, failures, "no write failed")
+	// Each turn end's barrier is a durable write (two may share one).
+	require.InDelta(t, (1+turns)/2.0, val("dsh_persister_fsync_duration_seconds", nil), (turns-1)/2.0, "one fsync per turn end at most")
+	require.EqualValues(t, 0, val("dsh_persister_queue_writes", nil))
+	require.EqualValues(t, 0, val("dsh_persister_queue_events", nil))
+	require.EqualValues(t, 0, val("dsh_inbox_pending", nil))
+}
+
+// The inbox gauge counts the messages waiting in resident sessions'
+// inboxes: followups sent while a turn runs, until a turn claims them.
+func TestMetricsInboxPending(t *testing.T) {
+	ctx := testCtx(t)
+	mp, err := telemetry.NewMeterProvider(ctx, telemetry.ExportConfig{Prometheus: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, mp.Shutdown(ctx)) }()
+	srv := httptest.NewServer(mp.Handler())
+	defer srv.Close()
+	g := &gateProvider{Provider: smallModel(t), release: make(chan struct{})}
+	h := openHost(t, Config{Provider: g, MeterProvider: mp})
+	defer func() { require.NoError(t, h.Close(ctx)) }()
+	pending := func() float64 {
+		v, ok := sample(scrape(t, srv.URL), "dsh_inbox_pending", nil)
+		require.True(t, ok)
+		return v
+	}
+	a, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	b, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, h.Followup(ctx, a, userMsg(t, "one")))
+	eventually(t, "a's turn to call the model", func() bool { return g.open.Load() == 1 })
+	require.EqualValues(t, 0, pending(), "the first followup was claimed by its turn")
+	require.NoError(t, h.Followup(ctx, a, userMsg(t, "two")))
+	require.NoError(t, h.Followup(ctx, a, userMsg(t, "three")))
+	require.NoError(t, h.Followup(ctx, b, userMsg(t, "four")))
+	eventually(t, "b's turn to call the model", func() bool { return g.open.Load() == 2 })
+	require.EqualValues(t, 2, pending(), "a's two followups wait behind its turn")
+	close(g.release)
+	require.NoError(t, h.WaitIdle(ctx, a))
+	require.NoError(t, h.WaitIdle(ctx, b))
+	require.EqualValues(t, 0, pending())
 }
 
 // recordingHandler keeps every record it is given.

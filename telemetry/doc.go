@@ -42,6 +42,10 @@
 //	dsh.sessions.passivated         gauge      {session}                     the host's registry
 //	dsh.persister.durable_lag       gauge      {event}                       committed minus durable, resident sessions
 //	dsh.persister.write.failures    counter    {failure}                     the persister's WriteFailed notices
+//	dsh.persister.fsync.duration    histogram  s                             a durable store write (write and fsync)
+//	dsh.persister.queue.writes      gauge      {write}                       writes waiting for a store call
+//	dsh.persister.queue.events      gauge      {event}                       the events of those writes
+//	dsh.inbox.pending               gauge      {message}                     inbox splices of resident sessions
 //	dsh.turn_end.flush.duration     histogram  s                             turn/end commit → durable notice
 //	dsh.model.calls.queued          gauge      {call}                        calls waiting under the host's bound
 //	dsh.model.queue.wait            histogram  s                             a call's wait for a slot

@@ -47,6 +47,7 @@ type Metrics struct {
 	toolDuration metric.Float64Histogram
 
 	flush         metric.Float64Histogram
+	fsync         metric.Float64Histogram
 	writeFailures metric.Int64Counter
 	queueWait     metric.Float64Histogram
 
@@ -118,6 +119,10 @@ const (
 	NameTurnEndFlush       = "dsh.turn_end.flush.duration"
 	NameWriteFailures      = "dsh.persister.write.failures"
 	NameDurableLag         = "dsh.persister.durable_lag"
+	NameFsync              = "dsh.persister.fsync.duration"
+	NameQueuedWrites       = "dsh.persister.queue.writes"
+	NameQueuedEvents       = "dsh.persister.queue.events"
+	NameInboxPending       = "dsh.inbox.pending"
 )
 
 // NewMetrics creates the instruments on mp's meter for ScopeName. A nil
@@ -163,6 +168,9 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	check(err)
 	m.flush, err = mt.Float64Histogram(NameTurnEndFlush, append(seconds,
 		metric.WithDescription("Time from a turn/end's commit to its being durable (written and fsynced)."))...)
+	check(err)
+	m.fsync, err = mt.Float64Histogram(NameFsync, append(seconds,
+		metric.WithDescription("Time of a durable store write that succeeded: the write and its fsync (a group commit's, once)."))...)
 	check(err)
 	m.writeFailures, err = mt.Int64Counter(NameWriteFailures, metric.WithUnit("{failure}"),
 		metric.WithDescription("Failed writes of the persister (each failed retry included); the events are kept and retried."))
@@ -220,10 +228,15 @@ type HostReadings struct {
 	Passivated int64 // sessions passivated and not resident again
 	DurableLag int64 // events committed by resident sessions and not yet durable
 	Queued     int64 // model calls waiting for a slot
+
+	QueuedWrites int64 // persister writes waiting for a store call
+	QueuedEvents int64 // the events of those writes
+	Inbox        int64 // messages pending in resident sessions' inboxes
 }
 
 // ObserveHost registers read as the source of the host gauges
-// (dsh.sessions.*, dsh.persister.durable_lag, dsh.model.calls.queued),
+// (dsh.sessions.*, dsh.persister.durable_lag, dsh.persister.queue.*,
+// dsh.model.calls.queued, dsh.inbox.pending),
 // called at each collection. The returned function unregisters it (a
 // host calls it when it closes). read must be safe for concurrent use
 // and quick: it runs on the reader's goroutine.
@@ -241,6 +254,9 @@ func (m *Metrics) ObserveHost(read func() HostReadings) (unregister func() error
 	passivated := gauge(NameSessionsPassivated, "{session}", "Sessions passivated (stopped, resumable from the store) and not resident.")
 	lag := gauge(NameDurableLag, "{event}", "Events committed by resident sessions and not yet durable.")
 	queued := gauge(NameModelCallsQueued, "{call}", "Model calls waiting for a slot under the host's concurrency bound.")
+	qWrites := gauge(NameQueuedWrites, "{write}", "Persister writes (batches of one session's events) waiting for a store call.")
+	qEvents := gauge(NameQueuedEvents, "{event}", "Events of the persister writes waiting for a store call.")
+	inbox := gauge(NameInboxPending, "{message}", "Messages pending in resident sessions' inboxes (next-turn and next-step).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("telemetry: host gauges: %w", err)
 	}
@@ -250,8 +266,11 @@ func (m *Metrics) ObserveHost(read func() HostReadings) (unregister func() error
 		o.ObserveInt64(passivated, r.Passivated)
 		o.ObserveInt64(lag, r.DurableLag)
 		o.ObserveInt64(queued, r.Queued)
+		o.ObserveInt64(qWrites, r.QueuedWrites)
+		o.ObserveInt64(qEvents, r.QueuedEvents)
+		o.ObserveInt64(inbox, r.Inbox)
 		return nil
-	}, resident, passivated, lag, queued)
+	}, resident, passivated, lag, queued, qWrites, qEvents, inbox)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: register host gauges: %w", err)
 	}
@@ -262,6 +281,12 @@ func (m *Metrics) ObserveHost(read func() HostReadings) (unregister func() error
 // durable.
 func (m *Metrics) TurnDurable(d time.Duration) {
 	m.flush.Record(context.Background(), d.Seconds())
+}
+
+// SyncedWrite records the duration of a durable store write that
+// succeeded (persister.Telemetry.OnSyncedWrite).
+func (m *Metrics) SyncedWrite(d time.Duration) {
+	m.fsync.Record(context.Background(), d.Seconds())
 }
 
 // WriteFailed counts one failed write of the persister.
