@@ -202,7 +202,8 @@ type tracked struct {
 	ready      bool
 	tracks     []waiter // Track requests waiting for ready
 	// job is the write in flight, nil if none: a background write can be
-	// promoted to a synced one until a worker starts it.
+	// promoted to a synced one until a worker starts it, and folded late
+	// until its store call returns.
 	job *writeJob
 	// stopTimer stops the armed timer (gen timerGen); nil if none.
 	stopTimer func() bool
@@ -474,7 +475,7 @@ func (s *shard) perform(ctx actor.Context, t *tracked, e effects[waiter]) {
 	}
 	if e.Promote && t.job != nil {
 		gen := e.WriteGen
-		s.pool.promote(t.job, func() []session.Event { return t.core.Fold(gen) })
+		s.pool.promote(t.job, func(late bool) []session.Event { return t.core.Fold(gen, late) })
 	}
 	if e.StartWrite {
 		t.job = s.write(t.id, e.WriteGen, e.Write, e.Sync)
@@ -623,26 +624,39 @@ func (s *shard) onReleased(ctx actor.Context, m released) {
 }
 
 // write runs Store.Append of batch on the pool and reports writeDone.
-// batch is owned by the core, which does not modify it until then. A
-// synced write (a barrier's) goes ahead of every background write; a
-// background write can be promoted (pool.promote) until it starts.
+// batch is owned by the core, which does not modify what the store call
+// reads until then. A synced write (a barrier's) goes ahead of every
+// background write; a background write can be promoted (pool.promote)
+// until it starts, and folded late while its store call runs: the events
+// the barrier folded are then appended, synced, right after it, by the
+// same job.
 func (s *shard) write(id session.SessionID, gen uint64, batch []session.Event, sync bool) *writeJob {
 	store, g, timeout, timed := s.cfg.Store, s.gate, s.cfg.WriteTimeout, s.pool.synced
 	j := &writeJob{id: id, batch: batch, sync: sync}
 	j.done = func(synced bool, err error) { g.send(writeDone{id: id, gen: gen, synced: synced, err: err}) }
 	j.run = func(base context.Context) {
-		// Taken: batch and sync are final.
 		ctx, cancel := context.WithTimeout(base, timeout)
-		var start time.Time
-		if timed != nil && j.sync {
-			start = time.Now()
+		defer cancel()
+		// timedAppend is appendSafely, its duration told to the
+		// telemetry when it is durable and succeeds.
+		timedAppend := func(batch []session.Event, sync bool) error {
+			var start time.Time
+			if timed != nil && sync {
+				start = time.Now()
+			}
+			err := appendSafely(ctx, store, id, batch, sync)
+			if timed != nil && sync && err == nil {
+				timed(time.Since(start))
+			}
+			return err
 		}
-		err := appendSafely(ctx, store, id, j.batch, j.sync)
-		if timed != nil && j.sync && err == nil {
-			timed(time.Since(start))
+		batch, sync := j.start()
+		err := timedAppend(batch, sync)
+		if rest, late := j.finish(len(batch), sync, err); late {
+			sync = true
+			err = timedAppend(rest, true)
 		}
-		cancel()
-		j.done(j.sync, err)
+		j.done(sync, err)
 	}
 	s.pool.submitJob(j, sync)
 	return j

@@ -541,6 +541,48 @@ func TestActorTurnEndGoesAheadOfBackgroundBatches(t *testing.T) {
 	})
 }
 
+// TestActorTurnEndFoldsIntoItsRunningBackgroundWrite: a session's turn
+// ends while its background write is in the store (the one worker busy
+// with it) and another session's turn end waits for the worker. The
+// turn end joins the running write: the same job appends it, synced, as
+// soon as the background batch is written, ahead of the other session's
+// barrier and without a second trip through the shard and the pool's
+// queue. Before, the turn end waited for the write's outcome to reach
+// the shard and then queued behind the other session's barrier.
+func TestActorTurnEndFoldsIntoItsRunningBackgroundWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newHeldStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow, MaxBatchEvents: 2, FsyncWorkers: 1})
+		running := r.track("s-running")
+		other := r.track("s-other")
+		r.append(running, wbUserDrafts(2)...) // the size bound: a background write
+		require.Equal(t, []session.SessionID{running}, store.waitEntered(t, 1))
+		oevs := r.turn(other, 1)
+		synctest.Wait() // other's barrier waits for the worker
+		evs := r.turn(running, 2)
+		synctest.Wait() // the turn end folds into the running write
+
+		store.release(running)
+		require.Equal(t, []session.SessionID{running}, store.waitEntered(t, 1), "the turn end is appended by the same job, first")
+		store.release(running)
+		r.owner.waitDurable(t, running, evs[len(evs)-1].Seq())
+		require.Empty(t, store.batchesOf(other), "the other session's barrier still waits for the worker")
+		var rest []int64
+		for _, e := range evs {
+			rest = append(rest, e.Seq())
+		}
+		require.Equal(t, [][]int64{{0, 1}, rest}, store.batchesOf(running))
+
+		require.Equal(t, []session.SessionID{other}, store.waitEntered(t, 1))
+		store.release(other)
+		r.owner.waitDurable(t, other, oevs[len(oevs)-1].Seq())
+		store.mu.Lock()
+		syncs := store.syncs
+		store.mu.Unlock()
+		require.Equal(t, 2, syncs, "one sync per turn end")
+	})
+}
+
 // TestActorStopAnswersWaitersAndJoinsWorkers stops the persister while a
 // write hangs in the store: the waiter hears ErrStopped, the store call is
 // cancelled, and the pool's goroutines are joined (goleak checks).

@@ -16,7 +16,10 @@ import (
 // behind other sessions' background batches (it waits at most for the
 // FsyncWorkers calls in flight); within a queue jobs run in submission
 // order. A background write promoted to a synced one (promote) is queued
-// as barrier work too, and runs from whichever queue reaches it first.
+// as barrier work too, and runs from whichever queue reaches it first; one
+// promoted while its store call runs is extended instead (a late fold):
+// the worker appends the barrier's events right after it, synced, so the
+// barrier does not queue again behind other sessions' barriers.
 // Safe for concurrent use.
 //
 // Rejected alternative: a goroutine per write waiting on a semaphore. It
@@ -59,7 +62,9 @@ type pool struct {
 
 // writeJob is one queued job. taken makes sure it runs once, though a
 // promoted job sits in both queues. A write's batch and sync flag may be
-// changed (promote) until a worker takes it; then they are final.
+// changed (promote) until a worker takes it; a background write run by a
+// worker (start) may still be extended, synced, until its store call
+// returns (finish).
 type writeJob struct {
 	run func(context.Context)
 	// id and done are set for a write: a group commit writes its batch
@@ -68,10 +73,13 @@ type writeJob struct {
 	id   session.SessionID
 	done func(synced bool, err error)
 
-	mu    sync.Mutex // guards taken, and batch and sync until taken
+	mu    sync.Mutex // guards the fields below
 	taken bool
-	batch []session.Event
-	sync  bool
+	// running says a worker's run is in the store call of the job's
+	// background batch (start to finish): a promote then folds late.
+	running bool
+	batch   []session.Event
+	sync    bool
 }
 
 // take marks j taken, reporting whether it was not already.
@@ -162,19 +170,50 @@ func (p *pool) submitJob(j *writeJob, first bool) {
 	p.signal()
 }
 
-// promote makes background write j the barrier's, unless a worker has
-// taken it (then it runs as it started, and reports that it was not
-// synced): its batch becomes fold's, synced, and it moves ahead as
-// barrier work.
-func (p *pool) promote(j *writeJob, fold func() []session.Event) {
+// promote makes background write j the barrier's. Not taken yet, its
+// batch becomes fold(false)'s, synced, and it moves ahead as barrier work.
+// Taken and in its background store call (running), its batch becomes
+// fold(true)'s, synced: the worker appends the rest once the call
+// returns (finish). Otherwise (a group commit took it, or its call
+// returned) it runs or ran as it started, and reports that it was not
+// synced: the barrier writes after it.
+func (p *pool) promote(j *writeJob, fold func(late bool) []session.Event) {
 	j.mu.Lock()
-	if j.taken {
+	switch {
+	case !j.taken:
+		j.batch, j.sync = fold(false), true
 		j.mu.Unlock()
-		return
+		p.submitJob(j, true)
+	case j.running && !j.sync:
+		j.batch, j.sync = fold(true), true
+		j.mu.Unlock()
+	default:
+		j.mu.Unlock()
 	}
-	j.batch, j.sync = fold(), true
-	j.mu.Unlock()
-	p.submitJob(j, true)
+}
+
+// start returns the batch and sync flag of j, taken by a worker: final,
+// but for a late fold of a background write until finish.
+func (j *writeJob) start() ([]session.Event, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.running = !j.sync
+	return j.batch, j.sync
+}
+
+// finish ends the window of a late fold, after the store call of the
+// first n events of j's batch (synced if sync) returned err. If a
+// promote folded the barrier's events in meanwhile and the call
+// succeeded, late is true and rest is what the worker appends next,
+// synced (empty: a sync alone).
+func (j *writeJob) finish(n int, sync bool, err error) (rest []session.Event, late bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.running = false
+	if sync || !j.sync || err != nil {
+		return nil, false
+	}
+	return j.batch[n:], true
 }
 
 func (p *pool) signal() {

@@ -44,8 +44,12 @@ import (
 //     shell to promote it (Promote). If the write has not started yet, the
 //     shell calls Fold: the queue joins the write's batch, which is then
 //     synced. So a session's pending background batch folds into its
-//     barrier write: one write, one fsync. WriteDone says whether the
-//     write was synced.
+//     barrier write: one write, one fsync. If the write has started but
+//     its store call has not returned, the shell may still call Fold,
+//     late: the queue is then written, synced, by the same job right
+//     after the background batch (no second trip through the shard's
+//     mailbox and the pool's queue). WriteDone says whether the write was
+//     synced.
 //   - A failed write leaves the store at its last durable event (see
 //     Writer.Append): the events written since (unsynced), the batch and
 //     what arrived meanwhile go back to the queue, in order. It pauses
@@ -338,12 +342,19 @@ func (s *writeBehind[W]) WriteDone(gen uint64, synced bool, err error) (effects[
 	return e, nil
 }
 
-// Fold makes the write gen in flight, a background write not started yet,
-// the barrier's: what is queued joins its batch, which the shell writes
-// instead, synced. It returns the new batch (owned by the core, like
-// effects.Write). The shell calls it only after a Promote, before it
-// returns to the core, and only if the write has not started.
-func (s *writeBehind[W]) Fold(gen uint64) []session.Event {
+// Fold makes the write gen in flight, a background write, the barrier's:
+// what is queued joins its batch, synced. It returns the new batch (owned
+// by the core, like effects.Write). The shell calls it only after a
+// Promote, before it returns to the core. Not late, the write has not
+// started: the shell writes the new batch instead, synced, and the write
+// is the barrier's (its failure fails the barrier's waiters). Late, the
+// write's store call is running: the shell writes the rest of the new
+// batch after it, synced, in the same job, and reports the outcome of
+// both as one WriteDone (synced if the second call ran). A late fold stays
+// a background write that the barrier overlaps: if it fails, the barrier
+// writes everything again itself, and only that write's failure fails
+// its waiters, as without the fold.
+func (s *writeBehind[W]) Fold(gen uint64, late bool) []session.Event {
 	if !s.writing || gen != s.writeGen || !s.barrier {
 		_ = invariants.Assertf(false, "persister: fold of write %d, but the write in flight is %d (in flight: %t, barrier: %t)", gen, s.writeGen, s.writing, s.barrier)
 		return s.inflight
@@ -351,7 +362,9 @@ func (s *writeBehind[W]) Fold(gen uint64) []session.Event {
 	s.inflight = append(s.inflight, s.queue...)
 	clear(s.queue)
 	s.queue = s.queue[:0]
-	s.inflightByBarrier = true
+	if !late {
+		s.inflightByBarrier = true
+	}
 	s.check()
 	return s.inflight
 }

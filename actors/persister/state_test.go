@@ -111,8 +111,10 @@ type coreHarness struct {
 	write uint64        // the write in flight, 0 if none
 	sync  bool          // the write in flight syncs (asked so, or promoted)
 	// started says the write in flight has started: a Promote then finds
-	// it too late, and it completes unsynced.
+	// it too late, and it completes unsynced; unless running says its
+	// store call is still running, and then the Promote folds late.
 	started bool
+	running bool
 }
 
 func newCoreHarness(t *testing.T, policy Policy) *coreHarness {
@@ -162,7 +164,7 @@ func (h *coreHarness) done(err error) []string {
 	h.t.Helper()
 	require.NotZero(h.t, h.write, "no write in flight")
 	gen, sync := h.write, h.sync
-	h.write, h.sync, h.started = 0, false, false
+	h.write, h.sync, h.started, h.running = 0, false, false, false
 	e, werr := h.s.WriteDone(gen, sync, err)
 	require.NoError(h.t, werr)
 	return h.render(e)
@@ -191,11 +193,15 @@ func (h *coreHarness) render(e effects[string]) []string {
 	if e.Promote {
 		require.NotZero(h.t, h.write, "promote without a write in flight")
 		require.Equal(h.t, h.write, e.WriteGen, "promote of another write")
-		if h.started {
-			out = append(out, "promote (too late)")
-		} else {
+		switch {
+		case h.started && h.running:
 			h.sync = true
-			out = append(out, "promote "+batchSeqs(h.s.Fold(e.WriteGen)))
+			out = append(out, "promote late "+batchSeqs(h.s.Fold(e.WriteGen, true)))
+		case h.started:
+			out = append(out, "promote (too late)")
+		default:
+			h.sync = true
+			out = append(out, "promote "+batchSeqs(h.s.Fold(e.WriteGen, false)))
 		}
 	}
 	if e.StartWrite {
@@ -389,6 +395,36 @@ func TestCoreFlushJoinsAnOverlappingBackgroundWrite(t *testing.T) {
 	require.Equal(t, []string{"flushed a durable=1", "owner durable 1"}, h.done(nil))
 }
 
+// A barrier that comes while a background write's store call runs folds
+// into it late: the same write appends the queue after the batch, synced,
+// and the barrier needs no write of its own.
+func TestCoreBarrierFoldsLateIntoARunningBackgroundWrite(t *testing.T) {
+	h := newCoreHarness(t, PolicyTurnEnd)
+	h.users(0, 1)
+	require.Equal(t, []string{"write [0]"}, h.advance(200))
+	h.started, h.running = true, true
+	require.Equal(t, []string{"arm timer @410ms"}, h.users(210, 1))
+	require.Equal(t, []string{"cancel timer", "promote late [0 1]"}, h.flush("a", -1))
+	require.Equal(t, []string{"flushed a durable=1", "owner durable 1"}, h.done(nil), "one write, synced")
+	require.Zero(t, h.s.Pending())
+	require.Empty(t, h.advance(1000), "nothing more to write")
+}
+
+// A late fold whose background batch fails is still a background write
+// that the barrier overlaps: the barrier writes everything again itself,
+// and only its own failure would fail the waiter.
+func TestCoreLateFoldOfAFailedBackgroundWriteIsRetriedByTheBarrier(t *testing.T) {
+	h := newCoreHarness(t, PolicyTurnEnd)
+	h.users(0, 1)
+	require.Equal(t, []string{"write [0]"}, h.advance(200))
+	h.started, h.running = true, true
+	h.users(210, 1)
+	require.Equal(t, []string{"cancel timer", "promote late [0 1]"}, h.flush("a", -1))
+	h.sync = false // the background batch's call failed: the fold's part never ran
+	require.Equal(t, []string{"write+sync [0 1]", "owner write-failed: disk on fire"}, h.done(errWriteDisk))
+	require.Equal(t, []string{"flushed a durable=1", "owner durable 1"}, h.done(nil))
+}
+
 func TestCoreBarrierRetriesAFailedOverlappingWriteThenFails(t *testing.T) {
 	h := newCoreHarness(t, PolicyTurnEnd)
 	h.users(0, 1)
@@ -564,6 +600,7 @@ func randomWalk(t *testing.T, seed uint64) {
 	synced := 0                               // of them durable
 	var inflight []session.Event
 	writing, sync := false, false
+	late := false                  // the write in flight was folded late: its failure may come before the fold's part ran
 	pendingW := map[string]int64{} // waiter → target
 	answered := map[string]bool{}
 	nw := 0
@@ -573,9 +610,12 @@ func randomWalk(t *testing.T, seed uint64) {
 		if out.Promote {
 			require.True(t, writing, "promote without a write in flight")
 			require.Equal(t, h.write, out.WriteGen)
-			if r.IntN(2) == 0 { // else the write had started
-				inflight, sync = h.s.Fold(out.WriteGen), true
-			}
+			switch r.IntN(3) {
+			case 0: // not started
+				inflight, sync = h.s.Fold(out.WriteGen, false), true
+			case 1: // its store call is running: a late fold
+				inflight, sync, late = h.s.Fold(out.WriteGen, true), true, true
+			} // else the call had returned: too late
 		}
 		if out.StartWrite {
 			require.False(t, writing, "two writes in flight")
@@ -634,7 +674,10 @@ func randomWalk(t *testing.T, seed uint64) {
 					synced = len(stored)
 				}
 			}
-			inflight, writing = nil, false
+			if err != nil && late && r.IntN(2) == 0 {
+				sync = false // the background batch failed, before the fold's part
+			}
+			inflight, writing, late = nil, false, false
 			gen := h.write
 			out, werr := h.s.WriteDone(gen, sync, err)
 			require.NoError(t, werr)
@@ -672,7 +715,7 @@ func randomWalk(t *testing.T, seed uint64) {
 		if sync {
 			synced = len(stored)
 		}
-		inflight, writing = nil, false
+		inflight, writing, late = nil, false, false
 		out, err := h.s.WriteDone(h.write, sync, nil)
 		require.NoError(t, err)
 		check(out)
