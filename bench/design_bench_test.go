@@ -345,15 +345,28 @@ func (l *mutexLog) len() int {
 }
 
 // BenchmarkPassivatedSessionMemory: what a passivated session still costs
-// the host. One op opens a host that passivates sessions idle for a
-// millisecond, then twice runs N fresh sessions through one short turn
-// each and waits until all of them are passivated; the live heap the
-// second round adds, per session, is the figure (B/session). What the
-// host keeps at its peak (maps, mailboxes, worker stacks) is grown by the
-// first round and does not count: that is paid once per host, not per
-// session. So is the actor system's process registry, which the host
-// takes to its steady state first (warmRegistry; its cost is reported
-// apart, registry-B).
+// the host, in its steady state. One op opens a host that passivates
+// sessions idle for a millisecond and runs rounds of N fresh sessions,
+// each through one short turn (passivatedInFlight at a time: a host
+// passivating at a steady rate), waiting after each round until every
+// session of it is passivated and torn down (no session resident, and no
+// goroutine left from the round's teardown). The first round is a
+// warm-up: what the host keeps at its peak (its maps, the actors'
+// watcher sets and queues, parked workers) is paid once per host, not per
+// session. The figure (B/session) is the live heap the next
+// passivatedRounds rounds add, over their sessions, so that the growth
+// steps of the host's map of passivated sessions are averaged as they are
+// over a host's life. Two costs of the process, paid once, are taken to
+// their steady state first and reported apart: the actor system's
+// process registry (warmRegistry, registry-B), and the descriptors of
+// the goroutines a peak leaves behind (warmGoroutines, goroutines-B).
+//
+// Measured before (two rounds of N sessions all at once, from a cold
+// goroutine pool), the same build gave 70, 72 and 565 B/session: a
+// round whose peak of goroutines passed the last one's left about 450
+// bytes per extra goroutine, and a round that reached a new peak of
+// resident sessions grew the host's and the actors' peak structures; both
+// were charged to that round's sessions.
 func BenchmarkPassivatedSessionMemory(b *testing.B) {
 	const n = 1000
 	b.Run(fmt.Sprintf("store=jsonl/sessions=%d", n), func(b *testing.B) {
@@ -361,15 +374,20 @@ func BenchmarkPassivatedSessionMemory(b *testing.B) {
 		defer cancel()
 		p, err := synthetic.New(synthetic.Config{Seed: 1, TextChunks: 4})
 		require.NoError(b, err)
-		var perSession, registry float64
+		var perSession, registry, goroutines float64
 		for range b.N {
+			goroutines += warmGoroutines(passivatedPeakGoroutines * n)
 			h, err := supervisor.Open(supervisor.Config{Provider: p, Dir: b.TempDir(), IdleTimeout: time.Millisecond})
 			require.NoError(b, err)
 			registry += warmRegistry(h.System())
+			settled := -1 // goroutines once the warm-up round settled
 			round := func(r int) uint64 {
 				var wg sync.WaitGroup
+				slots := make(chan struct{}, passivatedInFlight)
 				for i := range n {
+					slots <- struct{}{}
 					wg.Go(func() {
+						defer func() { <-slots }()
 						id, err := h.Create(ctx, supervisor.CreateOptions{ID: session.SessionID(fmt.Sprintf("passive-%d-%05d", r, i))})
 						require.NoError(b, err)
 						require.NoError(b, h.Followup(ctx, id, benchUser(b, "hello")))
@@ -378,20 +396,67 @@ func BenchmarkPassivatedSessionMemory(b *testing.B) {
 				}
 				wg.Wait()
 				deadline := time.Now().Add(benchTurnTimeout)
-				for h.Resident() > 0 || h.Passivated() < int64((r+1)*n) {
-					require.True(b, time.Now().Before(deadline), "%d sessions still resident, %d passivated", h.Resident(), h.Passivated())
+				for h.Resident() > 0 || h.Passivated() < int64((r+1)*n) || (settled >= 0 && runtime.NumGoroutine() > settled) {
+					require.True(b, time.Now().Before(deadline), "round %d: %d sessions still resident, %d passivated, %d goroutines (%d after the warm-up)",
+						r, h.Resident(), h.Passivated(), runtime.NumGoroutine(), settled)
 					runtime.Gosched()
+				}
+				if settled < 0 {
+					settled = runtime.NumGoroutine()
 				}
 				return heapInUse()
 			}
 			first := round(0)
-			second := round(1)
-			perSession += (float64(second) - float64(first)) / n
+			last := first
+			for r := 1; r <= passivatedRounds; r++ {
+				last = round(r)
+			}
+			perSession += (float64(last) - float64(first)) / (passivatedRounds * n)
 			require.NoError(b, h.Close(ctx))
 		}
 		b.ReportMetric(perSession/float64(b.N), "B/session")
 		b.ReportMetric(registry/float64(b.N), "registry-B")
+		b.ReportMetric(goroutines/float64(b.N), "goroutines-B")
 	})
+}
+
+const (
+	// passivatedRounds is the rounds BenchmarkPassivatedSessionMemory
+	// measures after its warm-up round.
+	passivatedRounds = 3
+	// passivatedInFlight bounds the sessions of a round running their
+	// turn at once: a host passivating at a steady rate, whose peaks (the
+	// resident sessions, the goroutines, the actors' watcher sets and
+	// queues, which keep their largest size) the warm-up round reaches.
+	passivatedInFlight = 100
+	// passivatedPeakGoroutines bounds the goroutines of a round at its
+	// peak, per session of the round: the benchmark's own, the host's
+	// request futures and idle timers, the actors' workers (about 3.2 per
+	// session were seen).
+	passivatedPeakGoroutines = 6
+)
+
+// warmGoroutines takes the process's pool of goroutine descriptors to at
+// least k and returns the live heap that added: it starts k goroutines
+// that wait until all of them run, then lets them return. Go keeps the
+// descriptor of a goroutine that returned (about 450 bytes, in the heap)
+// and reuses it for the next goroutine started: the pool only grows, to
+// the most goroutines the process ever ran at once.
+func warmGoroutines(k int) float64 {
+	before := heapInUse()
+	var started, done sync.WaitGroup
+	release := make(chan struct{})
+	started.Add(k)
+	for range k {
+		done.Go(func() {
+			started.Done()
+			<-release
+		})
+	}
+	started.Wait()
+	close(release)
+	done.Wait()
+	return float64(heapInUse()) - float64(before)
 }
 
 // warmRegistry takes the process registry of sys to its steady state and
