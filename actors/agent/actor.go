@@ -152,6 +152,13 @@ func (a *agentActor) Receive(ctx actor.Context) {
 			}
 			a.handle(ctx, m)
 		}
+	case llm.ChunkReceived:
+		if !a.booted { // cannot be: only a booted driver streams
+			a.buffered = append(a.buffered, m)
+			return
+		}
+		eff, err := a.d.stepChunk(m.Ref, m.Chunk)
+		a.performStep(ctx, eff, err)
 	case Followup:
 		a.forward(ctx, m.Ref, inbox.Followup(0, m.Message))
 	case Steer:
@@ -423,10 +430,16 @@ func inputOf(m any) (input, bool) {
 // step feeds in to the driver and performs the effects.
 func (a *agentActor) step(ctx actor.Context, in input) {
 	eff, err := a.d.Step(in)
+	a.performStep(ctx, eff, err)
+}
+
+// performStep performs the effects of a step, or panics with its error.
+func (a *agentActor) performStep(ctx actor.Context, eff effects, err error) {
 	if err != nil {
 		panic(err)
 	}
 	a.perform(ctx, eff)
+	a.d.recycle(eff) // performed, and nothing of it kept
 }
 
 // maintenanceDone ends the maintenance task: the driver replays a wake

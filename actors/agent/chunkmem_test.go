@@ -160,6 +160,30 @@ func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
 	// The effect's draft slice, the effect and the effects slice (the
 	// chunk's draft builds no data: session.AssistantChunk.Draft).
 	require.LessOrEqual(t, testing.AllocsPerRun(200, chunk), 3.0, "allocations per chunk")
+	// The shell gives the effects back once performed (recycle): the
+	// next chunk's list reuses their array.
+	shell := func() {
+		eff := r.input(streamChunk{Ref: r.stream, Chunk: delta})
+		if len(eff) != 1 {
+			t.Fatal("a chunk is one append")
+		}
+		ref := eff[0].(appendEffect).Ref
+		r.d.recycle(eff)
+		ack, err := r.d.Step(appended{Ref: ref, Events: ack})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.d.recycle(ack)
+	}
+	shell()
+	perChunk := func(f func()) float64 { // AllocsPerRun rounds down: count ten at a time
+		return testing.AllocsPerRun(50, func() {
+			for range 10 {
+				f()
+			}
+		}) / 10
+	}
+	require.LessOrEqual(t, perChunk(shell), 2.0, "allocations per chunk, effects recycled")
 	require.NotZero(t, cap(r.d.chunkRefs), "the queue is kept while streaming")
 	r.input(streamEnded{Ref: r.stream, Finish: messages.FinishReason{Kind: messages.FinishStop}})
 	require.Zero(t, cap(r.d.chunkRefs), "the queue is dropped after the stream")

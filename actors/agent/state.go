@@ -366,6 +366,24 @@ func (d *driver) flush() effects {
 	return out
 }
 
+// maxRecycled bounds the array recycle keeps (a turn's start or end
+// emits a handful of effects; a chunk one).
+const maxRecycled = 16
+
+// recycle gives back eff, effects a Step returned, once the caller has
+// performed them and keeps nothing of the list itself (the values it
+// holds may live on): the next Step fills the same array instead of
+// making one, an allocation per input, so per streamed chunk. A caller
+// that keeps the effects of one Step past the next (the core's tests)
+// does not call it.
+func (d *driver) recycle(eff effects) {
+	if d.out != nil || cap(eff) == 0 || cap(eff) > maxRecycled {
+		return
+	}
+	clear(eff)
+	d.out = eff[:0]
+}
+
 func (d *driver) appendDrafts(tag appendTag, drafts ...session.Draft) {
 	r := d.ref()
 	d.inflight++

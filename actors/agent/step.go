@@ -153,7 +153,7 @@ func (d *driver) Step(in input) (effects, error) {
 	case stepEndOpDone:
 		d.onStepEndOpDone(in.Ref)
 	case streamChunk:
-		d.onStreamChunk(in.Ref, in.Chunk)
+		return d.stepChunk(in.Ref, in.Chunk)
 	case streamEnded:
 		d.onStreamEnded(in)
 	case retryTimerFired:
@@ -179,9 +179,22 @@ func (d *driver) Step(in input) (effects, error) {
 	case Dispose:
 		d.onDispose()
 	}
+	return d.result(err)
+}
+
+// result ends a step: its effects, or none and err.
+func (d *driver) result(err error) (effects, error) {
 	eff := d.flush()
 	if err != nil {
 		return nil, err
 	}
 	return eff, nil
+}
+
+// stepChunk is Step(streamChunk{Ref: ref, Chunk: c}), for the shell's
+// ChunkReceived: made into an input by inputOf, the chunk was boxed on the
+// heap, an allocation per chunk.
+func (d *driver) stepChunk(ref uint64, c messages.StreamChunk) (effects, error) {
+	d.onStreamChunk(ref, c)
+	return d.result(nil)
 }

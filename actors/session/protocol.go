@@ -25,6 +25,15 @@ func NewAppend(ref uint64, drafts ...Draft) Append {
 	return Append{Ref: ref, drafts: slices.Clone(drafts)}
 }
 
+// NewAppendOwned returns an Append of drafts without copying them: the
+// Append takes the slice, and the caller must never write to it again. It
+// is for a caller that built the slice for this one message (the agent's
+// streamed chunks, where NewAppend's copy cost an allocation per chunk or
+// per batch of them).
+func NewAppendOwned(ref uint64, drafts []Draft) Append {
+	return Append{Ref: ref, drafts: drafts}
+}
+
 // Delivering returns a with its reply delivering its events to the
 // sender's subscription: when the sender is a subscriber that has been
 // sent every event before them, they are not sent to it as an
