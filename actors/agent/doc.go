@@ -35,7 +35,8 @@
 // returns the effects (effects.go) the shell performs, in order.
 // state_test.go drives it alone (inputs in, effects out). The core
 // keeps a mirror of the session log (fed by the agent's subscription to the
-// session) and builds every request from it: messages = DeriveMessages(),
+// session; it shares the session's pages of immutable events rather than
+// copying them, session.Log.MirrorAt) and builds every request from it: messages = DeriveMessages(),
 // config = the folded request header, so a request always rebuilds from the
 // log alone (docs/session-log.md#invariants); invariants builds re-derive
 // from scratch at each dispatch. Appends are pipelined and acknowledged

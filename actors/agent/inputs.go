@@ -17,14 +17,16 @@ import (
 // it first (a copy per chunk on the streaming path).
 func (d *driver) onCommitted(events session.Events) error {
 	for i := range events.Len() {
-		if err := d.committed(events.At(i)); err != nil {
+		if err := d.committed(events, i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (d *driver) committed(e session.Event) error {
+// committed mirrors event i of events.
+func (d *driver) committed(events session.Events, i int) error {
+	e := events.At(i)
 	if e.Seq() != d.mirror.Len() {
 		if e.Seq() < d.mirror.Len() {
 			return nil // already mirrored
@@ -33,8 +35,10 @@ func (d *driver) committed(e session.Event) error {
 	}
 	// The event is the session's committed value: mirror it as is
 	// (its typed payload included) rather than re-encoding it as a
-	// draft, which would decode every event a second time.
-	if err := d.mirror.Mirror(e); err != nil {
+	// draft, which would decode every event a second time; and in the
+	// session's own pages, which the mirror shares instead of copying
+	// them (session.Log.MirrorAt).
+	if err := d.mirror.MirrorAt(events, i); err != nil {
 		return fmt.Errorf("agent: mirror event %d: %w", e.Seq(), err)
 	}
 	d.observeCompaction(e)

@@ -271,6 +271,38 @@ func (l *Log) Mirror(e Event) error {
 	return nil
 }
 
+// MirrorAt is Mirror(v.At(i)) without the copy: when v is a view of the
+// log this one follows (a session's EventsCommitted or AppendReply), whose
+// pages already hold this log's events so far, the log adopts those pages
+// up to the event instead of storing a copy of it (see eventPages.adopt).
+// The agent's mirror of its session then keeps no events of its own: it
+// shares the session's, which are immutable once committed. The event is
+// checked as Mirror checks it; a view that cannot be shared (another
+// log's, or a copy) is mirrored as Mirror does.
+func (l *Log) MirrorAt(v Events, i int) error {
+	e := v.at(i)
+	if l.obs.publishing {
+		return ErrReentrantAppend
+	}
+	n := l.events.len()
+	if e.seq != int64(n) {
+		return &EventError{Seq: e.seq, Type: e.Type(), Err: fmt.Errorf("mirrored event has seq %d, want %d", e.seq, n)}
+	}
+	c := *e // admit may complete its copy, never the shared event
+	t, err := l.admit(&c, l.events.view(0, n))
+	if err != nil {
+		return err
+	}
+	if !l.events.adopt(v, i, n) {
+		l.compact(&c, false)
+		l.record(t, l.events.push(c), n)
+	} else {
+		l.record(t, l.events.at(n), n)
+	}
+	l.publish(l.EventsFrom(e.seq))
+	return nil
+}
+
 // build stamps a draft as the next event and gives it its typed payload.
 //
 // A draft from a typed constructor (TurnStart{}.Draft(), ...) keeps the

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -594,4 +595,86 @@ func TestValidateAgreesWithRestore(t *testing.T) {
 		}
 	}
 	require.Greater(t, refused, 100, "the damaged logs exercise the refusals")
+}
+
+// MirrorAt over the views a session hands out shares that session's pages
+// instead of copying its events (the agent's mirror of its log held a
+// second copy of every event): the mirror's full pages are the source's
+// and its tail is the source's tail, borrowed. A mirrored event that the
+// source does not hold is stored in a copy of the tail, which leaves the
+// source's untouched.
+func TestMirrorAtSharesTheSourcesPages(t *testing.T) {
+	src, err := New(Header{ID: "src", CreatedAt: 1})
+	require.NoError(t, err)
+	dst, err := New(Header{ID: "src", CreatedAt: 1})
+	require.NoError(t, err)
+	batches := [][]Draft{{TurnStart{Turn: 1}.Draft(), StepStart{Turn: 1, Step: 1}.Draft()}}
+	for b := range 40 { // batches of 1 to 13 chunks: views start anywhere in a page
+		var ds []Draft
+		for i := range b%13 + 1 {
+			ds = append(ds, AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, strconv.Itoa(b)+"."+strconv.Itoa(i))}.Draft())
+		}
+		batches = append(batches, ds)
+	}
+	for _, ds := range batches {
+		from := src.Len()
+		require.NoError(t, src.appendBatch(ds, 7))
+		v := src.EventsFrom(from)
+		for i := range v.Len() {
+			require.NoError(t, dst.MirrorAt(v, i))
+		}
+	}
+	require.Greater(t, src.Len(), int64(2*pageSize), "several pages")
+	require.Equal(t, src.Len(), dst.Len())
+	for i := range src.Len() {
+		a, _ := src.Event(i)
+		b, _ := dst.Event(i)
+		require.True(t, a.Equal(b), "event %d", i)
+	}
+	require.Equal(t, len(src.events.full), len(dst.events.full))
+	for k := range src.events.full {
+		require.Same(t, src.events.full[k], dst.events.full[k], "full page %d is shared", k)
+	}
+	require.NotEmpty(t, dst.events.tail)
+	require.Same(t, &src.events.tail[0], &dst.events.tail[0], "the tail is shared")
+	require.True(t, dst.events.borrowed)
+
+	// An event of another log mirrored next is the mirror's own: the
+	// tail is copied first, and the source's next append is its own.
+	n := src.Len()
+	other, err := New(Header{ID: "src", CreatedAt: 1})
+	require.NoError(t, err)
+	for e := range src.Events().All() {
+		require.NoError(t, other.Mirror(e))
+	}
+	_, err = other.Append(AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "other")}.Draft(), 8)
+	require.NoError(t, err)
+	require.NoError(t, dst.MirrorAt(EventsOf(other.EventsFrom(n).Slice()), 0)) // a copy: not shareable
+	require.False(t, dst.events.borrowed)
+	_, err = src.Append(AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "src")}.Draft(), 9)
+	require.NoError(t, err)
+	mine, _ := dst.Event(n)
+	theirs, _ := src.Event(n)
+	require.Contains(t, mine.Data().String(), `"other"`)
+	require.Contains(t, theirs.Data().String(), `"src"`)
+	for i := range n {
+		a, _ := src.Event(i)
+		b, _ := dst.Event(i)
+		require.True(t, a.Equal(b), "event %d", i)
+	}
+
+	// A log whose last event is not the view's event before is not
+	// shared with.
+	cp, err := Restore(src.Header(), src.Events().Slice()[:n])
+	require.NoError(t, err)
+	require.NoError(t, cp.MirrorAt(src.EventsFrom(n), 0))
+	require.Same(t, src.events.full[0], cp.events.full[0], "the same events: shared")
+	cp, err = Restore(src.Header(), other.Events().Slice()[:n-1])
+	require.NoError(t, err)
+	_, err = cp.Append(AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "cp")}.Draft(), 7)
+	require.NoError(t, err)
+	require.NoError(t, cp.MirrorAt(src.EventsFrom(n), 0))
+	require.NotSame(t, src.events.full[0], cp.events.full[0], "another last event: copied")
+	last, _ := cp.Event(n - 1)
+	require.Contains(t, last.Data().String(), `"cp"`)
 }

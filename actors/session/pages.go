@@ -34,6 +34,9 @@ type page = [pageSize]Event
 type eventPages struct {
 	full []*page // every page here is full and never written again
 	tail []Event // the page being filled (len < pageSize)
+	// borrowed says that tail is another log's, adopted from a view of
+	// it (adopt): it is copied before this log writes to it.
+	borrowed bool
 }
 
 // len returns the number of events.
@@ -49,6 +52,9 @@ func (p *eventPages) at(i int) *Event {
 
 // push stores e as the last event and returns it in place.
 func (p *eventPages) push(e Event) *Event {
+	if p.borrowed {
+		p.own()
+	}
 	if p.tail == nil && len(p.full) > 0 {
 		p.tail = make([]Event, 0, pageSize)
 	}
@@ -62,14 +68,58 @@ func (p *eventPages) push(e Event) *Event {
 	return &p.tail[i]
 }
 
+// own replaces a borrowed tail with a copy of it that this log may write.
+func (p *eventPages) own() {
+	t := make([]Event, len(p.tail), pageSize)
+	copy(t, p.tail)
+	p.tail, p.borrowed = t, false
+}
+
+// adopt makes the first n+1 events of v's storage this log's events, when
+// they can be: v is a view of a log's pages (its storage holds seq i at
+// index i, and its tail is shorter than a page), the event of v at index
+// i is at storage index n, and the storage's event n-1 is this log's last
+// one (the same event, not an equal copy: its data and extension are the
+// same memory). The pages are then shared, not copied: full ones are
+// never written again by anyone, and the tail is borrowed (push copies it
+// first). It reports whether it did.
+func (p *eventPages) adopt(v Events, i, n int) bool {
+	if v.start+i != n || len(v.tail) >= pageSize || len(v.full)<<pageShift+len(v.tail) <= n {
+		return false
+	}
+	if n > 0 {
+		mine, theirs := p.at(n-1), v.storageAt(n-1)
+		if mine.seq != theirs.seq || mine.ext != theirs.ext || mine.typ != theirs.typ || mine.flags != theirs.flags ||
+			mine.data != theirs.data {
+			return false
+		}
+	}
+	k, rem := (n+1)>>pageShift, (n+1)&pageMask
+	full := v.full[:k:k]
+	var tail []Event
+	switch {
+	case rem == 0:
+	case k < len(v.full):
+		tail = v.full[k][:rem:rem]
+	default:
+		tail = v.tail[:rem:rem]
+	}
+	p.full, p.tail, p.borrowed = full, tail, tail != nil
+	return true
+}
+
 // truncate drops every event from index n on (a rolled-back batch, which
 // no view has seen).
 func (p *eventPages) truncate(n int) {
+	if p.borrowed {
+		p.own()
+	}
 	for p.len() > n {
 		if len(p.tail) == 0 {
+			// A copy: the page may be another log's too (adopt).
 			last := p.full[len(p.full)-1]
 			p.full = p.full[:len(p.full)-1]
-			p.tail = last[:]
+			p.tail = slices.Clone(last[:])
 		}
 		k := max(n-len(p.full)<<pageShift, 0)
 		clear(p.tail[k:]) // drop references held past the new length
@@ -107,7 +157,12 @@ func (v Events) at(i int) *Event {
 	if uint(i) >= uint(v.n) {
 		panic("session: Events index out of range")
 	}
-	g := v.start + i
+	return v.storageAt(v.start + i)
+}
+
+// storageAt returns the event at index g of the view's storage (the
+// events its pages hold, from the first), in place.
+func (v Events) storageAt(g int) *Event {
 	if n := len(v.full) << pageShift; g >= n {
 		return &v.tail[g-n]
 	}
