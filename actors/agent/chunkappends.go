@@ -28,8 +28,9 @@ import (
 //
 // The held drafts go to the session as they are (session.NewAppendOwned:
 // not copied again), so each batch starts a new slice, made as large as
-// the batch before it: a slice grown one chunk at a time was copied some
-// eight times per batch of a few hundred chunks (a draft is about a
+// the batch before it, and a batch of maxHeld chunks is sent at once,
+// behind the Append in flight: a slice grown one chunk at a time up to a
+// few hundred chunks was copied some eight times (a draft is about a
 // hundred bytes), the agent's largest cost per chunk in an unpaced run.
 // The refs of a batch come back with its answer and are reused for the
 // next one.
@@ -40,8 +41,12 @@ type chunkAppends struct {
 	lastBatch  int             // the number of chunks the last batch sent held
 }
 
-// minHeld is the least room a batch's buffers are made with.
-const minHeld = 8
+// minHeld is the least room a batch's buffers are made with, maxHeld the
+// most chunks a batch holds.
+const (
+	minHeld = 8
+	maxHeld = 64
+)
 
 // chunkFlight is a chunk Append sent to the session: ref is its ref; refs
 // are the driver's refs it stands for, nil when it is the driver's own
@@ -61,11 +66,14 @@ func isChunkAppend(e appendEffect) bool {
 func (a *agentActor) appendChunk(ctx actor.Context, e appendEffect) {
 	c := &a.chunks
 	if len(c.flight) > 0 {
+		if len(c.heldRefs) == maxHeld {
+			a.sendHeld(ctx)
+		}
 		if c.heldDrafts == nil {
-			c.heldDrafts = make([]session.Draft, 0, max(c.lastBatch, minHeld))
+			c.heldDrafts = make([]session.Draft, 0, min(max(c.lastBatch, minHeld), maxHeld))
 		}
 		if c.heldRefs == nil {
-			c.heldRefs = make([]uint64, 0, max(c.lastBatch, minHeld))
+			c.heldRefs = make([]uint64, 0, maxHeld)
 		}
 		c.heldRefs = append(c.heldRefs, e.Ref)
 		c.heldDrafts = append(c.heldDrafts, e.Drafts[0])

@@ -188,3 +188,41 @@ func TestDriverChunkAtAModelsPaceAllocatesNoQueue(t *testing.T) {
 	r.input(streamEnded{Ref: r.stream, Finish: messages.FinishReason{Kind: messages.FinishStop}})
 	require.Zero(t, cap(r.d.chunkRefs), "the queue is dropped after the stream")
 }
+
+// sizes wraps the agent actor and records, in its Receive, the size of
+// the largest answer to one of its own appends.
+type sizes struct {
+	*agentActor
+	largest *atomic.Int64
+}
+
+func (w sizes) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(session.AppendReply); ok && int64(m.Events.Len()) > w.largest.Load() {
+		w.largest.Store(int64(m.Events.Len()))
+	}
+	w.agentActor.Receive(ctx)
+}
+
+// A stream faster than the session holds at most maxHeld chunks behind
+// the Append in flight: a full batch is sent at once, behind it, so the
+// coalescing buffer never grows past maxHeld drafts (grown one chunk at a
+// time to the whole stream, it was copied over and over).
+func TestHeldChunksAreSentInBatchesOfAtMostMaxHeld(t *testing.T) {
+	var largest atomic.Int64
+	text := strings.Repeat("c", 3000) // one chunk per character, streamed at once
+	h := newHarness(t, newMock(textResponse(text)), nil, func(h *harness, _ *Config) {
+		h.props = func(cfg Config) *actor.Props {
+			tpl, err := NewTemplate(cfg)
+			require.NoError(t, err)
+			lin := &lineage{}
+			return actor.PropsFromProducer(func() actor.Actor {
+				return sizes{newAgentActor(tpl, cfg.Session, lin), &largest}
+			})
+		}
+	})
+	h.followup("go")
+	h.waitIdle()
+	require.Equal(t, text, texts(derive(h.events())[1]))
+	require.LessOrEqual(t, largest.Load(), int64(maxHeld), "events in one append")
+	t.Logf("largest append: %d events", largest.Load())
+}
