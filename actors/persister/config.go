@@ -57,7 +57,7 @@ func (p Policy) String() string {
 const (
 	DefaultWindow         = 200 * time.Millisecond
 	DefaultMaxBatchEvents = 4096
-	DefaultFsyncWorkers   = 4
+	DefaultFsyncWorkers   = 32
 	DefaultShards         = 8
 	DefaultWriteTimeout   = time.Minute
 	DefaultRetryMin       = 100 * time.Millisecond
@@ -87,8 +87,14 @@ type Config struct {
 	// Default 4096.
 	MaxBatchEvents int
 	// FsyncWorkers bounds the goroutines running Store.Append, across all
-	// shards. Default 4. A SQLiteStore is written by one more
-	// goroutine, a group at a time; the workers run its other calls.
+	// shards. Default 32: a barrier's store call spends most of its time
+	// waiting for the disk, and a disk completes concurrent fsyncs of
+	// different files faster than the same fsyncs one at a time (the file
+	// system commits its journal for many at once), so when a thousand
+	// turn ends come together the queue drains several times faster than
+	// with a handful of workers (docs/performance.md#fsync-workers). A
+	// SQLiteStore is written by one more goroutine, a group at a time;
+	// the workers run its other calls.
 	FsyncWorkers int
 	// Shards is the number of shard actors; a session lives on the shard
 	// chosen by a hash of its id. Default 8.

@@ -180,7 +180,9 @@
 //	                and tool/call (before a tool body)
 //	PolicyNone      nothing (memory only: tests, benchmarks)     at once
 //
-// Writes of all sessions share a bounded pool of FsyncWorkers goroutines;
+// Writes of all sessions share a bounded pool of FsyncWorkers goroutines
+// (32 by default: concurrent fsyncs of different files complete faster
+// than the same fsyncs in turn, see docs/performance.md#fsync-workers);
 // a session has at most one write in flight, and whatever arrives during
 // it (events, flush requests) joins the next batch: group commit. Barrier
 // work (a barrier's write, Create, Release) goes ahead of background
