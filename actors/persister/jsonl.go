@@ -58,9 +58,10 @@ import (
 // Write path. The first append of a session creates the artifact under
 // its name (O_EXCL: two writers cannot both create it) and writes the
 // header and the first batch in one write; a durable one then fdatasyncs
-// it and fsyncs its directory, one without durable leaves both to the
-// session's next barrier (which fsyncs the file, then the directory), so
-// a new session's first write-behind batch costs no fsync. The
+// it and fsyncs its directory, one without durable fsyncs only the
+// directory (behind the turn, so that the session's next barrier, most
+// often its first turn end, fsyncs only the file; if that directory fsync
+// failed, the barrier fsyncs the directory after the file). The
 // directory's own entry in the project directory is made durable before,
 // by a fsync of the project directory that the first appends of
 // concurrent new sessions share (one running, the next one covering every
@@ -68,9 +69,9 @@ import (
 // append handle. A failed append before that first barrier removes the
 // artifact (nothing of it was durable), and the session is back to
 // registered: its events are appended again from seq 0. A crash before
-// the directory fsync leaves no artifact, or, on a file system that made
-// the name durable before the data, an artifact that ends inside its
-// header (empty, most often): a torn creation. It stores nothing: List skips it, reads find
+// the directory fsync leaves no artifact, or, after it (or on a file
+// system that made the name durable before the data), an artifact that
+// ends inside its header (empty, most often): a torn creation. It stores nothing: List skips it, reads find
 // no session, and the next first append of the id removes it and creates
 // the artifact again (under the writer lock, so no live writer is in the
 // middle of creating it). A crash after the header leaves a log with a
@@ -245,12 +246,16 @@ type jsonlSession struct {
 	// removed before anything else is done, and List skips it meanwhile.
 	orphan string
 	// unnamed says this store created the artifact (a first append
-	// without durable) and has not made it durable since: neither its
-	// bytes nor its name in the directory. The next barrier fsyncs the
-	// file and then the directory; a failure before that removes the
-	// artifact, since nothing of it was durable. Invariant: unnamed
-	// implies syncedNext and syncedSize are 0.
-	unnamed bool
+	// without durable) and has not made its bytes durable since. The
+	// first append fsyncs the directory, behind (nameSynced says it did),
+	// so that the next barrier fsyncs only the file; if it did not, the
+	// barrier fsyncs the file and then the directory. A failure before
+	// that barrier removes the artifact, since nothing of it was durable
+	// (a crash may keep a name whose bytes it dropped: a torn creation,
+	// which stores nothing). Invariant: unnamed implies syncedNext and
+	// syncedSize are 0.
+	unnamed    bool
+	nameSynced bool
 	// held is the session's writer lock while the store holds it (only
 	// with JSONLConfig.Lock). Invariant: dirty, orphan or unnamed set
 	// implies held (when locking): bytes nobody acknowledged are removed,

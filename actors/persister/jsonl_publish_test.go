@@ -365,8 +365,9 @@ func TestJSONLFirstAppendWithoutDurableIsSyncedByTheBarrier(t *testing.T) {
 			first := len(ops)
 			require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
 			m.InjectError(nil)
-			require.Equal(t, []string{"open <final>", "write <final>"}, ops[first-2:first], "the first append: no fsync")
-			require.Equal(t, []string{"write <final>", "sync <final>", "syncdir " + dir}, ops[first:], "the barrier: the file, then its name")
+			require.Equal(t, []string{"open <final>", "write <final>", "syncdir " + dir}, ops[first-3:first],
+				"the first append: no fsync of the file, its name made durable behind")
+			require.Equal(t, []string{"write <final>", "sync <final>"}, ops[first:], "the barrier: the file alone")
 			data := readRaw(t, m, path)
 
 			for i := range len(ops) + 1 {
@@ -421,13 +422,22 @@ func TestJSONLFailedBarrierAfterLazyFirstAppendUnpublishes(t *testing.T) {
 				b.textTurn("two", 2)
 				require.NoError(t, s.Create(b.header()))
 				path := s.locate(b.header())
+				inject := func() {
+					m.InjectError(func(op vfs.Op, p string) error {
+						if (op == step && strings.HasPrefix(p, filepath.Dir(path))) || (removeFails && op == vfs.OpRemove) {
+							return vfs.ErrInjected
+						}
+						return nil
+					})
+				}
+				if step == vfs.OpSyncDir {
+					// The first append fsyncs the directory behind: its
+					// failure fails nothing, and the barrier fsyncs the
+					// directory again, which fails.
+					inject()
+				}
 				require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], NoSync))
-				m.InjectError(func(op vfs.Op, p string) error {
-					if (op == step && strings.HasPrefix(p, filepath.Dir(path))) || (removeFails && op == vfs.OpRemove) {
-						return vfs.ErrInjected
-					}
-					return nil
-				})
+				inject()
 				require.ErrorIs(t, s.Append(ctx, b.id(), b.from(k), Sync), vfs.ErrInjected)
 				m.InjectError(nil)
 				_, err := m.Stat(path)

@@ -129,15 +129,18 @@ func (s *JSONLStore) sync(st *jsonlSession, f vfs.File) error {
 }
 
 // syncName fsyncs the directory of an unnamed artifact, once its bytes
-// are synced: the first barrier after a first append without durable.
+// are synced: the first barrier after a first append without durable,
+// unless that append made the name durable already (nameSynced).
 func (s *JSONLStore) syncName(st *jsonlSession) error {
 	if !st.unnamed {
 		return nil
 	}
-	if err := s.fs.SyncDir(filepath.Dir(st.path)); err != nil {
-		return err
+	if !st.nameSynced {
+		if err := s.fs.SyncDir(filepath.Dir(st.path)); err != nil {
+			return err
+		}
 	}
-	st.unnamed = false
+	st.unnamed, st.nameSynced = false, false
 	return nil
 }
 
@@ -148,7 +151,7 @@ func (s *JSONLStore) syncName(st *jsonlSession) error {
 func (s *JSONLStore) unpublish(st *jsonlSession) error {
 	path := st.path
 	s.dropHandle(path)
-	st.registered, st.path, st.known, st.dirty, st.unnamed = true, "", false, false, false
+	st.registered, st.path, st.known, st.dirty, st.unnamed, st.nameSynced = true, "", false, false, false, false
 	st.next, st.size, st.syncedNext, st.syncedSize = 0, 0, 0, 0
 	if err := s.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.setOrphan(st, path)
@@ -257,9 +260,16 @@ func (s *JSONLStore) tornCreation(path string) (bool, error) {
 // writeFirst is publish's write through f, the artifact just created: the
 // header and the batch in one write; if durable, then fdatasync and the
 // directory's fsync, which makes the artifact's name durable. Without
-// durable the artifact is unnamed: written like any batch behind, and
-// made durable, name and all, by the session's next barrier. f becomes
-// the cached append handle.
+// durable the artifact is unnamed: written like any batch behind, its
+// bytes not synced, and made durable by the session's next barrier; but
+// its directory is fsynced now, behind, so that the barrier (the
+// session's first turn end, most often) fsyncs only the file, as every
+// later one does. f becomes the cached append handle.
+//
+// Rejected alternative: leaving the directory's fsync to the barrier, as
+// this did before. It put a second fsync on the first turn end of every
+// session whose first write was behind (every session of a paced run),
+// where a turn end waits for it, instead of in the window before it.
 func (s *JSONLStore) writeFirst(st *jsonlSession, f vfs.File, path string, events []session.Event, durable bool) error {
 	data := s.encodeBatch(s.encodeHeader(nil, st.header), events)
 	_, err := f.Write(data)
@@ -288,6 +298,9 @@ func (s *JSONLStore) writeFirst(st *jsonlSession, f vfs.File, path string, event
 		// these events as not yet durable, appends them again from seq 0
 		// (Writer.Append).
 		st.syncedNext, st.syncedSize, st.unnamed = 0, 0, true
+		// The name, made durable now, off the barrier's path. A failure
+		// fails nothing: the barrier fsyncs the directory itself then.
+		st.nameSynced = s.fs.SyncDir(filepath.Dir(path)) == nil
 	}
 	s.release(path, f, true)
 	return nil
