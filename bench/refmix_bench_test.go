@@ -283,7 +283,7 @@ func runMixLoad(tb testing.TB, tm benchTimer, root string) mixResult {
 	st, err := store.Load(ctx, mixHeader().ID)
 	var l *session.Log
 	if err == nil {
-		l, err = session.Restore(st.Header, st.Events)
+		l, err = session.Adopt(st.Header, st.Events) // as a host resuming it does
 	}
 	cpu, elapsed := cpuTime()-cpu0, time.Since(t0)
 	tm.StopTimer()
@@ -326,7 +326,8 @@ func (r mixResult) report(b *testing.B, runs []mixResult) {
 //	         JSONL+zstd store under the turn-end policy (each turn/end is a
 //	         durability barrier), until the last event is durable
 //	load     that file loaded cold (a new store: read, decompress, parse,
-//	         repair check) and the log rebuilt from it (session.Restore)
+//	         repair check) and the log made of it (session.Adopt, as a
+//	         host's resume does: the loaded events become the log's pages)
 //
 // events/s is the workload's events over the wall time of the timed part;
 // B/event is the heap retained after a GC with the log (and for persist

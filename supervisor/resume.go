@@ -126,15 +126,18 @@ func (h *Host) get(ctx context.Context, id session.SessionID, load bool) (*entry
 		h.release(e, err)
 		return nil, err
 	}
-	l, err := session.NewSeeded(st.Header, st.Events, h.cfg.Clock())
+	n := int64(len(st.Events))
+	// The loaded events are the caller's (persister.Stored): the log takes
+	// them over rather than copying them into pages of its own.
+	l, err := session.AdoptSeeded(st.Header, st.Events, h.cfg.Clock())
 	if err != nil {
 		h.release(e, err)
 		return nil, err
 	}
-	if err := h.start(ctx, e, l, int64(len(st.Events))); err != nil {
+	if err := h.start(ctx, e, l, n); err != nil {
 		return nil, err
 	}
-	h.logger.Debug("session resumed", "session", string(id), "events", len(st.Events))
+	h.logger.Debug("session resumed", "session", string(id), "events", n)
 	return e, nil
 }
 

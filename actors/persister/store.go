@@ -112,7 +112,9 @@ type Revision string
 type Stored struct {
 	Header session.Header
 	// Events is the balanced log: the stored events (after any torn tail
-	// was dropped) followed by Closers.
+	// was dropped) followed by Closers. The slice is the caller's: a store
+	// keeps no reference to it (a host hands it over to the session's log,
+	// session.AdoptSeeded).
 	Events []session.Event
 	// Closers are the repair events appended to close an open turn:
 	// committed by Load, in memory only for Inspect.

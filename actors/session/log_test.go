@@ -678,3 +678,97 @@ func TestMirrorAtSharesTheSourcesPages(t *testing.T) {
 	last, _ := cp.Event(n - 1)
 	require.Contains(t, last.Data().String(), `"cp"`)
 }
+
+// TestAdoptAgreesWithRestore: over the corpus and the damaged logs of
+// TestValidateAgreesWithRestore, Adopt and AdoptSeeded refuse what
+// Restore and NewSeeded refuse, with the same error, and build the same
+// log otherwise (events, surface, derived messages), which then takes
+// appends the same way.
+func TestAdoptAgreesWithRestore(t *testing.T) {
+	_, paths := fixtureFiles(t)
+	refused, built := 0, 0
+	check := func(h Header, events []Event) {
+		t.Helper()
+		want, rerr := Restore(h, events)
+		got, aerr := Adopt(h, slices.Clone(events))
+		require.Equal(t, errText(rerr), errText(aerr))
+		wantSeeded, serr := NewSeeded(h, events, testNow)
+		gotSeeded, aserr := AdoptSeeded(h, slices.Clone(events), testNow)
+		require.Equal(t, errText(serr), errText(aserr))
+		if rerr != nil {
+			refused++
+			return
+		}
+		built++
+		for _, pair := range [][2]*Log{{want, got}, {wantSeeded, gotSeeded}} {
+			want, got := pair[0], pair[1]
+			if want == nil {
+				require.Nil(t, got)
+				continue
+			}
+			require.Equal(t, want.FirstLiveSeq(), got.FirstLiveSeq())
+			require.Equal(t, want.SurfaceNodes(), got.SurfaceNodes())
+			requireSameEvents(t, want.Events().Slice(), got.Events().Slice())
+			requireSameMessages(t, want.DeriveMessages().Slice(), got.DeriveMessages().Slice())
+		}
+		if wantSeeded == nil {
+			return
+		}
+		// Appends after the adopted events: past the last full page of the
+		// adopted array, into the tail and the pages after it.
+		for range pageSize + 3 {
+			d := TurnStart{Turn: int64(wantSeeded.Len())}.Draft()
+			_, werr := wantSeeded.Append(d, testNow)
+			_, gerr := gotSeeded.Append(d, testNow)
+			require.Equal(t, errText(werr), errText(gerr))
+			if werr != nil {
+				break
+			}
+		}
+		requireSameEvents(t, wantSeeded.Events().Slice(), gotSeeded.Events().Slice())
+	}
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		f, err := ParseFile(fixtures.Substitute(raw), path)
+		require.NoError(t, err)
+		check(f.Header, f.Events)
+		step := max(len(f.Events)/12, 1)
+		for k := 0; k < len(f.Events); k += step {
+			gap := append(slices.Clone(f.Events[:k]), f.Events[k+1:]...)
+			renumbered := slices.Clone(gap)
+			for i := k; i < len(renumbered); i++ {
+				renumbered[i].seq = int64(i)
+			}
+			check(f.Header, renumbered)
+		}
+	}
+	require.Greater(t, refused, 10, "the damaged logs exercise the refusals")
+	require.Greater(t, built, 10)
+}
+
+// TestAdoptKeepsTheEventsInPlace: an adopted slice's full pages are the
+// log's, not copies, and appends after them go to the log's own tail,
+// never into the adopted array.
+func TestAdoptKeepsTheEventsInPlace(t *testing.T) {
+	src := chunkLog(t, 3*pageSize+5)
+	events := src.Events().Slice()
+	n := len(events)
+	l, err := Adopt(src.Header(), events)
+	require.NoError(t, err)
+	require.EqualValues(t, n, l.Len())
+	full := n / pageSize * pageSize
+	for i := range full {
+		require.Samef(t, &events[i], l.events.at(i), "event %d was copied", i)
+	}
+	for i := full; i < n; i++ {
+		require.NotSame(t, &events[i], l.events.at(i), "the tail is the log's own")
+		require.Zero(t, events[i], "the adopted array keeps nothing past its pages")
+	}
+	before := l.Events()
+	_, err = l.Append(AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, "more")}.Draft(), testNow)
+	require.NoError(t, err)
+	require.EqualValues(t, n+1, l.Len())
+	require.Equal(t, n, before.Len(), "a view taken before the append does not see it")
+	requireSameEvents(t, src.Events().Slice(), l.EventsFrom(0).View(0, n).Slice())
+}

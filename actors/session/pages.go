@@ -108,6 +108,28 @@ func (p *eventPages) adopt(v Events, i, n int) bool {
 	return true
 }
 
+// pagesOver returns the pages of es, taking its array over: each full
+// page is a run of pageSize events of the array, in place; the events
+// after the last one (fewer than a page) are copied into a tail of their
+// own, which appends fill, and cleared in the array, which keeps no
+// reference past its pages.
+func pagesOver(es []Event) eventPages {
+	var p eventPages
+	n := len(es) >> pageShift << pageShift
+	if n > 0 {
+		p.full = make([]*page, 0, n>>pageShift)
+		for i := 0; i < n; i += pageSize {
+			p.full = append(p.full, (*page)(es[i:i+pageSize]))
+		}
+	}
+	if rest := es[n:]; len(rest) > 0 {
+		p.tail = make([]Event, len(rest), pageSize)
+		copy(p.tail, rest)
+		clear(rest)
+	}
+	return p
+}
+
 // truncate drops every event from index n on (a rolled-back batch, which
 // no view has seen).
 func (p *eventPages) truncate(n int) {
