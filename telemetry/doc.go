@@ -59,7 +59,7 @@
 //
 // The counts that move with every event (events by type, chunks, tokens,
 // turns started, retries, open calls) are atomic counters that observable
-// instruments read when a reader collects: a chunk costs two atomic adds
+// instruments read when a reader collects: a chunk costs one atomic add
 // and no lookup of an attribute set, no lock and no allocation. The other
 // instruments record once per turn, model call or tool call. A host given
 // no MeterProvider creates no instrument and installs no observer.

@@ -32,8 +32,7 @@ var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 // what keeps the chunk path within its budget. The rest (one per turn,
 // model call or tool call, or rarer) are synchronous instruments.
 type Metrics struct {
-	events  [len(eventTypes) + 1]atomic.Int64 // by eventIndex; the last is "other"
-	chunks  atomic.Int64
+	events  [len(eventTypes) + 1]atomic.Int64 // by eventIndex; the last is "other"; dsh.model.chunks reads chunkIndex's
 	tokens  [len(tokenKinds)]atomic.Int64
 	started atomic.Int64 // turns
 	retries atomic.Int64
@@ -70,11 +69,14 @@ var eventTypes = [...]session.EventType{
 	session.TypeCompactionPrune, session.TypeCompactionEnd,
 }
 
+// chunkIndex is assistant/chunk's index in eventTypes.
+const chunkIndex = 5
+
 // eventIndex returns t's index in eventTypes, len(eventTypes) for other.
 // The chunk, by far the most frequent, is checked first (one compare).
 func eventIndex(t session.EventType) int {
 	if t == session.TypeAssistantChunk {
-		return 5
+		return chunkIndex
 	}
 	for i, et := range eventTypes {
 		if et == t {
@@ -202,7 +204,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	}
 	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(started, m.started.Load())
-		o.ObserveInt64(chunks, m.chunks.Load())
+		o.ObserveInt64(chunks, m.events[chunkIndex].Load())
 		o.ObserveInt64(retries, m.retries.Load())
 		o.ObserveInt64(open, m.open.Load())
 		for i := range m.events {
@@ -336,9 +338,10 @@ func (s *sessionMetrics) observe(ev session.Event) error {
 	m := s.m
 	t := ev.Type()
 	if t == session.TypeAssistantChunk {
-		// The hot path: two atomic adds, and once per call the first token.
-		m.events[5].Add(1)
-		m.chunks.Add(1)
+		// The hot path: one atomic add (dsh.model.chunks and the chunks'
+		// dsh.events.appended read the same count), and once per call the
+		// first token.
+		m.events[chunkIndex].Add(1)
 		if s.callAt >= 0 && !s.first {
 			s.first = true
 			m.ttft.Record(context.Background(), msToSeconds(ev.Time()-s.callAt))

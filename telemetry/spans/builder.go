@@ -3,6 +3,7 @@ package spans
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -310,6 +311,13 @@ func (b *Builder) chunk(s *openStep, e session.Event) {
 		}
 		return
 	}
+	// Once the call has its first token, only a usage or finish chunk
+	// changes it: the others are counted, not decoded.
+	if c.firstToken >= 0 {
+		if k, ok := rawChunkType(e); ok && k != messages.ChunkUsage && k != messages.ChunkFinish {
+			return
+		}
+	}
 	p, ok := e.Payload().(session.AssistantChunk)
 	if !ok {
 		return
@@ -329,6 +337,29 @@ func (b *Builder) chunk(s *openStep, e session.Event) {
 	if c.firstToken < 0 && ch.IsTokenDelta() {
 		c.firstToken = max(e.Time(), c.start)
 	}
+}
+
+// rawChunkType reads the type of an assistant/chunk's chunk from its data
+// as dsh writes it ({"turn":T,"step":S,"chunk":{"type":"K",...}}) without
+// decoding it; ok is false for data written otherwise (then decode it).
+// The pattern cannot match inside a JSON string, whose quotes are
+// escaped, and the first key of the chunk object is its type.
+func rawChunkType(e session.Event) (messages.ChunkType, bool) {
+	const key = `,"chunk":{"type":"`
+	s := e.Data().String()
+	if !strings.HasPrefix(s, `{"turn":`) {
+		return "", false
+	}
+	i := strings.Index(s, key)
+	if i < 0 {
+		return "", false
+	}
+	s = s[i+len(key):]
+	j := strings.IndexByte(s, '"')
+	if j < 0 {
+		return "", false
+	}
+	return messages.ChunkType(s[:j]), true
 }
 
 // callOf returns the step's open model call, opening the next attempt

@@ -281,3 +281,44 @@ func TestIDsDistinct(t *testing.T) {
 	require.Equal(t, TraceID("a", 1), TraceID("a", 1))
 	_ = attribute.Key("")
 }
+
+// The type a chunk's raw data names (read without decoding it, for the
+// chunks after a call's first token) is the decoded chunk's type, for
+// every chunk of the corpus and of bench-shaped turns; data written in
+// another key order is not read that way.
+func TestRawChunkTypeAgreesWithTheDecoder(t *testing.T) {
+	files, err := fixtures.CorpusFiles()
+	require.NoError(t, err)
+	events := benchTurns(t, 1, 3)
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		f, err := session.ParseFile(fixtures.Substitute(data), filepath.Base(path))
+		if err != nil {
+			continue
+		}
+		events = append(events, f.Events...)
+	}
+	read := 0
+	for _, e := range events {
+		if e.Type() != session.TypeAssistantChunk {
+			continue
+		}
+		p, ok := e.Payload().(session.AssistantChunk)
+		require.True(t, ok)
+		k, ok := rawChunkType(e)
+		if ok {
+			read++
+			require.Equal(t, p.Chunk.Type(), k, "seq %d: %s", e.Seq(), e.Data())
+		}
+	}
+	require.Greater(t, read, 100)
+
+	f := parseLog(t, `{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/w","delegationDepth":0}
+{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}
+{"type":"step/start","seq":1,"time":1,"data":{"turn":1,"step":1}}
+{"type":"assistant/chunk","seq":2,"time":1,"data":{"step":1,"turn":1,"chunk":{"type":"usage","usage":{"inputTokens":1,"outputTokens":2}}}}
+`)
+	_, ok := rawChunkType(f.Events[2])
+	require.False(t, ok, "turn is not the first key")
+}

@@ -16,7 +16,7 @@ import (
 // benchTurns returns the events of turns shaped like dsh bench's: per
 // turn a step streaming a tool call and a step streaming chunks text
 // deltas, with usage and finish chunks.
-func benchTurns(b *testing.B, turns, chunks int) []session.Event {
+func benchTurns(b testing.TB, turns, chunks int) []session.Event {
 	l, err := session.New(session.Header{ID: "bench", CreatedAt: 1, Cwd: "/w"})
 	require.NoError(b, err)
 	add := func(d session.Draft) {
