@@ -132,6 +132,10 @@ func (e *entry) fold(h *Host, ev session.Event, live bool) {
 		if live {
 			e.open.Store(true)
 		}
+	case session.TypeLlmRetry:
+		if live && h.cfg.Logger != nil {
+			logRetry(h.logger, e.id, ev)
+		}
 	case session.TypeInboxSpliced:
 		// A fork does not inherit its parent's inbox: splices of the seed
 		// are not the session's (inbox.Rebuild skips them too).

@@ -41,6 +41,7 @@ type Host struct {
 	metrics     *telemetry.Metrics   // nil without Config.MeterProvider
 	persisted   *persister.Telemetry // the persister's queue and write times; nil without metrics
 	unobserve   func() error         // unregisters the host gauges
+	unwatch     func()               // stops logging actor failures; nil without Config.Logger
 	workers     *workers             // runs the mailboxes of the actors spawned here
 	passWG      sync.WaitGroup       // passivation goroutines (timer callbacks)
 
@@ -155,6 +156,7 @@ func Open(cfg Config) (*Host, error) {
 			return nil, fmt.Errorf("supervisor: %w", err)
 		}
 	}
+	h.unwatch = h.watchFailures()
 	return h, nil
 }
 
@@ -290,6 +292,9 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	if err := h.store.Close(); err != nil && !errors.Is(err, persister.ErrClosed) {
 		errs = append(errs, err)
+	}
+	if h.unwatch != nil {
+		h.unwatch()
 	}
 	if h.ownSys {
 		h.sys.Shutdown()

@@ -3,11 +3,13 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dshgo/dsh/actors/agent"
+	"github.com/dshgo/dsh/actors/llm"
 	"github.com/dshgo/dsh/actors/llm/synthetic"
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
@@ -345,4 +348,92 @@ func TestLogFencedWriteOnce(t *testing.T) {
 	require.Equal(t, string(id), attrOf(warns[0], "session"))
 	require.Contains(t, attrOf(warns[0], "err"), "another writer appended")
 	require.ErrorIs(t, h.Close(ctx), persister.ErrFenced, "closing cannot make the refused events durable")
+}
+
+// A session actor that panics is restarted by protoactor, and the host
+// logs that once, at warn, with the session's id and which actor it was.
+func TestLogSessionActorRestart(t *testing.T) {
+	ctx := testCtx(t)
+	rec := &recordingHandler{}
+	var hooked atomic.Int64
+	h := openHost(t, Config{Logger: slog.New(rec),
+		SessionObservers: []session.Observer{func(ev session.Event) error {
+			if ev.Type() == session.TypeAssistantChunk {
+				return errors.New("observer fails")
+			}
+			return nil
+		}},
+		OnObserverFailure: func(session.SessionID, session.ObserverFailure) {
+			if hooked.Add(1) == 1 {
+				panic("failure hook exploded")
+			}
+		},
+	})
+	defer func() { require.NoError(t, h.Close(ctx)) }()
+	other, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, h.Followup(ctx, id, userMsg(t, "one")))
+	require.NoError(t, h.WaitIdle(ctx, id))
+
+	var restarts []slog.Record
+	for _, r := range rec.atLevel(slog.LevelWarn) {
+		if r.Message == "session actor restarted" {
+			restarts = append(restarts, r)
+		}
+	}
+	require.Len(t, restarts, 1)
+	require.Equal(t, string(id), attrOf(restarts[0], "session"))
+	require.NotEqual(t, string(other), attrOf(restarts[0], "session"))
+	require.Equal(t, "session", attrOf(restarts[0], "actor"))
+	require.Contains(t, attrOf(restarts[0], "reason"), "failure hook exploded")
+}
+
+// Each model call the agent retries (an llm/retry in the log) is one info
+// record with the session's id, the retry's number, its delay and the
+// failure.
+func TestLogModelCallRetries(t *testing.T) {
+	ctx := testCtx(t)
+	model, err := synthetic.New(synthetic.Config{Seed: 5, TextChunks: 3, FailureRate: 0.6,
+		Failures: synthetic.FailureMix{Server: 1}})
+	require.NoError(t, err)
+	rec := &recordingHandler{}
+	h := openHost(t, Config{Provider: model, Logger: slog.New(rec),
+		Retry: llm.RetryPolicy{Mode: llm.RetryAlways, InitialDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}})
+	defer func() { require.NoError(t, h.Close(ctx)) }()
+	id, err := h.Create(ctx, CreateOptions{})
+	require.NoError(t, err)
+	for _, text := range []string{"one", "two", "three"} {
+		require.NoError(t, h.Followup(ctx, id, userMsg(t, text)))
+		require.NoError(t, h.WaitIdle(ctx, id))
+	}
+	evs, err := h.Events(ctx, id, 0)
+	require.NoError(t, err)
+	var retries []session.Event
+	for _, ev := range evs {
+		if ev.Type() == session.TypeLlmRetry {
+			retries = append(retries, ev)
+		}
+	}
+	require.NotEmpty(t, retries, "the seed makes some calls fail")
+
+	var logged []slog.Record
+	for _, r := range rec.atLevel(slog.LevelInfo) {
+		if r.Message == "model call retried" {
+			logged = append(logged, r)
+		}
+	}
+	require.Len(t, logged, len(retries), "one record per llm/retry")
+	for i, r := range logged {
+		d := retries[i].Data()
+		n, _ := d.Field("retry")
+		attempt, _ := n.AsInt()
+		delay, _ := d.Field("delayMs")
+		ms, _ := delay.AsInt()
+		require.Equal(t, string(id), attrOf(r, "session"))
+		require.Equal(t, fmt.Sprint(attempt), attrOf(r, "attempt"))
+		require.Equal(t, (time.Duration(ms) * time.Millisecond).String(), attrOf(r, "delay"))
+		require.Equal(t, "SERVER", attrOf(r, "failure"))
+	}
 }
