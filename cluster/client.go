@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -91,9 +92,9 @@ var ErrNoStore = errors.New("cluster: the client has no store to list sessions f
 
 // newClient makes a client around a fresh actor system; its cluster is
 // set by the caller.
-func newClient(attempt, call time.Duration) *Client {
+func newClient(attempt, call time.Duration, logger *slog.Logger) *Client {
 	cl := &Client{attemptTimeout: attempt, callTimeout: max(call, supervisor.DefaultRequestTimeout)}
-	cl.sys = supervisor.NewQuietSystem()
+	cl.sys = supervisor.NewSystem(logger)
 	cl.sys.EventStream.Subscribe(cl.onTopology)
 	return cl
 }

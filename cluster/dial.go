@@ -68,7 +68,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = defaultRequestTimeout
 	}
-	cl := newClient(cfg.RequestTimeout, 0)
+	cl := newClient(cfg.RequestTimeout, 0, nil)
 	cl.store = cfg.Store
 	provider := cfg.Provider
 	var peers *peersProvider

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -202,7 +203,10 @@ func Start(cfg Config) (m *Member, err error) {
 	if cfg.fs == nil {
 		cfg.fs = vfs.OS()
 	}
-	m = &Member{cfg: cfg, Client: newClient(cfg.RequestTimeout, cfg.Session.RequestTimeout)}
+	m = &Member{cfg: cfg, Client: newClient(cfg.RequestTimeout, cfg.Session.RequestTimeout, cfg.Session.Logger)}
+	if l := cfg.Session.Logger; l != nil {
+		m.sys.EventStream.Subscribe(func(evt any) { logMembership(l, m.sys, evt) })
+	}
 
 	m.refused = newRefusals(cfg.OnRefused)
 	provider := cfg.Provider
@@ -248,6 +252,23 @@ func Start(cfg Config) (m *Member, err error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// logMembership logs, at info, each member that joined or left the
+// cluster in a topology protoactor publishes (evt), with this member's
+// own address (self): docs/observability.md#log-records.
+func logMembership(l *slog.Logger, sys *actor.ActorSystem, evt any) {
+	t, ok := evt.(*pcluster.ClusterTopology)
+	if !ok {
+		return
+	}
+	self := sys.Address()
+	for _, mb := range t.Joined {
+		l.Info("cluster member joined", "member", mb.Address(), "self", self)
+	}
+	for _, mb := range t.Left {
+		l.Info("cluster member left", "member", mb.Address(), "self", self)
+	}
 }
 
 // remoteConfig is the actor remote's configuration, of a member or a

@@ -218,6 +218,12 @@ func newSystem(logger *slog.Logger) *actor.ActorSystem {
 		actor.WithDeadLetterThrottleInterval(time.Millisecond))
 }
 
+// NewSystem returns an actor system whose own records (protoactor's) go
+// to logger at debug level, as a host's own system's do; a quiet one
+// (NewQuietSystem) when logger is nil. For an embedder that makes the
+// system its host runs in (a cluster member).
+func NewSystem(logger *slog.Logger) *actor.ActorSystem { return newSystem(logger) }
+
 // NewQuietSystem returns an actor system whose own logging is silenced,
 // as the host makes when Config.System and Config.Logger are nil.
 func NewQuietSystem() *actor.ActorSystem {
