@@ -46,6 +46,7 @@
 //	dsh.persister.queue.writes      gauge      {write}                       writes waiting for a store call
 //	dsh.persister.queue.events      gauge      {event}                       the events of those writes
 //	dsh.inbox.pending               gauge      {message}                     inbox splices of resident sessions
+//	dsh.spans.dropped               counter    {span}                        spans.Exporter.Dropped (ObserveSpansDropped)
 //	dsh.turn_end.flush.duration     histogram  s                             turn/end commit → durable notice
 //	dsh.model.calls.queued          gauge      {call}                        calls waiting under the host's bound
 //	dsh.model.queue.wait            histogram  s                             a call's wait for a slot

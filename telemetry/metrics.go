@@ -125,7 +125,28 @@ const (
 	NameQueuedWrites       = "dsh.persister.queue.writes"
 	NameQueuedEvents       = "dsh.persister.queue.events"
 	NameInboxPending       = "dsh.inbox.pending"
+	NameSpansDropped       = "dsh.spans.dropped"
 )
+
+// ObserveSpansDropped registers read (spans.Exporter.Dropped) as the
+// source of dsh.spans.dropped on mp: spans a live export dropped because
+// it fell behind. The returned function unregisters it.
+func ObserveSpansDropped(mp metric.MeterProvider, read func() int64) (unregister func() error, err error) {
+	mt := mp.Meter(ScopeName)
+	c, err := mt.Int64ObservableCounter(NameSpansDropped, metric.WithUnit("{span}"),
+		metric.WithDescription("Spans the live trace export dropped because it fell behind (its queue full)."))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %s: %w", NameSpansDropped, err)
+	}
+	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(c, read())
+		return nil
+	}, c)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %s: %w", NameSpansDropped, err)
+	}
+	return reg.Unregister, nil
+}
 
 // NewMetrics creates the instruments on mp's meter for ScopeName. A nil
 // mp is the no-op provider: the instruments exist and record nothing.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -21,14 +23,36 @@ import (
 // span processor, which exports in the background. Safe for concurrent
 // use.
 //
-// The session actor never waits on the export: a span is queued without
-// blocking, and dropped (counted by the SDK's processor) when the queue is
-// full, rather than slowing the session. A host without an Exporter pays
-// nothing: there is no observer.
+// The session actor never waits on the export: a span is handed over
+// without blocking, and dropped (and counted: Dropped) when the export is
+// that far behind, rather than slowing the session. A host without an
+// Exporter pays nothing: there is no observer.
+//
+// The hand-over: ended spans go into a buffer of handOff spans, which one
+// goroutine empties into the SDK's batch span processor, made blocking:
+// when the processor's queue (OTEL_BSP_MAX_QUEUE_SIZE) is full the
+// goroutine waits, the buffer fills, and the next span is dropped here,
+// where it is counted. Rejected: the processor dropping spans itself (its
+// default), which counts them where no one can read the count.
 type Exporter struct {
 	proc sdktrace.SpanProcessor
 	res  *resource.Resource
+
+	mu      sync.RWMutex // guards closed against sends on spans
+	closed  bool
+	spans   chan handed
+	done    chan struct{} // closed when the forwarder returns
+	dropped atomic.Int64
 }
+
+// handed is one item of the hand-over: a span, or a flush's marker.
+type handed struct {
+	span  sdktrace.ReadOnlySpan
+	flush chan struct{} // closed once every span before it is forwarded
+}
+
+// handOff is the size of the hand-over buffer.
+const handOff = 1024
 
 var _ telemetry.Observer = (*Exporter)(nil)
 
@@ -36,8 +60,43 @@ var _ telemetry.Observer = (*Exporter)(nil)
 // exp, batched by the SDK's BatchSpanProcessor (its defaults, and the
 // standard OTEL_BSP_* variables). Shutdown flushes and shuts exp down.
 func NewExporter(exp sdktrace.SpanExporter, res *resource.Resource) *Exporter {
-	return &Exporter{proc: sdktrace.NewBatchSpanProcessor(exp), res: res}
+	x := &Exporter{proc: sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBlocking()), res: res,
+		spans: make(chan handed, handOff), done: make(chan struct{})}
+	go x.forward()
+	return x
 }
+
+// forward hands the spans to the processor, in order, until Shutdown.
+func (x *Exporter) forward() {
+	defer close(x.done)
+	for h := range x.spans {
+		if h.flush != nil {
+			close(h.flush)
+			continue
+		}
+		x.proc.OnEnd(h.span)
+	}
+}
+
+// end hands an ended span over, or drops it if the buffer is full or the
+// exporter shut down.
+func (x *Exporter) end(s *Span) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.closed {
+		x.dropped.Add(1)
+		return
+	}
+	select {
+	case x.spans <- handed{span: readOnly(s, x.res)}:
+	default:
+		x.dropped.Add(1)
+	}
+}
+
+// Dropped returns the spans dropped so far: ended while the export was too
+// far behind to take them, or after Shutdown.
+func (x *Exporter) Dropped() int64 { return x.dropped.Load() }
 
 // Open returns the observer of session id, which holds the events past:
 // a Builder fed the turn past leaves open (so that a session reactivated
@@ -49,7 +108,7 @@ func NewExporter(exp sdktrace.SpanExporter, res *resource.Resource) *Exporter {
 // within past were exported, live, by an earlier residency (or never, if
 // tracing was off then); `dsh log trace` gives them.
 func (x *Exporter) Open(id session.SessionID, past session.Events) session.Observer {
-	b := NewBuilder(id, 0, func(s Span) { x.proc.OnEnd(readOnly(&s, x.res)) })
+	b := NewBuilder(id, 0, func(s Span) { x.end(&s) })
 	prime(b, past)
 	return func(e session.Event) error {
 		b.Add(e)
@@ -93,13 +152,46 @@ func prime(b *Builder, past session.Events) {
 	}
 }
 
-// ForceFlush exports the spans queued so far.
-func (x *Exporter) ForceFlush(ctx context.Context) error { return x.proc.ForceFlush(ctx) }
+// ForceFlush exports the spans ended so far.
+func (x *Exporter) ForceFlush(ctx context.Context) error {
+	x.mu.RLock()
+	if x.closed {
+		x.mu.RUnlock()
+		return x.proc.ForceFlush(ctx)
+	}
+	mark := make(chan struct{})
+	select {
+	case x.spans <- handed{flush: mark}:
+	case <-ctx.Done():
+		x.mu.RUnlock()
+		return ctx.Err()
+	}
+	x.mu.RUnlock()
+	select {
+	case <-mark:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return x.proc.ForceFlush(ctx)
+}
 
-// Shutdown exports the spans queued so far and shuts the exporter down;
+// Shutdown exports the spans ended so far and shuts the exporter down;
 // spans that end later are dropped. Call it after the host has closed
 // (its sessions' last spans end as they stop).
-func (x *Exporter) Shutdown(ctx context.Context) error { return x.proc.Shutdown(ctx) }
+func (x *Exporter) Shutdown(ctx context.Context) error {
+	x.mu.Lock()
+	if !x.closed {
+		x.closed = true
+		close(x.spans)
+	}
+	x.mu.Unlock()
+	select {
+	case <-x.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return x.proc.Shutdown(ctx)
+}
 
 // ErrUnsupportedProtocol reports an OTLP protocol the environment asks for
 // that dsh does not export with (gRPC).

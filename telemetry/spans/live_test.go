@@ -2,10 +2,12 @@ package spans
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -121,4 +123,48 @@ func TestExporterOpenedBetweenTurns(t *testing.T) {
 	}
 	require.Positive(t, n)
 	require.Len(t, got, n)
+}
+
+// heldExporter blocks every export until release is closed, and counts
+// the spans it was given.
+type heldExporter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	n       int
+}
+
+func (h *heldExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	h.mu.Lock()
+	h.n += len(spans)
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *heldExporter) Shutdown(context.Context) error { return nil }
+
+// Spans that end while the export is too far behind (its queue and the
+// hand-over full) are dropped without waiting, and counted: after the
+// shutdown, every span ended was either exported or counted as dropped.
+func TestExporterCountsDroppedSpans(t *testing.T) {
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+	held := &heldExporter{release: make(chan struct{})}
+	x := NewExporter(held, resource.Empty())
+	const turns = 300 // six spans each: more than the hand-over and the queue hold
+	obs := x.Open("s", session.Events{})
+	for _, e := range benchTurns(t, turns, 3) {
+		require.NoError(t, obs(e))
+	}
+	require.Positive(t, x.Dropped(), "the hand-over filled up")
+	require.Less(t, x.Dropped(), int64(6*turns))
+	close(held.release)
+	require.NoError(t, x.Shutdown(context.Background()))
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	require.EqualValues(t, 6*turns, int64(held.n)+x.Dropped(), "exported or dropped, each span once")
 }
