@@ -51,6 +51,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dshgo/dsh/actors/agent"
@@ -125,6 +126,11 @@ type Options struct {
 	// report's percentiles stay computed from exact samples). nil: none.
 	MeterProvider metric.MeterProvider
 	Logger        *slog.Logger
+	// System, when set, is the actor system the host runs in
+	// (supervisor.Config.System; dsh bench --actor-metrics gives one that
+	// records protoactor's per-actor metrics). Not with Cluster, whose
+	// members make their own. nil: the host makes its own.
+	System *actor.ActorSystem
 }
 
 func (o Options) withDefaults() Options {
@@ -187,6 +193,9 @@ func (o Options) Validate() error {
 	}
 	if o.Cluster > 0 && o.Policy == persister.PolicyNone {
 		errs = append(errs, errors.New("bench: a cluster shares its sessions through the directory: policy none cannot run one"))
+	}
+	if o.Cluster > 0 && o.System != nil {
+		errs = append(errs, errors.New("bench: a cluster's members run in actor systems of their own: no System with Cluster"))
 	}
 	return errors.Join(errs...)
 }
@@ -301,7 +310,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	fdBase := openFDs()
 	hcfg := supervisor.Config{Dir: dir, Provider: tp, Tools: tools, Policy: o.Policy,
 		FsyncWorkers: o.FsyncWorkers, Shards: o.Shards, IdleTimeout: o.PassivateAfter,
-		MeterProvider: o.MeterProvider, Logger: o.Logger,
+		MeterProvider: o.MeterProvider, Logger: o.Logger, System: o.System,
 		OnTurnDurable: func(_ session.SessionID, _ int64, d time.Duration) { flushes.add(d) },
 		OnWriteFailed: func(session.SessionID, error) { writeFailures.Add(1) },
 		Observers:     o.Observers}

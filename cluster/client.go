@@ -92,9 +92,9 @@ var ErrNoStore = errors.New("cluster: the client has no store to list sessions f
 
 // newClient makes a client around a fresh actor system; its cluster is
 // set by the caller.
-func newClient(attempt, call time.Duration, logger *slog.Logger) *Client {
+func newClient(attempt, call time.Duration, logger *slog.Logger, opts ...actor.ConfigOption) *Client {
 	cl := &Client{attemptTimeout: attempt, callTimeout: max(call, supervisor.DefaultRequestTimeout)}
-	cl.sys = supervisor.NewSystem(logger)
+	cl.sys = supervisor.NewSystem(logger, opts...)
 	cl.sys.EventStream.Subscribe(cl.onTopology)
 	return cl
 }

@@ -111,6 +111,10 @@ type Config struct {
 	// member refused by one). Default "member <endpoint> pid <pid> on
 	// <hostname>".
 	Holder string
+	// ActorMetrics records protoactor's own per-actor metrics (a
+	// histogram per message: costly) on the member's actor system, to
+	// Session.MeterProvider. Without a MeterProvider it does nothing.
+	ActorMetrics bool
 	// Session configures the member's local host: the model, tools,
 	// hooks, policy and limits of the sessions it runs. Its Dir, Store,
 	// System and ManualResume are set by the member.
@@ -203,7 +207,11 @@ func Start(cfg Config) (m *Member, err error) {
 	if cfg.fs == nil {
 		cfg.fs = vfs.OS()
 	}
-	m = &Member{cfg: cfg, Client: newClient(cfg.RequestTimeout, cfg.Session.RequestTimeout, cfg.Session.Logger)}
+	var sysOpts []actor.ConfigOption
+	if cfg.ActorMetrics && cfg.Session.MeterProvider != nil {
+		sysOpts = append(sysOpts, actor.WithMetricProviders(cfg.Session.MeterProvider))
+	}
+	m = &Member{cfg: cfg, Client: newClient(cfg.RequestTimeout, cfg.Session.RequestTimeout, cfg.Session.Logger, sysOpts...)}
 	if l := cfg.Session.Logger; l != nil {
 		m.sys.EventStream.Subscribe(func(evt any) { logMembership(l, m.sys, evt) })
 	}

@@ -209,20 +209,24 @@ func quietLogger(*actor.ActorSystem) *slog.Logger { return slog.New(slog.Discard
 // debug level (telemetry.DebugHandler): protoactor logs routine events
 // (an actor restarting, a dead letter) at info and above, which would
 // drown a host's records. nil logger: silenced, as NewQuietSystem.
-func newSystem(logger *slog.Logger) *actor.ActorSystem {
-	if logger == nil {
-		return NewQuietSystem()
+func newSystem(logger *slog.Logger, opts ...actor.ConfigOption) *actor.ActorSystem {
+	factory := quietLogger
+	if logger != nil {
+		l := slog.New(telemetry.DebugHandler(logger.Handler())).With("lib", "protoactor")
+		factory = func(*actor.ActorSystem) *slog.Logger { return l }
 	}
-	l := slog.New(telemetry.DebugHandler(logger.Handler())).With("lib", "protoactor")
-	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return l }),
-		actor.WithDeadLetterThrottleInterval(time.Millisecond))
+	return actor.NewActorSystem(append([]actor.ConfigOption{actor.WithLoggerFactory(factory),
+		actor.WithDeadLetterThrottleInterval(time.Millisecond)}, opts...)...)
 }
 
 // NewSystem returns an actor system whose own records (protoactor's) go
 // to logger at debug level, as a host's own system's do; a quiet one
 // (NewQuietSystem) when logger is nil. For an embedder that makes the
-// system its host runs in (a cluster member).
-func NewSystem(logger *slog.Logger) *actor.ActorSystem { return newSystem(logger) }
+// system its host runs in (a cluster member);
+// opts are more of protoactor's options (its metrics: WithMetricProviders).
+func NewSystem(logger *slog.Logger, opts ...actor.ConfigOption) *actor.ActorSystem {
+	return newSystem(logger, opts...)
+}
 
 // NewQuietSystem returns an actor system whose own logging is silenced,
 // as the host makes when Config.System and Config.Logger are nil.

@@ -80,6 +80,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	var of obsFlags
 	of.register(fs, "warn")
+	of.registerActorMetrics(fs)
 	var metricsOut string
 	fs.StringVar(&metricsOut, "metrics-out", "", "collect the run's metrics and write them, in the Prometheus text format, to `FILE` (- for stderr) at the end")
 	if err := parseFlags(fs, args, benchUsage, stdout); err != nil {
@@ -187,7 +188,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			err = cerr
 		}
 	}()
-	o.Logger, o.MeterProvider = ob.logger, ob.meterProvider()
+	tr.countDropped(ob)
+	o.Logger, o.MeterProvider, o.System = ob.logger, ob.meterProvider(), ob.system()
+	if err := o.Validate(); err != nil {
+		tr.close()
+		return usagef("%v", err)
+	}
 	rep, err := bench.Run(ctx, o)
 	tr.close()
 	if metricsOut != "" {

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/cluster"
 	"github.com/dshgo/dsh/supervisor"
@@ -134,6 +136,7 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	tf.register(fs, "")
 	var of obsFlags
 	of.register(fs, "info")
+	of.registerActorMetrics(fs)
 	var metricsAddr string
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve the member's metrics (Prometheus text) at http://ADDR/metrics, on a listener of its own (loopback unless --insecure)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "without TLS, bind a non-loopback --bind all the same (plaintext: anyone who reaches it can read every session)")
@@ -194,9 +197,16 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	tr.countDropped(o)
 	defer tr.close() // after m.Close below: its sessions' last spans end as they stop
 	cfg.Session = supervisor.Config{Provider: prov, Model: model, IdleTimeout: passivate, Observers: tr.observers(),
 		Logger: o.logger, MeterProvider: o.meterProvider()}
+	if o.actorMetrics {
+		// protoactor's instruments come from the global provider (see
+		// obs.system).
+		otel.SetMeterProvider(o.mp)
+		cfg.ActorMetrics = true
+	}
 	if metricsAddr != "" {
 		stopMetrics, url, err := serveMetrics(metricsAddr, o, &errMu, stderr)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -323,15 +324,24 @@ func TestMemberProcessesOverMutualTLS(t *testing.T) {
 	}
 
 	// SIGTERM: each member leaves and exits 0; member 0 reported the
-	// intruder once, and nothing else went to stderr.
+	// intruder once, and nothing else went to stderr but the membership
+	// records (info, the default level of dsh member): each saw the
+	// other join.
+	membership := regexp.MustCompile(`^time=\S+ level=INFO msg="cluster member (joined|left)" member=(127\.0\.0\.1:\d+) self=(127\.0\.0\.1:\d+)$`)
 	for i, p := range procs {
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		p.waitEvent(t, "left", func(ev memberEvent) bool { return ev.Event == "left" })
 		require.NoError(t, p.cmd.Wait())
 		var lines []string
+		sawOtherJoin := false
 		for line := range p.stderr {
+			if m := membership.FindStringSubmatch(line); m != nil {
+				sawOtherJoin = sawOtherJoin || (m[1] == "joined" && m[2] != m[3])
+				continue
+			}
 			lines = append(lines, line)
 		}
+		require.True(t, sawOtherJoin, "member %d logged the other's joining", i)
 		if i == 0 {
 			require.Len(t, lines, 1, "%q", lines)
 			require.Regexp(t, `^dsh member: cluster: refused 127\.0\.0\.1:\d+ \(certificate "CN=intruder" issued by "CN=intruder"\): x509: certificate signed by unknown authority$`, lines[0])

@@ -129,3 +129,31 @@ func TestRunFailureIsNotLoggedTwice(t *testing.T) {
 	code, _, errOut = runDsh("run", "--log-level", "loud", "hello")
 	require.Equal(t, exitUsage, code, errOut)
 }
+
+// dsh bench --actor-metrics adds protoactor's own per-actor metrics to
+// what --metrics-out writes (protoactor takes its instruments from the
+// global meter provider); without the flag there are none.
+func TestBenchActorMetrics(t *testing.T) {
+	count := func(args ...string) int {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "metrics.txt")
+		code, _, errOut := runDsh(append([]string{"bench", "--quiet", "--sessions", "2", "--turns", "1", "--chunks", "5",
+			"--no-baselines", "--no-verify", "--metrics-out", out}, args...)...)
+		require.Equal(t, exitOK, code, errOut)
+		data, err := os.ReadFile(out)
+		require.NoError(t, err)
+		require.Contains(t, string(data), "dsh_turns_ended_total")
+		n := 0
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "protoactor_actor_") {
+				n++
+			}
+		}
+		return n
+	}
+	require.Zero(t, count())
+	require.NotZero(t, count("--actor-metrics"))
+	code, _, errOut := runDsh("bench", "--quiet", "--sessions", "2", "--cluster", "2", "--actor-metrics", "--metrics-out", filepath.Join(t.TempDir(), "m"))
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "no System with Cluster")
+}

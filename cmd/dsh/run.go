@@ -158,9 +158,10 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv, o *obs) (*talk, err
 		_ = fst.Close()
 		return nil, err
 	}
+	tr.countDropped(o)
 	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
 		SystemPrompt: f.system, Policy: persister.PolicyTurnEnd, Observers: tr.observers(),
-		Logger: o.logger, MeterProvider: o.meterProvider(), System: o.sys})
+		Logger: o.logger, MeterProvider: o.meterProvider(), System: o.system()})
 	if err != nil {
 		tr.close()
 		_ = st.Close()

@@ -188,9 +188,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		_ = st.Close()
 		return err
 	}
+	tr.countDropped(o)
 	h, err := supervisor.Open(supervisor.Config{Store: st, Provider: prov, Model: model, Tools: reg,
 		Policy: persister.PolicyTurnEnd, IdleTimeout: f.passivate, Observers: tr.observers(),
-		Logger: logger, MeterProvider: o.meterProvider(), System: o.sys})
+		Logger: logger, MeterProvider: o.meterProvider(), System: o.system()})
 	if err != nil {
 		tr.close()
 		_ = st.Close()

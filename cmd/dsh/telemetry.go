@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/dshgo/dsh/supervisor"
 	"github.com/dshgo/dsh/telemetry"
 )
 
@@ -49,7 +51,10 @@ type obs struct {
 	logger *slog.Logger
 	held   *heldHandler // nil unless hold
 	mp     *telemetry.MeterProvider
-	sys    *actor.ActorSystem // nil: the host makes its own
+	errs   *otelErrors // the process's OpenTelemetry error handler
+	// actorMetrics: --actor-metrics was given (and there is an mp).
+	actorMetrics bool
+	sys          *actor.ActorSystem // made by system; nil: the host makes its own
 }
 
 // openObs sets up logging on stderr (mu serialises it with the command's
@@ -79,6 +84,8 @@ func (f *obsFlags) open(ctx context.Context, stderr io.Writer, mu *sync.Mutex, p
 		h = o.held
 	}
 	o.logger = slog.New(h)
+	o.errs = &otelErrors{logger: o.logger}
+	otel.SetErrorHandler(o.errs)
 	o.mp, err = telemetry.NewMeterProvider(ctx, telemetry.ExportConfig{Prometheus: prometheus, OTLP: telemetry.OTLPFromEnv()})
 	if err != nil {
 		return nil, err
@@ -86,13 +93,26 @@ func (f *obsFlags) open(ctx context.Context, stderr io.Writer, mu *sync.Mutex, p
 	if f.actorMetrics {
 		if o.mp == nil {
 			_ = o.close(nil)
-			return nil, usagef("--actor-metrics: no metrics exporter (set OTEL_EXPORTER_OTLP_ENDPOINT, or use dsh serve or dsh member --metrics-addr)")
+			return nil, usagef("--actor-metrics: no metrics exporter (set OTEL_EXPORTER_OTLP_ENDPOINT, or use --metrics-out, dsh serve or dsh member --metrics-addr)")
 		}
-		pl := slog.New(telemetry.DebugHandler(o.logger.Handler())).With("lib", "protoactor")
-		o.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return pl }),
-			actor.WithMetricProviders(o.mp), actor.WithDeadLetterThrottleInterval(time.Millisecond))
+		o.actorMetrics = true
 	}
 	return o, nil
+}
+
+// system returns the actor system the host runs in: with --actor-metrics,
+// one that also records protoactor's per-actor metrics (made on the first
+// call, shut down by close); nil otherwise (the host makes its own).
+//
+// protoactor takes its instruments from OpenTelemetry's global meter
+// provider (the one it is given only switches them on), so the provider
+// becomes the process's global one: a command runs one.
+func (o *obs) system() *actor.ActorSystem {
+	if o.actorMetrics && o.sys == nil {
+		otel.SetMeterProvider(o.mp)
+		o.sys = supervisor.NewSystem(o.logger, actor.WithMetricProviders(o.mp))
+	}
+	return o.sys
 }
 
 // meterProvider is the provider for supervisor.Config: a nil interface
@@ -118,9 +138,46 @@ func (o *obs) close(cmdErr error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := o.mp.Shutdown(ctx); err != nil {
-		o.logger.Warn("metrics export failed", "err", err)
+		o.errs.Handle(err)
 	}
+	o.errs.flush()
 	return nil
+}
+
+// otelErrors is the process's OpenTelemetry error handler
+// (otel.SetErrorHandler: there is one per process), shared by the metric
+// and the span export, which report their failures there (an unreachable
+// collector, a refused batch): the first is a warn record of the
+// command's logger, the others are counted and reported in one more
+// record when the command ends (flush), so that a collector that is down
+// costs two lines, not one per batch. It never changes the command's
+// result. Safe for concurrent use.
+type otelErrors struct {
+	logger *slog.Logger
+	mu     sync.Mutex
+	n      int // errors since the last flush; guarded by mu
+}
+
+// Handle implements otel.ErrorHandler.
+func (e *otelErrors) Handle(err error) {
+	e.mu.Lock()
+	e.n++
+	first := e.n == 1
+	e.mu.Unlock()
+	if first {
+		e.logger.Warn("telemetry export failed", "err", visibleLine(err.Error()))
+	}
+}
+
+// flush reports the errors after the first.
+func (e *otelErrors) flush() {
+	e.mu.Lock()
+	more := e.n - 1
+	e.n = 0
+	e.mu.Unlock()
+	if more > 0 {
+		e.logger.Warn("telemetry export failed again", "more", more)
+	}
 }
 
 // release prints the held warnings, but those whose error is err's (the

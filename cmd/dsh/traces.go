@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -20,26 +19,19 @@ import (
 // (spans.FromEnv); the zero value is off, and then nothing observes the
 // sessions.
 type traceExport struct {
-	x    *spans.Exporter
-	errs *exportErrors
+	x *spans.Exporter
 }
 
 // openTraces reads the OTEL_* variables. A configuration dsh cannot
 // export with (a gRPC protocol, another exporter) is an error, not a
-// silent lack of traces. Export failures, which the SDK reports through
-// OpenTelemetry's global error handler, go to stderr: the first as one
-// line, the others counted when the export closes.
-func openTraces(ctx context.Context, stderr io.Writer) (traceExport, error) {
+// silent lack of traces. Export failures go to OpenTelemetry's global
+// error handler, the command's (otelErrors, set by obsFlags.open).
+func openTraces(ctx context.Context, _ io.Writer) (traceExport, error) {
 	x, err := spans.FromEnv(ctx)
 	if err != nil {
 		return traceExport{}, fmt.Errorf("traces: %s", strings.TrimPrefix(err.Error(), "spans: "))
 	}
-	if x == nil {
-		return traceExport{}, nil
-	}
-	errs := &exportErrors{w: stderr}
-	otel.SetErrorHandler(errs)
-	return traceExport{x: x, errs: errs}, nil
+	return traceExport{x: x}, nil
 }
 
 // observers returns the host observers the export needs (none when off).
@@ -50,9 +42,22 @@ func (t traceExport) observers() []telemetry.Observer {
 	return []telemetry.Observer{t.x}
 }
 
+// countDropped registers the export's dropped spans as dsh.spans.dropped
+// on the command's meter provider (when it has both).
+func (t traceExport) countDropped(o *obs) {
+	if t.x == nil || o.mp == nil {
+		return
+	}
+	if _, err := telemetry.ObserveSpansDropped(o.mp, t.x.Dropped); err != nil {
+		o.logger.Warn("metrics: dsh.spans.dropped", "err", err)
+	}
+}
+
 // close exports the spans still queued, bounded by a timeout; call it
 // after the host closed (a session's last spans end as it stops). A
-// failure is reported on stderr only: the command's own result stands.
+// failure goes to the error handler (a warn record): the command's own
+// result stands. Spans dropped because the export fell behind are said
+// once, to the handler too.
 func (t traceExport) close() {
 	if t.x == nil {
 		return
@@ -60,33 +65,9 @@ func (t traceExport) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := t.x.Shutdown(ctx); err != nil {
-		t.errs.Handle(err)
+		otel.Handle(err)
 	}
-	t.errs.flush()
-}
-
-// exportErrors prints the first export error and counts the rest, so that
-// an unreachable collector costs one line, not one per batch.
-type exportErrors struct {
-	w  io.Writer
-	mu sync.Mutex
-	n  int // errors seen; guarded by mu
-}
-
-func (e *exportErrors) Handle(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n++
-	if e.n == 1 {
-		fmt.Fprintf(e.w, "dsh: traces: %s\n", visibleLine(err.Error()))
+	if n := t.x.Dropped(); n > 0 {
+		otel.Handle(fmt.Errorf("traces: %d spans dropped: the export fell behind (OTEL_BSP_MAX_QUEUE_SIZE)", n))
 	}
-}
-
-func (e *exportErrors) flush() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.n > 1 {
-		fmt.Fprintf(e.w, "dsh: traces: %d more export errors\n", e.n-1)
-	}
-	e.n = 0
 }

@@ -2,7 +2,11 @@ package main
 
 import (
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -146,4 +150,39 @@ func TestRunRefusesAGRPCTraceExport(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Empty(t, out)
 	require.Equal(t, "dsh: traces: only the http/protobuf and http/json OTLP protocols are supported (OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\")\n", errOut)
+}
+
+// OpenTelemetry has one error handler per process: the metric and the
+// span export share the command's, which logs the first failure as a
+// warn record and counts the others in one more record at the end. A
+// collector refusing every export (400) costs those two lines, whatever
+// failed, and the command's result stands.
+func TestExportFailuresShareOneHandler(t *testing.T) {
+	var posts atomic.Int64
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		http.Error(w, "refused", http.StatusBadRequest)
+	}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	code, _, errOut := runDsh("bench", "--quiet", "--sessions", "1", "--turns", "1", "--chunks", "5", "--no-baselines", "--no-verify")
+	require.Equal(t, exitOK, code, errOut)
+	require.GreaterOrEqual(t, posts.Load(), int64(2), "spans and metrics were both sent")
+	var first, again []string
+	for _, l := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		switch {
+		case strings.Contains(l, `msg="telemetry export failed"`):
+			first = append(first, l)
+		case strings.Contains(l, `msg="telemetry export failed again"`):
+			again = append(again, l)
+		default:
+			t.Errorf("unexpected line on stderr: %s", l)
+		}
+	}
+	require.Len(t, first, 1, errOut)
+	require.Contains(t, first[0], "level=WARN")
+	require.Contains(t, first[0], "400")
+	require.Len(t, again, 1, errOut)
+	require.Regexp(t, `more=[1-9]`, again[0])
 }
