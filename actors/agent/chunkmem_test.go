@@ -63,15 +63,17 @@ func TestIdleAgentHoldsNoChunkBuffers(t *testing.T) {
 	h := newHarness(t, newMock(textResponse(text)), nil, withInspection(t))
 	h.followup("go")
 	h.waitIdle()
-	var held, flight, refs int
+	var held, flight, refs, effs int
 	h.inspect(func(a *agentActor) {
 		held = cap(a.chunks.heldDrafts) + cap(a.chunks.heldRefs)
 		flight = cap(a.chunks.flight)
 		refs = cap(a.d.chunkRefs)
+		effs = cap(a.d.out)
 	})
 	require.Zero(t, held, "held chunk buffers")
 	require.Zero(t, flight, "chunk appends in flight")
 	require.Zero(t, refs, "the driver's chunk refs")
+	require.Zero(t, effs, "the driver's recycled effects list")
 	require.Equal(t, text, texts(derive(h.events())[1]))
 }
 

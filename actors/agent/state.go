@@ -375,8 +375,13 @@ const maxRecycled = 16
 // holds may live on): the next Step fills the same array instead of
 // making one, an allocation per input, so per streamed chunk. A caller
 // that keeps the effects of one Step past the next (the core's tests)
-// does not call it.
+// does not call it. An idle driver keeps none (nor the list it may hold
+// already): an idle session holds no buffers.
 func (d *driver) recycle(eff effects) {
+	if d.phase == phIdle {
+		d.out = nil
+		return
+	}
 	if d.out != nil || cap(eff) == 0 || cap(eff) > maxRecycled {
 		return
 	}
