@@ -154,6 +154,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if cpuProfile != "" {
 			return usagef("bench: --cpuprofile does not go with --capacity")
 		}
+		if metricsOut != "" || of.actorMetrics {
+			// The search measures what one process holds: telemetry would
+			// be part of the load it measures, and docs/observability.md
+			// says why it exports none.
+			return usagef("bench: --metrics-out and --actor-metrics do not go with --capacity")
+		}
 		return runCapacity(ctx, o, budget, capTimeout, asJSON, quiet, stdout, stderr)
 	}
 	if !quiet {

@@ -186,3 +186,40 @@ func TestExportFailuresShareOneHandler(t *testing.T) {
 	require.Len(t, again, 1, errOut)
 	require.Regexp(t, `more=[1-9]`, again[0])
 }
+
+// dsh serve exports its sessions' spans as dsh run does (the same
+// wiring): a turn run through the API arrives at the collector as its
+// turn, step and model call, with the ids dsh log trace gives its log.
+func TestServeExportsSpans(t *testing.T) {
+	r := otlptest.New(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL())
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	dir := t.TempDir()
+	prov, err := synthetic.New(synthetic.Config{Seed: 2, TextChunks: 5})
+	require.NoError(t, err)
+	url, stop := serveInProcess(t, serveEnv{provider: prov}, "--addr", "127.0.0.1:0", "--dir", dir)
+	res, err := http.Post(url+"/v1/sessions", "application/json", strings.NewReader(`{"id":"traced"}`))
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	res, err = http.Post(url+"/v1/sessions/traced/messages?wait=true", "application/json", strings.NewReader(`{"text":"hello"}`))
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	stop() // the export is flushed as serve ends
+
+	got := r.Spans()
+	require.Len(t, got, 3, "turn, step, model call")
+	tid := spans.TraceID("traced", 1)
+	turn := spans.TurnSpanID("traced", 1)
+	step := spans.StepSpanID("traced", 1, 1)
+	call := spans.ModelCallSpanID("traced", 1, 1, 1)
+	want := map[string]string{hex.EncodeToString(turn[:]): "", hex.EncodeToString(step[:]): hex.EncodeToString(turn[:]),
+		hex.EncodeToString(call[:]): hex.EncodeToString(step[:])}
+	for _, s := range got {
+		require.Equal(t, tid[:], s.GetTraceId(), s.GetName())
+		parent, ok := want[hex.EncodeToString(s.GetSpanId())]
+		require.True(t, ok, "span %s %x", s.GetName(), s.GetSpanId())
+		require.Equal(t, parent, hex.EncodeToString(s.GetParentSpanId()), s.GetName())
+	}
+}
