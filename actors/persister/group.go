@@ -12,9 +12,9 @@ import (
 // groupWriter is implemented by a store that can commit the writes of many
 // sessions at once: one transaction and one sync for all of them (a
 // database file holding every session). The persister then writes through
-// appendGroup instead of Append: while one group commits, the writes due
-// (barriers and write-behind batches of any session) queue up, and the
-// next commit takes them all, so a single sync makes many sessions' turn
+// appendGroup instead of Append: the writes due (barriers and write-behind
+// batches of any session) queue up while a group is written and committed,
+// and join it or the next one, so a single sync makes many sessions' turn
 // ends durable. A store without it is written one Append per batch, as
 // before.
 //
@@ -24,19 +24,23 @@ import (
 // store calls to FsyncWorkers; the pool's queue already holds every write
 // that is due, so it is the natural place to cut groups.
 type groupWriter interface {
-	// appendGroup writes batches, no two of the same session, and returns
-	// one result per batch, in order. Each result means what
-	// Writer.Append's error would for that batch alone: nil means written;
-	// an error means nothing of the batch is stored and the session is cut
-	// back to its last durable event (a failed commit fails every batch
-	// in it, each with the error). A batch's failure (its fence, its
-	// checks) fails that batch only: the others still commit. If any batch
-	// is Durable, the call is a barrier for the whole group: every batch
-	// whose result is nil is durable when it returns (one sync covers
-	// them all). Errors name the operation and the session, as Append's.
-	// The store must not keep the batches or their events after it
-	// returns; the caller owns them.
-	appendGroup(ctx context.Context, batches []groupBatch) []error
+	// appendGroup writes the batches next hands it, in one transaction,
+	// and returns one result per batch taken, in order. It takes batches
+	// until next says there are no more (or it fails before writing any:
+	// then it may take only the first), so that a barrier queued while
+	// the group is being written still joins it. No two batches are of
+	// the same session. Each result means what Writer.Append's error
+	// would for that batch alone: nil means written; an error means
+	// nothing of the batch is stored and the session is cut back to its
+	// last durable event (a failed commit fails every batch in it, each
+	// with the error). A batch's failure (its fence, its checks) fails
+	// that batch only: the others still commit. If any batch is Durable,
+	// the call is a barrier for the whole group: every batch whose result
+	// is nil is durable when it returns (one sync covers them all).
+	// Errors name the operation and the session, as Append's. The store
+	// must not keep the batches or their events after it returns; the
+	// caller owns them.
+	appendGroup(ctx context.Context, next func() (groupBatch, bool)) []error
 }
 
 // groupBatch is one session's write in a group commit: what one Append call
@@ -52,24 +56,39 @@ type groupBatch struct {
 // what is left over goes in the next commit, barriers first.
 const maxGroupBatches = 1024
 
-// maxGroupBackground bounds the write-behind batches of one group, so that
-// a turn end arriving while a commit runs waits for a short one: under a
-// thousand streaming sessions, a commit of every session's write-behind
-// batch held the next turn ends for seconds.
-const maxGroupBackground = 64
+// maxGroupBackground and maxGroupBackgroundEvents bound the write-behind
+// batches of one group (their count, and their events once one is taken),
+// so that a commit stays short: a turn end that arrives once the group has
+// stopped taking work waits for that commit, and under a thousand streaming
+// sessions a commit of every session's write-behind batch held the next
+// turn ends for seconds. Barriers are not counted: a group takes every
+// barrier queued, up to maxGroupBatches.
+const (
+	maxGroupBackground       = 64
+	maxGroupBackgroundEvents = 4096
+)
 
-// commit is the pool's group committer (pool.group set): it takes every
-// write queued (barriers first, then write-behind batches, up to
-// maxGroupBatches) and commits them with one appendGroup, and again, until
-// the pool closes. Writes queued while a commit runs wait for the next
-// one: that is the grouping. One committer, so one group in flight: a
-// second concurrent transaction on one database file would only wait for
-// the first's lock.
+// commit is the pool's group committer (pool.group set): it commits the
+// queued writes a group at a time, with one appendGroup each, until the
+// pool closes. A group takes its writes one at a time while it is being
+// written, barriers first at every step: a turn end queued while a group
+// is written joins that group ahead of the write-behind batches still
+// queued, and one queued once the group has stopped taking work (while it
+// commits) is the first write of the next group. So a barrier never waits
+// behind more write-behind work than the one session's write in progress
+// and the bounded group it is committing with (see maxGroupBackground).
+// One committer, so one group in flight: a second concurrent transaction
+// on one database file would only wait for the first's lock.
+//
+// Rejected alternative: cutting the group when a barrier arrives and
+// committing the barrier in a group of its own. It costs the same
+// statements and one more transaction, and the barrier waits for the
+// write-behind group's commit first.
 func (p *pool) commit() {
-	var jobs []*writeJob
+	g := &groupCycle{p: p}
 	for {
-		jobs = p.takeGroup(jobs[:0])
-		if len(jobs) == 0 {
+		first := p.takeForGroup(g)
+		if first == nil {
 			select {
 			case <-p.gwake:
 				continue
@@ -77,83 +96,115 @@ func (p *pool) commit() {
 				return
 			}
 		}
-		p.commitGroup(jobs)
-		clear(jobs)
+		g.first = first
+		g.commitGroup()
+		clear(g.jobs)
+		*g = groupCycle{p: p, jobs: g.jobs[:0]}
 	}
 }
 
-// takeGroup appends the queued writes of the next group to jobs: taken,
-// so their batch and sync are final.
-func (p *pool) takeGroup(jobs []*writeJob) []*writeJob {
+// groupCycle is the group being committed: the writes taken so far, in
+// the order the store took them.
+type groupCycle struct {
+	p     *pool
+	first *writeJob // taken, not yet handed to the store
+	jobs  []*writeJob
+	// behind and behindEvents count the write-behind batches taken and
+	// their events.
+	behind, behindEvents int
+}
+
+// next hands the store the group's next write: the first one taken, then
+// the oldest barrier queued, else the oldest write-behind batch while the
+// group's bounds allow. ok is false when the group takes no more.
+func (g *groupCycle) next() (groupBatch, bool) {
+	j := g.first
+	g.first = nil
+	if j == nil {
+		if j = g.p.takeForGroup(g); j == nil {
+			return groupBatch{}, false
+		}
+	}
+	g.jobs = append(g.jobs, j)
+	return groupBatch{ID: j.id, Events: j.batch, Durable: j.sync}, true
+}
+
+// takeForGroup takes the next write of group g (see groupCycle.next), nil
+// if none or the pool is closed. Taken, its batch and sync are final.
+func (p *pool) takeForGroup(g *groupCycle) *writeJob {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return jobs
+	if p.closed || len(g.jobs) >= maxGroupBatches {
+		return nil
 	}
-	for len(jobs) < maxGroupBatches {
-		j := p.gBarrier.pop()
-		if j == nil {
-			break
-		}
-		jobs = append(jobs, j)
+	if j := p.gBarrier.pop(); j != nil {
+		return j
 	}
-	for limit := min(maxGroupBatches, len(jobs)+maxGroupBackground); len(jobs) < limit; {
-		j := p.gBehind.pop()
-		if j == nil {
-			break
-		}
-		jobs = append(jobs, j)
+	if g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents {
+		return nil
 	}
-	return jobs
+	j := p.gBehind.pop()
+	if j != nil && !j.sync {
+		g.behind++
+		g.behindEvents += len(j.batch)
+	}
+	return j
 }
 
-// commitGroup writes jobs with one appendGroup and reports each outcome to
-// its session. A write that was not a barrier is reported synced when the
-// group held a barrier and it succeeded: the group's sync covered it.
-func (p *pool) commitGroup(jobs []*writeJob) {
-	batches := make([]groupBatch, len(jobs))
-	durable := false
-	for i, j := range jobs {
-		batches[i] = groupBatch{ID: j.id, Events: j.batch, Durable: j.sync}
-		durable = durable || j.sync
-	}
+// commitGroup writes the group with one appendGroup and reports each
+// outcome to its session. A write that was not a barrier is reported
+// synced when the group held a barrier and it succeeded: the group's sync
+// covered it.
+func (g *groupCycle) commitGroup() {
+	p := g.p
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
 	var start time.Time
-	if p.synced != nil && durable {
+	if p.synced != nil {
 		start = time.Now()
 	}
-	errs := appendGroupSafely(ctx, p.group, batches)
+	errs := appendGroupSafely(ctx, p.group, g.next)
 	cancel()
+	durable := false
+	for _, j := range g.jobs {
+		durable = durable || j.sync
+	}
 	// A batch's own failure (its fence) fails it alone: the group's sync
 	// ran if any batch was written.
 	if p.synced != nil && durable && slices.ContainsFunc(errs, func(err error) bool { return err == nil }) {
 		p.synced(time.Since(start))
 	}
-	for i, j := range jobs {
+	for i, j := range g.jobs {
 		err := errs[i]
 		j.done(j.sync || (durable && err == nil), err)
 	}
 }
 
 // appendGroupSafely is groupWriter.appendGroup with a panic, or a result
-// of the wrong length, turned into the same error for every batch, as
-// appendSafely does for one.
-func appendGroupSafely(ctx context.Context, g groupWriter, batches []groupBatch) (errs []error) {
+// of the wrong length, turned into the same error for every batch taken,
+// as appendSafely does for one.
+func appendGroupSafely(ctx context.Context, g groupWriter, next func() (groupBatch, bool)) (errs []error) {
+	var taken []session.SessionID
 	failAll := func(err error) []error {
-		errs := make([]error, len(batches))
-		for i := range errs {
-			errs[i] = fmt.Errorf("persister: append %s: %w", batches[i].ID, err)
+		errs := make([]error, len(taken))
+		for i, id := range taken {
+			errs[i] = fmt.Errorf("persister: append %s: %w", id, err)
 		}
 		return errs
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			errs = failAll(fmt.Errorf("group commit of %d sessions: store panicked: %v", len(batches), r))
+			errs = failAll(fmt.Errorf("group commit of %d sessions: store panicked: %v", len(taken), r))
 		}
 	}()
-	errs = g.appendGroup(ctx, batches)
-	if len(errs) != len(batches) {
-		return failAll(fmt.Errorf("group commit of %d sessions: store returned %d results", len(batches), len(errs)))
+	errs = g.appendGroup(ctx, func() (groupBatch, bool) {
+		b, ok := next()
+		if ok {
+			taken = append(taken, b.ID)
+		}
+		return b, ok
+	})
+	if len(errs) != len(taken) {
+		return failAll(fmt.Errorf("group commit of %d sessions: store returned %d results", len(taken), len(errs)))
 	}
 	return errs
 }

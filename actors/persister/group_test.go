@@ -50,7 +50,32 @@ func (s *groupStore) Append(ctx context.Context, id session.SessionID, events []
 	return s.fakeStore.Append(ctx, id, events, durable)
 }
 
-func (s *groupStore) appendGroup(ctx context.Context, batches []groupBatch) []error {
+// feed hands out batches one at a time, as the pool hands a group its
+// writes.
+func feed(batches []groupBatch) func() (groupBatch, bool) {
+	return func() (groupBatch, bool) {
+		if len(batches) == 0 {
+			return groupBatch{}, false
+		}
+		b := batches[0]
+		batches = batches[1:]
+		return b, true
+	}
+}
+
+// drain takes every batch next hands out.
+func drain(next func() (groupBatch, bool)) []groupBatch {
+	var batches []groupBatch
+	for b, ok := next(); ok; b, ok = next() {
+		batches = append(batches, b)
+	}
+	return batches
+}
+
+// appendGroup takes every write queued when it starts (the grouping as a
+// store that takes its batches up front sees it), then commits as told.
+func (s *groupStore) appendGroup(ctx context.Context, next func() (groupBatch, bool)) []error {
+	batches := drain(next)
 	ids := make([]session.SessionID, len(batches))
 	durable := false
 	for i, b := range batches {
@@ -299,7 +324,8 @@ type badGroupStore struct {
 	panics bool
 }
 
-func (s *badGroupStore) appendGroup(ctx context.Context, batches []groupBatch) []error {
+func (s *badGroupStore) appendGroup(ctx context.Context, next func() (groupBatch, bool)) []error {
+	drain(next)
 	if s.panics {
 		panic("store bug")
 	}
@@ -312,7 +338,7 @@ func (s *badGroupStore) appendGroup(ctx context.Context, batches []groupBatch) [
 func TestAppendGroupSafelyFailsEveryBatchOfABrokenStore(t *testing.T) {
 	batches := []groupBatch{{ID: "s-x"}, {ID: "s-y", Durable: true}}
 	for _, g := range []*badGroupStore{{}, {panics: true}} {
-		errs := appendGroupSafely(context.Background(), g, batches)
+		errs := appendGroupSafely(context.Background(), g, feed(batches))
 		require.Len(t, errs, 2)
 		for i, err := range errs {
 			require.Error(t, err)
@@ -324,7 +350,7 @@ func TestAppendGroupSafelyFailsEveryBatchOfABrokenStore(t *testing.T) {
 			require.Contains(t, errs[0].Error(), "returned 0 results")
 		}
 	}
-	require.False(t, errors.Is(appendGroupSafely(context.Background(), &badGroupStore{}, batches)[0], ErrFenced))
+	require.False(t, errors.Is(appendGroupSafely(context.Background(), &badGroupStore{}, feed(batches))[0], ErrFenced))
 }
 
 // TestActorGroupCommitBoundsWriteBehindBatches: a commit takes at most
@@ -360,5 +386,118 @@ func TestActorGroupCommitBoundsWriteBehindBatches(t *testing.T) {
 		for _, id := range behind {
 			require.Equal(t, int64(1), store.lastSeq(id))
 		}
+	})
+}
+
+// stepStore is a groupStore whose appendGroup takes its writes one at a
+// time, each when the test hands it a step, and reports each on took (""
+// when the pool says the group is complete); then it commits as a
+// groupStore does. The test decides what is queued when the store takes
+// its next write, as a store writing a long group sees it.
+type stepStore struct {
+	*groupStore
+	steps chan struct{}
+	took  chan session.SessionID
+}
+
+func newStepStore() *stepStore {
+	return &stepStore{groupStore: newGroupStore(), steps: make(chan struct{}), took: make(chan session.SessionID)}
+}
+
+func (s *stepStore) appendGroup(ctx context.Context, next func() (groupBatch, bool)) []error {
+	var batches []groupBatch
+	for {
+		select {
+		case <-s.steps:
+		case <-ctx.Done():
+			return s.groupStore.appendGroup(ctx, feed(batches))
+		}
+		b, ok := next()
+		if !ok {
+			s.took <- ""
+			return s.groupStore.appendGroup(ctx, feed(batches))
+		}
+		s.took <- b.ID
+		batches = append(batches, b)
+	}
+}
+
+// step lets the store take its next write and returns its session ("":
+// the group is complete).
+func (s *stepStore) step(t *testing.T) session.SessionID {
+	t.Helper()
+	select {
+	case s.steps <- struct{}{}:
+	case <-time.After(futureTimeout):
+		require.FailNow(t, "timed out waiting for the store to take a write")
+	}
+	return <-s.took
+}
+
+// TestActorGroupCommitTurnEndGoesAheadOfQueuedWriteBehind: a group being
+// written takes its writes one at a time, barriers first at every step: a
+// turn end queued while a long write-behind group is written joins it
+// ahead of the write-behind batches still queued (and makes the group a
+// barrier), the group stops at maxGroupBackground write-behind batches,
+// and a turn end queued while that group commits is the first write of
+// the next group, ahead of the write-behind batches left.
+func TestActorGroupCommitTurnEndGoesAheadOfQueuedWriteBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStepStore()
+		r := newRig(t, Config{Store: store, Window: hourWindow, MaxBatchEvents: 2})
+		first := r.track("s-first")
+		var behind []session.SessionID
+		for i := range 2 * maxGroupBackground {
+			behind = append(behind, r.track(fmt.Sprintf("s-behind-%03d", i)))
+		}
+		turnA, turnB := r.track("s-turn-a"), r.track("s-turn-b")
+
+		r.append(first, wbUserDrafts(2)...)
+		require.Equal(t, first, store.step(t))
+		for _, id := range behind {
+			r.append(id, wbUserDrafts(2)...)
+		}
+		synctest.Wait()
+		// The shards queue the batches in their own order: the test checks
+		// which kind of write is taken, not which session.
+		isBehind := func(id session.SessionID) bool { return slices.Contains(behind, id) }
+		takenBehind := map[session.SessionID]bool{}
+		for range 10 {
+			id := store.step(t)
+			require.True(t, isBehind(id), "%s", id)
+			takenBehind[id] = true
+		}
+		aevs := r.turn(turnA, 2)
+		synctest.Wait()
+		require.Equal(t, turnA, store.step(t), "the turn end joins the group ahead of the write-behind batches queued")
+		taken := 11 // first and ten
+		for ; ; taken++ {
+			id := store.step(t)
+			if id == "" {
+				break
+			}
+			require.True(t, isBehind(id), "%s", id)
+			takenBehind[id] = true
+		}
+		require.Equal(t, maxGroupBackground, taken, "write-behind batches are bounded per group; the turn end is not counted")
+		require.Len(t, store.waitCommit(t), maxGroupBackground+1)
+
+		bevs := r.turn(turnB, 2)
+		synctest.Wait()
+		store.release(1)
+		r.owner.waitDurable(t, turnA, lastSeqOf(aevs))
+		r.owner.waitDurable(t, first, 1) // the turn end's sync covered it
+		for id := range takenBehind {
+			r.owner.waitDurable(t, id, 1)
+		}
+		require.Equal(t, turnB, store.step(t), "the turn end queued during the commit goes first in the next group")
+		for id := store.step(t); id != ""; id = store.step(t) {
+			require.True(t, isBehind(id) && !takenBehind[id], "%s: a write-behind batch left", id)
+		}
+		store.release(1)
+		r.owner.waitDurable(t, turnB, lastSeqOf(bevs))
+		_, durables, direct := store.stats()
+		require.Equal(t, []bool{true, true}, durables)
+		require.Zero(t, direct)
 	})
 }

@@ -89,9 +89,9 @@ type countingGroupWriter struct {
 	group groupWriter
 }
 
-func (w *countingGroupWriter) appendGroup(ctx context.Context, batches []groupBatch) []error {
+func (w *countingGroupWriter) appendGroup(ctx context.Context, next func() (groupBatch, bool)) []error {
 	start := time.Now()
-	errs := w.group.appendGroup(ctx, batches)
+	errs := w.group.appendGroup(ctx, next)
 	w.busy.Add(int64(time.Since(start)))
 	w.appends.Add(1)
 	return errs

@@ -77,12 +77,13 @@ import (
 // closers of an open turn as scalar rows. A packed row is all or nothing.
 //
 // Group commit (sqlite_group.go): the store implements the persister's
-// group writes, so the
-// persister writes it a group at a time: one transaction holds every
-// session's write that was due while the previous commit ran, each
-// session's append (tail check, rows, revision) in its own SAVEPOINT, and
-// one COMMIT syncs them all (FULL when any write in it is a barrier or a
-// first append, else NORMAL, as for one Append). A session refused inside the group (its
+// group writes, so the persister writes it a group at a time: one
+// transaction holds the writes that were due when it began and those that
+// joined while it was written (barriers first, write-behind batches
+// bounded), each session's append (tail check, rows, revision) in its own
+// SAVEPOINT, and one COMMIT syncs them all (FULL when the group starts
+// with a barrier or a first append, else NORMAL, as for one Append, and
+// then a sync if a barrier joined it). A session refused inside the group (its
 // fence, its checks) is rolled back to its savepoint and fails alone; a
 // failed transaction fails every session in it. The writer connection
 // never checkpoints on commit (wal_autocheckpoint 0): a goroutine with its

@@ -41,7 +41,7 @@ func BenchmarkSQLiteAppendGroup(b *testing.B) {
 		return bs
 	}
 	ctx := b.Context()
-	for _, err := range s.appendGroup(ctx, group()) {
+	for _, err := range s.appendGroup(ctx, feed(group())) {
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func BenchmarkSQLiteAppendGroup(b *testing.B) {
 		bs := group()
 		b.StartTimer()
 		start := processCPU()
-		for _, err := range s.appendGroup(ctx, bs) {
+		for _, err := range s.appendGroup(ctx, feed(bs)) {
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -17,9 +17,15 @@ import (
 // transaction: BEGIN IMMEDIATE, the ownership checks once, then each
 // session's append (the tail check that fences a stale writer, the
 // session row on a first append, the rows, the revision bump) inside its
-// own SAVEPOINT, then one COMMIT. When the group holds a barrier, that
-// COMMIT (synchronous=FULL) is one sync of the WAL for every session in
-// the group, where Append would sync once per session. A session whose
+// own SAVEPOINT, then one COMMIT. It takes the batches one at a time
+// while it writes them, so that a turn end queued meanwhile joins the
+// transaction (the persister hands barriers out first) instead of waiting
+// for it to commit. When the group starts with a barrier, its COMMIT
+// (synchronous=FULL) is one sync of the WAL for every session in the
+// group, where Append would sync once per session; when a barrier joins a
+// group that began as write-behind (synchronous=NORMAL: the level cannot
+// change inside a transaction), a FULL commit that changes nothing
+// follows it and syncs the WAL. A session whose
 // append fails (refused by its fence, failing its checks, a SQLite error
 // in its statements) is rolled back to its savepoint and fails alone (cut
 // back to its last barrier, as after a failed Append); the others commit.
@@ -54,59 +60,81 @@ const walCheckpointPoll = 250 * time.Millisecond
 
 var _ groupWriter = (*SQLiteStore)(nil)
 
-// appendGroup commits batches in one transaction, each session's rows in
-// its own savepoint (see the top of this file). The commit is FULL (one
-// fsync, covering every commit before it) when any batch is durable, any
-// is a session's first append, or the journal is not WAL; otherwise it is
-// NORMAL, like an Append without durable. In a durable group every
-// session that succeeds is at a barrier; a session that fails is cut back
-// to its last barrier, as after a failed Append. Safe for concurrent use.
-func (s *SQLiteStore) appendGroup(ctx context.Context, batches []groupBatch) []error {
-	errs := make([]error, len(batches))
+// appendGroup commits the batches next hands it in one transaction, each
+// session's rows in its own savepoint (see the top of this file), taking
+// them while it writes: a barrier queued meanwhile joins the group. The
+// commit is FULL (one fsync, covering every commit before it) when the
+// first batch with events is durable or a session's first append, or the
+// journal is not WAL; otherwise it is NORMAL, like an Append without
+// durable, and a barrier or a first append that joined it later is made
+// durable by a sync right after (barrierLocked: a FULL commit that
+// changes nothing). In a durable group every session that succeeds is at
+// a barrier; a session that fails is cut back to its last barrier, as
+// after a failed Append. Safe for concurrent use.
+func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, bool)) []error {
+	var (
+		batches []groupBatch
+		errs    []error
+		sts     []*sqlSession
+	)
 	fail := func(i int, err error) { errs[i] = fmt.Errorf("persister: append %s: %w", batches[i].ID, err) }
-	if err := s.lockOpen(); err != nil {
-		for i := range errs {
-			errs[i] = err
+	// take takes the next batch and what it needs before it is written:
+	// its session known, its seqs contiguous. -1 when there is none.
+	take := func() int {
+		b, ok := next()
+		if !ok {
+			return -1
 		}
-		return errs
-	}
-	defer s.mu.Unlock()
-	if err := ctxErr(ctx); err != nil {
-		for i := range batches {
-			fail(i, err)
-		}
-		return errs
-	}
-	if s.readOnly {
-		for i := range batches {
-			fail(i, ErrReadOnly)
-		}
-		return errs
-	}
-	// What each batch needs before the transaction: its session known,
-	// its seqs contiguous. An empty batch writes nothing: a barrier alone.
-	var todo, empty []int
-	sts := make([]*sqlSession, len(batches))
-	durable, full := false, !s.wal
-	for i, b := range batches {
+		i := len(batches)
+		batches, errs, sts = append(batches, b), append(errs, nil), append(sts, nil)
 		st, err := s.sessionLocked(ctx, b.ID)
 		if err == nil && len(b.Events) > 0 {
 			err = checkBatch(b.ID, b.Events)
 		}
 		if err != nil {
 			fail(i, err)
+		} else {
+			sts[i] = st
+		}
+		return i
+	}
+	if err := s.lockOpen(); err != nil {
+		if _, ok := next(); ok {
+			errs = append(errs, err)
+		}
+		return errs
+	}
+	defer s.mu.Unlock()
+	if err := ctxErr(ctx); err != nil || s.readOnly {
+		if err == nil {
+			err = ErrReadOnly
+		}
+		if take() >= 0 {
+			fail(0, err)
+		}
+		return errs
+	}
+	// Batches without events are barriers alone: they need a sync, not a
+	// transaction. The first batch with events opens it.
+	var todo, empty []int
+	durable := false
+	first := -1
+	for first < 0 {
+		i := take()
+		if i < 0 {
+			break
+		}
+		if errs[i] != nil {
 			continue
 		}
-		sts[i] = st
-		durable = durable || b.Durable
-		full = full || b.Durable || (len(b.Events) > 0 && !st.stored)
-		if len(b.Events) > 0 {
-			todo = append(todo, i)
+		durable = durable || batches[i].Durable
+		if len(batches[i].Events) > 0 {
+			first = i
 		} else {
 			empty = append(empty, i)
 		}
 	}
-	if len(todo) == 0 {
+	if first < 0 {
 		var err error
 		if durable {
 			err = s.barrierLocked(nil)
@@ -120,23 +148,39 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, batches []groupBatch) []e
 		}
 		return errs
 	}
+	todo = append(todo, first)
+	full := !s.wal || durable || !sts[first].stored
+	syncAfter := false // a barrier or a first append joined a NORMAL commit
 	err := s.setSync(ctx, full)
 	if err == nil {
 		err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-			if err := s.checkMutation(ctx); err != nil {
+			// The statements run on a context that is never done: the driver watches a
+			// cancellable context with a goroutine per statement, a tenth
+			// of a commit's CPU. They wait for nothing (the write lock is
+			// held since BEGIN), so ctx is checked between sessions, and
+			// COMMIT runs on it.
+			plain := context.WithoutCancel(ctx)
+			if err := s.checkMutation(plain); err != nil {
 				return err
 			}
-			// The sessions' statements run on a context that is never
-			// done: the driver watches a cancellable one with a goroutine
-			// per statement, a tenth of a commit's CPU. They wait for
-			// nothing (the write lock is held since BEGIN), so ctx is
-			// checked between sessions, and COMMIT runs on it.
-			plain := context.WithoutCancel(ctx)
-			for _, i := range todo {
+			for i := first; i >= 0; i = take() {
+				if errs[i] != nil {
+					continue
+				}
+				b := batches[i]
+				durable = durable || b.Durable
+				if len(b.Events) == 0 {
+					empty = append(empty, i)
+					continue
+				}
+				if i != first {
+					todo = append(todo, i)
+					syncAfter = syncAfter || (!full && (b.Durable || !sts[i].stored))
+				}
 				if err := ctxErr(ctx); err != nil {
 					return err
 				}
-				if err := s.appendSavepoint(plain, s.stmts, batches[i], sts[i]); err != nil {
+				if err := s.appendSavepoint(plain, s.stmts, b, sts[i]); err != nil {
 					if _, ok := err.(savepointError); ok {
 						return err
 					}
@@ -145,6 +189,28 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, batches []groupBatch) []e
 			}
 			return nil
 		})
+	}
+	if err == nil && syncAfter {
+		// Committed, but not durable yet: what succeeded is written (as
+		// NORMAL commits are) until the sync below.
+		for _, i := range todo {
+			if errs[i] == nil {
+				s.committed(sts[i], batches[i].Events, false, false)
+			}
+		}
+		if err = s.barrierLocked(nil); err == nil {
+			for _, i := range todo {
+				if errs[i] == nil && durable {
+					sts[i].barrier = sts[i].next
+				}
+			}
+		}
+	} else if err == nil {
+		for _, i := range todo {
+			if errs[i] == nil {
+				s.committed(sts[i], batches[i].Events, durable, full)
+			}
+		}
 	}
 	if err != nil {
 		err = s.txError(err)
@@ -158,9 +224,7 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, batches []groupBatch) []e
 			if cerr := s.cutBack(batches[i].ID, sts[i]); cerr != nil {
 				errs[i] = fmt.Errorf("%w; then %w", errs[i], cerr)
 			}
-			continue
 		}
-		s.committed(sts[i], batches[i].Events, durable, full)
 	}
 	if err == nil && durable {
 		for _, i := range empty {

@@ -88,12 +88,12 @@ func TestSQLiteAppendGroupCommitsEverySession(t *testing.T) {
 	defer s.Close()
 	f := newGroupFixture(t, s, "group", 6)
 	ctx := t.Context()
-	for i, err := range s.appendGroup(ctx, f.firstTurns()) {
+	for i, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
 		require.NoError(t, err, "batch %d", i)
 	}
 	second := f.secondTurns()
 	second[2].Events = nil // a barrier alone
-	for i, err := range s.appendGroup(ctx, second) {
+	for i, err := range s.appendGroup(ctx, feed(second)) {
 		require.NoError(t, err, "batch %d", i)
 	}
 	revs := revisionsOf(t, s)
@@ -121,7 +121,7 @@ func TestSQLiteAppendGroupFailsOnlyTheRefusedSessions(t *testing.T) {
 	defer s.Close()
 	f := newGroupFixture(t, s, "fence", 4)
 	ctx := t.Context()
-	for _, err := range s.appendGroup(ctx, f.firstTurns()) {
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
 		require.NoError(t, err)
 	}
 	// Another writer of the database appends session 1's second turn.
@@ -135,7 +135,7 @@ func TestSQLiteAppendGroupFailsOnlyTheRefusedSessions(t *testing.T) {
 	gap := f.builders[2]
 	group[2].Events = append(gap.from(f.k1[2])[:1:1], gap.from(f.k1[2])[2:]...)
 	group = append(group, groupBatch{ID: "never-created", Events: f.builders[3].events()[:1], Durable: true})
-	errs := s.appendGroup(ctx, group)
+	errs := s.appendGroup(ctx, feed(group))
 	require.Len(t, errs, 5)
 	require.NoError(t, errs[0])
 	require.ErrorIs(t, errs[1], ErrFenced, "the stale writer's batch")
@@ -174,7 +174,7 @@ func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
 	defer s.Close()
 	f := newGroupFixture(t, s, "whole", 3)
 	ctx := t.Context()
-	for _, err := range s.appendGroup(ctx, f.firstTurns()) {
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
 		require.NoError(t, err)
 	}
 	raw, err := sql.Open("sqlite", path)
@@ -183,7 +183,7 @@ func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
 	_, err = raw.ExecContext(ctx, "PRAGMA user_version = 16")
 	require.NoError(t, err)
 
-	errs := s.appendGroup(ctx, f.secondTurns())
+	errs := s.appendGroup(ctx, feed(f.secondTurns()))
 	for i, err := range errs {
 		require.Error(t, err, "batch %d", i)
 		require.ErrorContains(t, err, string(f.builders[i].id()))
@@ -196,7 +196,7 @@ func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
 		require.NoError(t, err)
 		requireSameEvents(t, b.events()[:f.k1[i]], got)
 	}
-	for _, err := range s.appendGroup(ctx, f.secondTurns()) {
+	for _, err := range s.appendGroup(ctx, feed(f.secondTurns())) {
 		require.NoError(t, err)
 	}
 	for _, b := range f.builders {
@@ -222,7 +222,7 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 	s.checkpoints.limit.Store(64 << 10)
 
 	f := newGroupFixture(t, s, "wal", 40)
-	for _, err := range s.appendGroup(ctx, f.firstTurns()) {
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
 		require.NoError(t, err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -232,7 +232,7 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 		b := newLogBuilder(t, session.SessionID(fmt.Sprintf("wal-more-%d", i)))
 		b.textTurn("one", "1")
 		require.NoError(t, s.Create(b.header()))
-		for _, err := range s.appendGroup(ctx, []groupBatch{{ID: b.id(), Events: b.events(), Durable: true}}) {
+		for _, err := range s.appendGroup(ctx, feed([]groupBatch{{ID: b.id(), Events: b.events(), Durable: true}})) {
 			require.NoError(t, err)
 		}
 	}
@@ -275,7 +275,7 @@ func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 	require.NoError(t, s.Create(b.header()))
 	require.NoError(t, s.Append(ctx, b.id(), all[:2], NoSync))
 	require.NoError(t, s.Append(ctx, b.id(), all[2:4], Sync))
-	require.NoError(t, s.appendGroup(ctx, []groupBatch{{ID: b.id(), Events: all[4:5]}})[0])
+	require.NoError(t, s.appendGroup(ctx, feed([]groupBatch{{ID: b.id(), Events: all[4:5]}}))[0])
 	var busy, frames, done int
 	require.NoError(t, s.checkpoints.db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done))
 	require.NoError(t, s.Append(ctx, b.id(), all[5:6], Sync))
@@ -293,7 +293,7 @@ func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 
 	require.NoError(t, other.Append(ctx, b.id(), all[10:11], Sync))
 	require.NoError(t, other.Close())
-	errs := s.appendGroup(ctx, []groupBatch{{ID: b.id(), Events: all[10:12], Durable: true}})
+	errs := s.appendGroup(ctx, feed([]groupBatch{{ID: b.id(), Events: all[10:12], Durable: true}}))
 	requireFenced(t, errs[0], b.id(), 11, 10)
 	got, err := s.ReadFrom(ctx, b.id(), 0)
 	require.NoError(t, err)
@@ -329,7 +329,7 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 		b.endTurn(turn)
 	}
 	first := f.firstTurns()[:2]
-	for _, err := range s.appendGroup(ctx, first) {
+	for _, err := range s.appendGroup(ctx, feed(first)) {
 		require.NoError(t, err)
 	}
 	for i := range 2 {
@@ -355,7 +355,7 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 		return nil
 	}
 	s.mu.Unlock()
-	errs := s.appendGroup(ctx, group())
+	errs := s.appendGroup(ctx, feed(group()))
 	require.NoError(t, errs[0])
 	for _, i := range []int{1, 2} {
 		require.ErrorIs(t, errs[i], fault)
@@ -380,10 +380,55 @@ func TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone(t *testing.T) {
 		{ID: f.builders[1].id(), Events: f.builders[1].from(barrier[1]), Durable: true},
 		{ID: f.builders[2].id(), Events: f.builders[2].events(), Durable: true},
 	}
-	for _, err := range s.appendGroup(ctx, retry) {
+	for _, err := range s.appendGroup(ctx, feed(retry)) {
 		require.NoError(t, err)
 	}
 	for _, b := range f.builders {
 		requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
+	}
+}
+
+// TestSQLiteAppendGroupBarrierJoiningANormalCommitIsSynced: a group that
+// starts with a write-behind batch commits with synchronous=NORMAL; a
+// barrier taken after it started (a turn end that joined the group while
+// it was written) makes the whole group a barrier, so the store syncs
+// right after the commit: nothing is left unsynced, and every session of
+// the group is at a barrier, which a later failed append cuts back to
+// (the group's rows stay).
+func TestSQLiteAppendGroupBarrierJoiningANormalCommitIsSynced(t *testing.T) {
+	ctx := t.Context()
+	s := openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{})
+	defer s.Close()
+	f := newGroupFixture(t, s, "late", 2)
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
+		require.NoError(t, err)
+	}
+	second := f.secondTurns()
+	second[0].Durable = false // write-behind first: the commit is NORMAL
+	for _, err := range s.appendGroup(ctx, feed(second)) {
+		require.NoError(t, err)
+	}
+	s.mu.Lock()
+	unsynced := s.unsynced
+	s.mu.Unlock()
+	require.False(t, unsynced, "the late barrier synced the group")
+
+	var third []groupBatch
+	for _, b := range f.builders {
+		n := b.len()
+		b.textTurn("three", "3")
+		third = append(third, groupBatch{ID: b.id(), Events: b.from(n)})
+	}
+	fault := errors.New("injected insert failure")
+	s.mu.Lock()
+	s.insertFault = func(session.SessionID, int64) error { return fault }
+	s.mu.Unlock()
+	for _, err := range s.appendGroup(ctx, feed(third)) {
+		require.ErrorIs(t, err, fault)
+	}
+	for i, b := range f.builders {
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, b.events()[:b.len()-int64(len(third[i].Events))], got)
 	}
 }
