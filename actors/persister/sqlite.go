@@ -414,8 +414,11 @@ func (s *SQLiteStore) Create(h session.Header) error {
 
 // rowExists reports whether the session's row exists. s.mu must be held.
 func (s *SQLiteStore) rowExists(ctx context.Context, id session.SessionID) (bool, error) {
+	if err := ctxErr(ctx); err != nil {
+		return false, err
+	}
 	var one int
-	err := s.conn.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, string(id)).Scan(&one)
+	err := s.conn.QueryRowContext(stepCtx(ctx), `SELECT 1 FROM sessions WHERE id = ?`, string(id)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

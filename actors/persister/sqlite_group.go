@@ -154,12 +154,12 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 	err := s.setSync(ctx, full)
 	if err == nil {
 		err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-			// The statements run on a context that is never done: the driver watches a
+			// The statements run on stepCtx: the driver watches a
 			// cancellable context with a goroutine per statement, a tenth
 			// of a commit's CPU. They wait for nothing (the write lock is
 			// held since BEGIN), so ctx is checked between sessions, and
 			// COMMIT runs on it.
-			plain := context.WithoutCancel(ctx)
+			plain := stepCtx(ctx)
 			if err := s.checkMutation(plain); err != nil {
 				return err
 			}

@@ -42,15 +42,40 @@ func (s *SQLiteStore) selectRows(ctx context.Context, q queryer, id session.Sess
 FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq`, string(id), from)
 }
 
-// queryRows runs a select of event rows.
+// readCheckRows is how many rows a read steps through between two looks
+// at its context (see stepCtx).
+const readCheckRows = 256
+
+// stepCtx is the context a read's or a locked write's statements run on:
+// ctx without its cancellation. The driver watches a statement run on a
+// cancellable context with a goroutine of its own (one per statement,
+// living as long as its rows), and these statements wait for nothing that
+// a deadline should cut short: a read in WAL mode takes no lock that a
+// writer holds, and a write's statements run once its transaction holds
+// the write lock. So ctx is checked between statements, and every
+// readCheckRows rows of a long read, instead; only the statements that
+// may wait for another connection's lock (BEGIN IMMEDIATE, COMMIT) run on
+// ctx itself.
+func stepCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// queryRows runs a select of event rows, checking ctx as it goes (see
+// stepCtx).
 func (s *SQLiteStore) queryRows(ctx context.Context, q queryer, query string, args ...any) ([]sqlRow, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(stepCtx(ctx), query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []sqlRow
 	for rows.Next() {
+		if len(out)%readCheckRows == readCheckRows-1 {
+			if err := ctxErr(ctx); err != nil {
+				return nil, err
+			}
+		}
 		var r sqlRow
 		var dataType, srcType string
 		var op sql.NullString
@@ -214,7 +239,10 @@ func (s *SQLiteStore) revisionOf(r sessionRow) Revision {
 
 // readSession reads id's row; ErrNotFound if there is none.
 func (s *SQLiteStore) readSession(ctx context.Context, q queryer, id session.SessionID) (sessionRow, error) {
-	row := q.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, string(id))
+	if err := ctxErr(ctx); err != nil {
+		return sessionRow{}, err
+	}
+	row := q.QueryRowContext(stepCtx(ctx), `SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, string(id))
 	r, err := s.scanSession(row.Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sessionRow{}, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -253,7 +281,9 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 	}
 	var row sessionRow
 	var sc scanned
-	err := s.inTx(ctx, "BEGIN", func() error {
+	// A read transaction waits for no lock: BEGIN and COMMIT run on
+	// stepCtx too, the steps check ctx.
+	err := s.inTx(stepCtx(ctx), "BEGIN", func() error {
 		var err error
 		if row, err = s.readSession(ctx, s.conn, id); err != nil {
 			return err
@@ -299,7 +329,7 @@ func (s *SQLiteStore) loadLocked(ctx context.Context, id session.SessionID, mode
 		return Stored{}, fmt.Errorf("commit repair: %w", dbError(s.path, s.busy, err))
 	}
 	err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-		if err := s.checkMutation(ctx); err != nil {
+		if err := s.checkMutation(stepCtx(ctx)); err != nil {
 			return err
 		}
 		return s.repairTx(ctx, s.conn, id, sc.torn, closers)
@@ -341,6 +371,10 @@ func (s *SQLiteStore) repairTx(ctx context.Context, q queryer, id session.Sessio
 	case torn < 0 && sc.torn >= 0:
 		return fmt.Errorf("session %s repair omitted current torn tail at seq %d", id, sc.torn)
 	}
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	ctx = stepCtx(ctx)
 	if torn >= 0 {
 		if _, err := q.ExecContext(ctx, `DELETE FROM events WHERE session_id = ? AND seq >= ?`, string(id), torn); err != nil {
 			return err
@@ -372,7 +406,7 @@ func (s *SQLiteStore) ReadFrom(ctx context.Context, id session.SessionID, from i
 		return nil, fmt.Errorf("persister: read %s from seq %d: not a non-negative safe integer", id, from)
 	}
 	var out []session.Event
-	err := s.inTx(ctx, "BEGIN", func() error {
+	err := s.inTx(stepCtx(ctx), "BEGIN", func() error { // see loadLocked
 		if _, err := s.readSession(ctx, s.conn, id); err != nil {
 			return err
 		}
@@ -421,13 +455,18 @@ func (s *SQLiteStore) List(ctx context.Context) ([]Listed, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, fmt.Errorf("persister: list: %w", err)
 	}
-	rows, err := s.conn.QueryContext(ctx, `SELECT `+sessionColumns+` FROM sessions`)
+	rows, err := s.conn.QueryContext(stepCtx(ctx), `SELECT `+sessionColumns+` FROM sessions`)
 	if err != nil {
 		return nil, fmt.Errorf("persister: list: %w", dbError(s.path, s.busy, err))
 	}
 	defer rows.Close()
 	var out []Listed
 	for rows.Next() {
+		if len(out)%readCheckRows == readCheckRows-1 {
+			if err := ctxErr(ctx); err != nil {
+				return nil, fmt.Errorf("persister: list: %w", err)
+			}
+		}
 		r, err := s.scanSession(rows.Scan)
 		if err != nil {
 			return nil, fmt.Errorf("persister: list: %w", err)

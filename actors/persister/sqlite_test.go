@@ -1,8 +1,10 @@
 package persister
 
 import (
+	"context"
 	"database/sql"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -97,4 +99,67 @@ func TestSQLiteHoldsAnIgnorableEventTypedAsARowTag(t *testing.T) {
 		}
 	}
 	require.True(t, found)
+}
+
+// watchedCtx is a cancellable context that counts the calls of Done (what
+// the driver calls to decide whether to watch a statement with a
+// goroutine of its own) and, when errAfter is not negative, reports
+// itself cancelled from its errAfter+1th call of Err on.
+type watchedCtx struct {
+	context.Context
+	dones, errs atomic.Int64
+	errAfter    int64
+}
+
+func newWatchedCtx(t *testing.T, errAfter int64) *watchedCtx {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &watchedCtx{Context: ctx, errAfter: errAfter}
+}
+
+func (c *watchedCtx) Done() <-chan struct{} {
+	c.dones.Add(1)
+	return c.Context.Done()
+}
+
+func (c *watchedCtx) Err() error {
+	if n := c.errs.Add(1); c.errAfter >= 0 && n > c.errAfter {
+		return context.Canceled
+	}
+	return c.Context.Err()
+}
+
+// TestSQLiteReadsCheckTheirContextBetweenSteps: Load, Inspect, ReadFrom
+// and List run their statements on a context the driver does not watch
+// (no goroutine per statement: Done is never called), and check the
+// caller's context between statements and along a long read instead:
+// cancelled at any of those checks, the read fails with the context's
+// error.
+func TestSQLiteReadsCheckTheirContextBetweenSteps(t *testing.T) {
+	s := openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{})
+	defer s.Close()
+	b := newLogBuilder(t, "session-steps")
+	for range 3 * readCheckRows / 8 { // about three checks' worth of rows
+		b.textTurn("more", "ok")
+	}
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(t.Context(), b.id(), b.events(), Sync))
+	reads := map[string]func(ctx context.Context) error{
+		"load":    func(ctx context.Context) error { _, err := s.Load(ctx, b.id()); return err },
+		"inspect": func(ctx context.Context) error { _, err := s.Inspect(ctx, b.id()); return err },
+		"read":    func(ctx context.Context) error { _, err := s.ReadFrom(ctx, b.id(), 5); return err },
+		"list":    func(ctx context.Context) error { _, err := s.List(ctx); return err },
+	}
+	for name, read := range reads {
+		ctx := newWatchedCtx(t, -1)
+		require.NoError(t, read(ctx), name)
+		require.Zero(t, ctx.dones.Load(), "%s: no statement ran on the cancellable context", name)
+		checks := ctx.errs.Load()
+		require.Positive(t, checks, name)
+		for n := range checks {
+			ctx := newWatchedCtx(t, n)
+			require.ErrorIs(t, read(ctx), context.Canceled, "%s cancelled at check %d of %d", name, n+1, checks)
+		}
+	}
+	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }

@@ -61,10 +61,11 @@ func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, st
 		return dbError(s.path, s.busy, err)
 	}
 	err := s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
-		if err := s.checkMutation(ctx); err != nil {
+		// The write lock is held: the statements run on stepCtx.
+		if err := s.checkMutation(stepCtx(ctx)); err != nil {
 			return err
 		}
-		return s.appendTx(ctx, s.stmts, id, st, events)
+		return s.appendTx(stepCtx(ctx), s.stmts, id, st, events)
 	})
 	if err != nil {
 		return s.txError(err)
