@@ -87,8 +87,9 @@ import (
 // fence, its checks) is rolled back to its savepoint and fails alone; a
 // failed transaction fails every session in it. The writer connection
 // never checkpoints on commit (wal_autocheckpoint 0): a goroutine with its
-// own connection runs PASSIVE checkpoints once the WAL passes 4 MiB, and
-// Close checkpoints with TRUNCATE.
+// own connection runs PASSIVE checkpoints once the WAL passes 4 MiB, a
+// TRUNCATE one once the store is idle, and Close checkpoints with
+// TRUNCATE.
 //
 // A writer holds the kernel lock of PATH.lock (the same kind as a JSONL
 // session.lock) for its lifetime: a second dsh writer is refused at once,

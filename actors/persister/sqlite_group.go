@@ -43,9 +43,15 @@ import (
 // walCheckpointPoll for the other writes). A PASSIVE checkpoint takes no
 // writer lock: commits go on while it copies, and a writer restarts the
 // WAL from its start once a checkpoint has caught up, so the file stays
-// near the threshold. Close checkpoints with TRUNCATE before the last
-// connection closes (SQLite would checkpoint and remove the WAL then
-// anyway; TRUNCATE says so, and empties it even if removing fails).
+// near the threshold under sustained writes (it is reused, not grown).
+// Once the store is idle (no commit for walCheckpointPoll), the
+// checkpointer runs a PASSIVE checkpoint and then a TRUNCATE one, which
+// empties the WAL file: the copy is done without the writer lock, and the
+// truncation, which takes it, has nothing left to copy, so a commit that
+// arrives meanwhile waits for a file truncation at most. Close
+// checkpoints with TRUNCATE before the last connection closes (SQLite
+// would checkpoint and remove the WAL then anyway; TRUNCATE says so, and
+// empties it even if removing fails). Figures: docs/durability.md#sqlite-checkpoints.
 //
 // Rejected alternative: a larger wal_autocheckpoint. It makes the spikes
 // rarer and each one longer; the commit path still pays for them.
@@ -335,15 +341,18 @@ func (c *stmtCache) close() {
 // and do nothing on a nil checkpointer (a read-only store, or a journal
 // mode other than WAL).
 type checkpointer struct {
-	db      *sql.DB       // its own connection: a checkpoint never waits for the writer's
-	wal     string        // the WAL file
-	limit   atomic.Int64  // the WAL size that calls for a checkpoint
-	wake    chan struct{} // 1-buffered
-	done    chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex // guards runs
-	runs    int        // checkpoints run (tests)
-	stopped sync.Once
+	db     *sql.DB       // its own connection: a checkpoint never waits for the writer's
+	wal    string        // the WAL file
+	limit  atomic.Int64  // the WAL size that calls for a checkpoint
+	wake   chan struct{} // 1-buffered
+	done   chan struct{}
+	wg     sync.WaitGroup
+	writes atomic.Uint64 // commits told of (kick)
+	mu     sync.Mutex    // guards runs and truncates
+	runs   int           // PASSIVE checkpoints run (tests)
+	// truncates counts the TRUNCATE checkpoints of an idle store (tests).
+	truncates int
+	stopped   sync.Once
 }
 
 // startCheckpointer opens the checkpointer's connection to the database
@@ -369,6 +378,7 @@ func (c *checkpointer) kick() {
 	if c == nil {
 		return
 	}
+	c.writes.Add(1)
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -378,27 +388,54 @@ func (c *checkpointer) kick() {
 func (c *checkpointer) run() {
 	poll := time.NewTicker(walCheckpointPoll)
 	defer poll.Stop()
+	var seen uint64    // c.writes at the last tick
+	var last time.Time // when the last checkpoint ran
 	for {
+		idle := false
 		select {
 		case <-c.wake:
+			if time.Since(last) < walCheckpointPoll {
+				// The WAL file keeps its size once a writer restarts it
+				// from its start: past the threshold once, it stays
+				// there, and each commit would be followed by a
+				// checkpoint (and a sync of the database file) of its
+				// few pages. At most one per poll, then.
+				continue
+			}
 		case <-poll.C:
+			w := c.writes.Load()
+			idle, seen = w == seen, w
 		case <-c.done:
 			return
 		}
 		fi, err := os.Stat(c.wal)
-		if err != nil || fi.Size() < c.limit.Load() {
+		if err != nil || fi.Size() == 0 || (!idle && fi.Size() < c.limit.Load()) {
 			continue
 		}
+		last = time.Now()
 		// A failure (SQLITE_BUSY while another checkpoint runs, an I/O
 		// error) leaves the WAL to the next attempt: nothing is lost, the
 		// WAL only stays longer.
-		var busy, logFrames, done int
-		if c.db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logFrames, &done) == nil {
+		if c.checkpoint("PASSIVE") && idle && c.checkpoint("TRUNCATE") {
 			c.mu.Lock()
-			c.runs++
+			c.truncates++
 			c.mu.Unlock()
 		}
 	}
+}
+
+// checkpoint runs a checkpoint of mode, reporting whether it ran.
+func (c *checkpointer) checkpoint(mode string) bool {
+	var busy, logFrames, done int
+	if c.db.QueryRow("PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &logFrames, &done) != nil || busy != 0 {
+		return false
+	}
+	if mode == "PASSIVE" {
+		c.mu.Lock()
+		c.runs++
+		c.mu.Unlock()
+	}
+	return true
 }
 
 // stop ends the goroutine and closes the connection. Idempotent.
@@ -415,12 +452,13 @@ func (c *checkpointer) stop() error {
 	return err
 }
 
-// checkpointRuns returns how many checkpoints ran.
-func (c *checkpointer) checkpointRuns() int {
+// checkpointRuns returns how many PASSIVE checkpoints ran, and how many
+// TRUNCATE ones.
+func (c *checkpointer) checkpointRuns() (passive, truncate int) {
 	if c == nil {
-		return 0
+		return 0, 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.runs
+	return c.runs, c.truncates
 }

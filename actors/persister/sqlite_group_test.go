@@ -226,7 +226,7 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 		require.NoError(t, err)
 	}
 	deadline := time.Now().Add(time.Minute)
-	for i := 0; s.checkpoints.checkpointRuns() == 0; i++ {
+	for i := 0; first(s.checkpoints.checkpointRuns()) == 0; i++ {
 		require.True(t, time.Now().Before(deadline), "no checkpoint ran")
 		// Keep committing: each commit tells the checkpointer to look.
 		b := newLogBuilder(t, session.SessionID(fmt.Sprintf("wal-more-%d", i)))
@@ -430,5 +430,43 @@ func TestSQLiteAppendGroupBarrierJoiningANormalCommitIsSynced(t *testing.T) {
 		got, err := s.ReadFrom(ctx, b.id(), 0)
 		require.NoError(t, err)
 		requireSameEvents(t, b.events()[:b.len()-int64(len(third[i].Events))], got)
+	}
+}
+
+func first[A, B any](a A, _ B) A { return a }
+
+// TestSQLiteIdleCheckpointTruncatesTheWAL: once the store has committed
+// nothing for a poll of the checkpointer, it checkpoints the WAL and
+// truncates it to nothing (PASSIVE, then TRUNCATE); the next commit
+// writes the WAL again, and the events are all there.
+func TestSQLiteIdleCheckpointTruncatesTheWAL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{})
+	defer s.Close()
+	ctx := t.Context()
+	f := newGroupFixture(t, s, "idle", 8)
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
+		require.NoError(t, err)
+	}
+	walSize := func() int64 {
+		fi, err := os.Stat(path + "-wal")
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	require.Positive(t, walSize())
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(path + "-wal")
+		return err == nil && fi.Size() == 0
+	}, 20*time.Second, 10*time.Millisecond, "the WAL of an idle store was not truncated")
+	_, truncates := s.checkpoints.checkpointRuns()
+	require.Positive(t, truncates)
+	for _, err := range s.appendGroup(ctx, feed(f.secondTurns())) {
+		require.NoError(t, err)
+	}
+	require.Positive(t, walSize())
+	for _, b := range f.builders {
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, b.events(), got)
 	}
 }

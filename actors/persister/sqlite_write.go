@@ -71,6 +71,7 @@ func (s *SQLiteStore) appendLocked(ctx context.Context, id session.SessionID, st
 		return s.txError(err)
 	}
 	s.committed(st, events, durable, full)
+	s.checkpoints.kick()
 	return nil
 }
 
