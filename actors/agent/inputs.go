@@ -354,7 +354,7 @@ func (d *driver) onStreamChunk(ref uint64, c messages.StreamChunk) {
 		t.tooLarge = fmt.Errorf("a stream chunk is too large to record: %w", err)
 		return
 	}
-	d.appendDrafts(appendTag{chunk: true}, draft)
+	d.appendDrafts(appendTag{chunk: true}, d.chunkDraft(draft)...)
 	t.asm.Push(c)
 }
 
@@ -370,6 +370,7 @@ func (d *driver) onStreamEnded(in streamEnded) {
 	d.t.streamRef = 0
 	d.settle(func() { d.streamDone(in) })
 	d.chunkRefsTaken() // no longer streaming: an empty queue drops its array
+	d.chunkDrafts = nil
 }
 
 // onRetryTimerFired delivers the backoff timer of generation gen.

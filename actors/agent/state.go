@@ -237,7 +237,13 @@ type driver struct {
 	// dropped once the queue empties after it.
 	chunkRefs []uint64
 	chunkHead int
-	settled   func() // run when inflight drops to 0
+	// chunkDrafts is the block the streamed chunks' drafts are made in,
+	// chunkDraftBlock at a time: each chunk's append effect holds a slice
+	// of one element of it, which is never written again (the shell hands
+	// it to the session as it is), instead of a slice allocated per
+	// chunk. Dropped when the stream ends.
+	chunkDrafts []session.Draft
+	settled     func() // run when inflight drops to 0
 
 	phase    phase
 	status   Status
@@ -364,6 +370,20 @@ func (d *driver) flush() effects {
 	out := d.out
 	d.out = nil
 	return out
+}
+
+// chunkDraftBlock is the number of chunk drafts made at a time.
+const chunkDraftBlock = 16
+
+// chunkDraft returns a slice of the one draft dr, made in the chunk draft
+// block (see chunkDrafts).
+func (d *driver) chunkDraft(dr session.Draft) []session.Draft {
+	if len(d.chunkDrafts) == cap(d.chunkDrafts) {
+		d.chunkDrafts = make([]session.Draft, 0, chunkDraftBlock)
+	}
+	d.chunkDrafts = append(d.chunkDrafts, dr)
+	n := len(d.chunkDrafts)
+	return d.chunkDrafts[n-1 : n : n]
 }
 
 // maxRecycled bounds the array recycle keeps (a turn's start or end
