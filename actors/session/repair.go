@@ -38,9 +38,15 @@ func interruptedTurnClosers(events Events) []Event {
 		callSeq    map[string]int64 // recorded tool/call seqs
 		answered   map[string]bool
 	)
-	reset := func() { pending, callSeq, answered = nil, map[string]int64{}, map[string]bool{} }
-	reset()
-	for i := range events.Len() {
+	reset := func() { pending, callSeq, answered = nil, nil, nil }
+	// A turn/end leaves nothing open: the closers depend only on the
+	// events from the last one on, so a balanced log (which ends with
+	// one) is not walked from its start.
+	from := events.Len() - 1
+	for from > 0 && events.at(from).Type() != TypeTurnEnd {
+		from--
+	}
+	for i := max(from, 0); i < events.Len(); i++ {
 		switch p := events.at(i).payload.(type) {
 		case TurnStart:
 			turn, open, stepOpen, step = p.Turn, true, false, 0
@@ -62,11 +68,17 @@ func interruptedTurnClosers(events Events) []Event {
 				}
 			}
 		case ToolCall:
+			if callSeq == nil {
+				callSeq = map[string]int64{}
+			}
 			callSeq[p.CallID] = events.at(i).seq
 			if !slices.Contains(pending, p.CallID) {
 				pending = append(pending, p.CallID)
 			}
 		case ToolResult:
+			if answered == nil {
+				answered = map[string]bool{}
+			}
 			answered[p.Message.Source().CallID()] = true
 		}
 	}

@@ -72,6 +72,25 @@ func TestRepairClosesOpenStepBeforeTurn(t *testing.T) {
 	requireInterruptedEnd(t, closers[0], 1)
 }
 
+// TestInterruptedTurnClosersOfABalancedLogAllocateNothing: a balanced
+// log (every load checks one) is not walked from its start, and the
+// walk's maps are made only for the tool calls of an open turn: a loaded
+// log of 1,000 turns made six maps a turn.
+func TestInterruptedTurnClosersOfABalancedLogAllocateNothing(t *testing.T) {
+	l := newTestLog(t)
+	for range 50 {
+		s := beginTurn(t, l, "again")
+		appendTextStep(t, l, s.Turn, 1, "answer")
+		appendOK(t, l, TurnEnd{Turn: s.Turn, Reason: TurnEndReason{Kind: EndCompleted}}.Draft())
+	}
+	events := l.Events().Slice()
+	require.Zero(t, testing.AllocsPerRun(10, func() {
+		if InterruptedTurnClosers(events) != nil {
+			t.Fatal("a balanced log has no closers")
+		}
+	}))
+}
+
 // Scenario 32: a tool call the model asked for but that was never
 // recorded as started gets a TOOL_NOT_STARTED result without provenance.
 func TestRepairMarksUnrecordedToolCallNotStarted(t *testing.T) {
