@@ -43,6 +43,7 @@ type Host struct {
 	unobserve   func() error         // unregisters the host gauges
 	unwatch     func()               // stops logging actor failures; nil without Config.Logger
 	workers     *workers             // runs the mailboxes of the actors spawned here
+	actorOpts   []actor.PropsOption  // actorOptions(workers), made once: every actor spawned here shares them
 	passWG      sync.WaitGroup       // passivation goroutines (timer callbacks)
 
 	mu         sync.Mutex
@@ -63,6 +64,7 @@ func Open(cfg Config) (*Host, error) {
 	h := &Host{cfg: cfg, sessions: map[session.SessionID]*entry{}, subs: map[*subscription]struct{}{},
 		parked: map[session.SessionID]parkedStats{}, name: fmt.Sprintf("dsh-host-%d", hostSeq.Add(1)), epoch: time.Now(),
 		workers: &workers{}}
+	h.actorOpts = actorOptions(h.workers)
 	if h.cfg.RequestTimeout == 0 {
 		h.cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -136,7 +138,7 @@ func Open(cfg Config) (*Host, error) {
 		h.sys = newSystem(cfg.Logger)
 		h.ownSys = true
 	}
-	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(actorOptions(h.workers)...), h.name+"/persister")
+	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(h.actorOpts...), h.name+"/persister")
 	if err != nil {
 		h.shutdown()
 		return nil, err

@@ -232,7 +232,7 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		return err
 	}
 	prefix := h.name + "/" + persister.EncodeSegment(string(e.id))
-	spid, err := h.sys.Root.SpawnNamed(sp.Configure(actorOptions(h.workers)...), prefix+"/session")
+	spid, err := h.sys.Root.SpawnNamed(sp.Configure(h.actorOpts...), prefix+"/session")
 	if err != nil {
 		h.release(e, err)
 		return err
@@ -243,7 +243,7 @@ func (h *Host) start(ctx context.Context, e *entry, l *session.Log, from int64) 
 		h.release(e, err)
 		return err
 	}
-	apid, err := h.sys.Root.SpawnNamed(ap.Configure(actorOptions(h.workers)...), prefix+"/agent")
+	apid, err := h.sys.Root.SpawnNamed(ap.Configure(h.actorOpts...), prefix+"/agent")
 	if err != nil {
 		_ = h.sys.Root.PoisonFuture(spid).Wait()
 		h.release(e, err)
