@@ -88,8 +88,10 @@ import (
 // failed transaction fails every session in it. The writer connection
 // never checkpoints on commit (wal_autocheckpoint 0): a goroutine with its
 // own connection runs PASSIVE checkpoints once the WAL passes 4 MiB, a
-// TRUNCATE one once the store is idle, and Close checkpoints with
-// TRUNCATE.
+// TRUNCATE one once the store is idle; the writer runs a RESTART one
+// between transactions when the WAL still holds 16 MiB of frames (a
+// PASSIVE checkpoint never catches up with a writer that never pauses),
+// and Close checkpoints with TRUNCATE.
 //
 // A writer holds the kernel lock of PATH.lock (the same kind as a JSONL
 // session.lock) for its lifetime: a second dsh writer is refused at once,

@@ -43,8 +43,9 @@ import (
 // walCheckpointPoll for the other writes). A PASSIVE checkpoint takes no
 // writer lock: commits go on while it copies, and a writer restarts the
 // WAL from its start once a checkpoint has caught up, so the file stays
-// near the threshold under sustained writes (it is reused, not grown).
-// Once the store is idle (no commit for walCheckpointPoll), the
+// near the threshold (it is reused, not grown). Under writes that never
+// pause no PASSIVE checkpoint catches up, and the writer bounds the WAL
+// with a RESTART checkpoint of its own (restartWAL). Once the store is idle (no commit for walCheckpointPoll), the
 // checkpointer runs a PASSIVE checkpoint and then a TRUNCATE one, which
 // empties the WAL file: the copy is done without the writer lock, and the
 // truncation, which takes it, has nothing left to copy, so a commit that
@@ -59,6 +60,11 @@ import (
 // walCheckpointBytes is the WAL size past which the checkpointer runs a
 // PASSIVE checkpoint: about SQLite's own default of 1000 pages of 4 KiB.
 const walCheckpointBytes = 4 << 20
+
+// walRestartBytes bounds the WAL under writes that never pause: past it,
+// the writer runs a RESTART checkpoint before its next transaction
+// (restartWAL).
+const walRestartBytes = 4 * walCheckpointBytes
 
 // walCheckpointPoll is how often the checkpointer looks at the WAL without
 // being told of a commit (writes other than group commits).
@@ -120,6 +126,7 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 		}
 		return errs
 	}
+	s.restartWAL()
 	// Batches without events are barriers alone: they need a sync, not a
 	// transaction. The first batch with events opens it.
 	var todo, empty []int
@@ -348,17 +355,33 @@ type checkpointer struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	writes atomic.Uint64 // commits told of (kick)
-	mu     sync.Mutex    // guards runs and truncates
-	runs   int           // PASSIVE checkpoints run (tests)
-	// truncates counts the TRUNCATE checkpoints of an idle store (tests).
-	truncates int
-	stopped   sync.Once
+	// frames is the number of frames the WAL held at the last PASSIVE
+	// checkpoint, and restartAt the size of them past which the writer
+	// runs a RESTART one (restartWAL).
+	frames    atomic.Int64
+	restartAt atomic.Int64
+	mu        sync.Mutex // guards runs, truncates and restarts
+	runs      int        // PASSIVE checkpoints run (tests)
+	// truncates and restarts count the TRUNCATE checkpoints of an idle
+	// store and the RESTART ones (tests).
+	truncates, restarts int
+	stopped             sync.Once
 }
 
 // startCheckpointer opens the checkpointer's connection to the database
 // at path and starts its goroutine; the writer's conn gets
 // wal_autocheckpoint=0. busy is the store's busy timeout.
 func startCheckpointer(ctx context.Context, conn *sql.Conn, path string, busy time.Duration) (*checkpointer, error) {
+	c, err := newCheckpointer(ctx, conn, path, busy)
+	if err != nil {
+		return nil, err
+	}
+	c.wg.Go(c.run)
+	return c, nil
+}
+
+// newCheckpointer is startCheckpointer without the goroutine.
+func newCheckpointer(ctx context.Context, conn *sql.Conn, path string, busy time.Duration) (*checkpointer, error) {
 	if _, err := conn.ExecContext(ctx, "PRAGMA wal_autocheckpoint = 0"); err != nil {
 		return nil, fmt.Errorf("wal_autocheckpoint: %w", err)
 	}
@@ -369,7 +392,7 @@ func startCheckpointer(ctx context.Context, conn *sql.Conn, path string, busy ti
 	db.SetMaxOpenConns(1)
 	c := &checkpointer{db: db, wal: path + "-wal", wake: make(chan struct{}, 1), done: make(chan struct{})}
 	c.limit.Store(walCheckpointBytes)
-	c.wg.Go(c.run)
+	c.restartAt.Store(walRestartBytes)
 	return c, nil
 }
 
@@ -413,10 +436,17 @@ func (c *checkpointer) run() {
 			continue
 		}
 		last = time.Now()
-		// A failure (SQLITE_BUSY while another checkpoint runs, an I/O
-		// error) leaves the WAL to the next attempt: nothing is lost, the
-		// WAL only stays longer.
-		if c.checkpoint("PASSIVE") && idle && c.checkpoint("TRUNCATE") {
+		c.pass(idle)
+	}
+}
+
+// pass runs the checkpoints of one look at a WAL that calls for them: a
+// PASSIVE one, then, on an idle store, a TRUNCATE one. A failure
+// (SQLITE_BUSY while another checkpoint runs, an I/O error) leaves the
+// WAL to the next attempt: nothing is lost, the WAL only stays longer.
+func (c *checkpointer) pass(idle bool) {
+	if ok, _ := c.checkpoint("PASSIVE"); ok && idle {
+		if ok, _ := c.checkpoint("TRUNCATE"); ok {
 			c.mu.Lock()
 			c.truncates++
 			c.mu.Unlock()
@@ -424,18 +454,49 @@ func (c *checkpointer) run() {
 	}
 }
 
-// checkpoint runs a checkpoint of mode, reporting whether it ran.
-func (c *checkpointer) checkpoint(mode string) bool {
-	var busy, logFrames, done int
+// restartWAL runs a RESTART checkpoint on the writer's connection when
+// the last PASSIVE one found the WAL holding restartAt bytes of frames or
+// more: under writes that never pause, no PASSIVE checkpoint catches up
+// (commits land while it copies), so no writer starts the WAL again and
+// it grows; a RESTART run by a background connection would wait for a
+// moment without a writer that a busy committer does not leave. Run by
+// the writer between its transactions, it copies what the PASSIVE ones
+// left (little, when they keep up), syncs the database file and makes
+// the next commit start the WAL again: a short stall of one commit, once
+// per restartAt bytes written. s.mu must be held, no transaction open.
+func (s *SQLiteStore) restartWAL() {
+	c := s.checkpoints
+	if c == nil || c.frames.Load()*walFrameBytes < c.restartAt.Load() {
+		return
+	}
+	c.frames.Store(0)
+	var busy, logFrames, done int64
+	err := s.conn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &logFrames, &done)
+	if err == nil && busy == 0 {
+		c.mu.Lock()
+		c.restarts++
+		c.mu.Unlock()
+	}
+}
+
+// walFrameBytes is the size of one WAL frame: a page (the store's 4 KiB
+// default) and its header.
+const walFrameBytes = 4096 + 24
+
+// checkpoint runs a checkpoint of mode, reporting whether it ran and how
+// many frames the WAL holds.
+func (c *checkpointer) checkpoint(mode string) (bool, int64) {
+	var busy, logFrames, done int64
 	if c.db.QueryRow("PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &logFrames, &done) != nil || busy != 0 {
-		return false
+		return false, 0
 	}
 	if mode == "PASSIVE" {
+		c.frames.Store(logFrames)
 		c.mu.Lock()
 		c.runs++
 		c.mu.Unlock()
 	}
-	return true
+	return true, logFrames
 }
 
 // stop ends the goroutine and closes the connection. Idempotent.

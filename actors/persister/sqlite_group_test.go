@@ -470,3 +470,49 @@ func TestSQLiteIdleCheckpointTruncatesTheWAL(t *testing.T) {
 		requireSameEvents(t, b.events(), got)
 	}
 }
+
+// TestSQLiteCheckpointRestartsALongWAL: when the last PASSIVE checkpoint
+// found the WAL holding restartAt bytes of frames or more (writes that
+// never pause let no PASSIVE checkpoint catch up), the writer runs a
+// RESTART checkpoint before its next transaction, so that this commit
+// starts the WAL again; below it, it does not. The events stay whole.
+func TestSQLiteCheckpointRestartsALongWAL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{})
+	defer s.Close()
+	ctx := t.Context()
+	require.NoError(t, s.checkpoints.stop()) // this test runs the checkpoints itself
+	c, err := newCheckpointer(ctx, s.conn, path, time.Second)
+	require.NoError(t, err)
+	s.checkpoints = c
+	f := newGroupFixture(t, s, "restart", 40)
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
+		require.NoError(t, err)
+	}
+	ok, frames := c.checkpoint("PASSIVE")
+	require.True(t, ok)
+	require.Greater(t, frames, int64(4))
+	require.Equal(t, frames, c.frames.Load())
+
+	c.restartAt.Store((frames + 1) * walFrameBytes)
+	half := len(f.builders) / 2
+	second := f.secondTurns()
+	for _, err := range s.appendGroup(ctx, feed(second[:half])) {
+		require.NoError(t, err)
+	}
+	require.Zero(t, c.restarts, "below restartAt: no RESTART")
+
+	c.restartAt.Store(frames * walFrameBytes)
+	for _, err := range s.appendGroup(ctx, feed(second[half:])) {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, c.restarts, "at restartAt: a RESTART before the commit")
+	ok, after := c.checkpoint("PASSIVE")
+	require.True(t, ok)
+	require.Less(t, after, frames, "the commit started the WAL again")
+	for _, b := range f.builders {
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, b.events(), got)
+	}
+}
