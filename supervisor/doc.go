@@ -58,8 +58,9 @@
 //
 // A stored session that is not resident is resumed on demand by every
 // method that names it (or explicitly by [Host.Resume]): the store's Load
-// commits crash repair, the log is rebuilt with session.NewSeeded and
-// tracked from the loaded length. [Host.List] and [Host.Peek] never
+// commits crash repair, the log is rebuilt from the loaded events with
+// session.AdoptSeeded (taken over, not copied) and tracked from the
+// loaded length. [Host.List] and [Host.Peek] never
 // resume: they read a stored session through the store's listing and
 // Inspect (nothing written, no lock taken).
 //
