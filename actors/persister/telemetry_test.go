@@ -1,8 +1,11 @@
 package persister
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -76,4 +79,35 @@ func TestTelemetryCountsQueuedWritesAndTimesSyncedOnes(t *testing.T) {
 		r.stopPersister()
 		require.Equal(t, [2]int{0, 0}, queued(), "a stopped persister has no queue")
 	})
+}
+
+// With a store that commits groups (SQLite), a group holding a barrier is
+// one durable write, timed once; a write-behind group is not timed.
+func TestTelemetryTimesADurableGroupCommit(t *testing.T) {
+	var synced atomic.Int64
+	tel := &Telemetry{OnSyncedWrite: func(d time.Duration) {
+		if d > 0 {
+			synced.Add(1)
+		}
+	}}
+	store, err := OpenSQLite(filepath.Join(t.TempDir(), "t.sqlite"), SQLiteOptions{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, store.Close()) }()
+	r := newRig(t, Config{Store: store, Window: hourWindow, MaxBatchEvents: 2, Telemetry: tel})
+	id := r.track("s-group")
+	r.append(id, wbUserDrafts(2)...) // the size bound: a write behind
+	require.Eventually(t, func() bool {
+		w, _ := tel.Queued()
+		evs, err := store.ReadFrom(context.Background(), id, 0)
+		return w == 0 && err == nil && len(evs) == 2
+	}, futureTimeout, time.Millisecond)
+	require.Zero(t, synced.Load(), "a write behind is not durable")
+	_, ok := r.flush(id).(Flushed)
+	require.True(t, ok)
+	before := synced.Load() // the written batch made durable: a sync, which may be a commit
+	require.LessOrEqual(t, before, int64(1))
+	r.append(id, wbUserDrafts(1)...)
+	_, ok = r.flush(id).(Flushed)
+	require.True(t, ok)
+	require.Equal(t, before+1, synced.Load(), "the barrier's group commit, timed once")
 }
