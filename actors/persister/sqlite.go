@@ -306,7 +306,7 @@ func (s *SQLiteStore) open(exists bool, mode string, start time.Time) error {
 			return dbError(s.path, s.busy, err)
 		}
 		if mode == "wal" {
-			c, err := startCheckpointer(ctx, conn, s.path, s.busy)
+			c, err := startCheckpointer(ctx, conn, s.path, s.busy, s.truncateWAL)
 			if err != nil {
 				return dbError(s.path, s.busy, err)
 			}

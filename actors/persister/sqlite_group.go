@@ -355,6 +355,9 @@ type checkpointer struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	writes atomic.Uint64 // commits told of (kick)
+	// truncate runs the TRUNCATE checkpoint of an idle store
+	// (SQLiteStore.truncateWAL), reporting whether it ran.
+	truncate func() bool
 	// frames is the number of frames the WAL held at the last PASSIVE
 	// checkpoint, and restartAt the size of them past which the writer
 	// runs a RESTART one (restartWAL).
@@ -371,11 +374,12 @@ type checkpointer struct {
 // startCheckpointer opens the checkpointer's connection to the database
 // at path and starts its goroutine; the writer's conn gets
 // wal_autocheckpoint=0. busy is the store's busy timeout.
-func startCheckpointer(ctx context.Context, conn *sql.Conn, path string, busy time.Duration) (*checkpointer, error) {
+func startCheckpointer(ctx context.Context, conn *sql.Conn, path string, busy time.Duration, truncate func() bool) (*checkpointer, error) {
 	c, err := newCheckpointer(ctx, conn, path, busy)
 	if err != nil {
 		return nil, err
 	}
+	c.truncate = truncate
 	c.wg.Go(c.run)
 	return c, nil
 }
@@ -445,13 +449,30 @@ func (c *checkpointer) run() {
 // (SQLITE_BUSY while another checkpoint runs, an I/O error) leaves the
 // WAL to the next attempt: nothing is lost, the WAL only stays longer.
 func (c *checkpointer) pass(idle bool) {
-	if ok, _ := c.checkpoint("PASSIVE"); ok && idle {
-		if ok, _ := c.checkpoint("TRUNCATE"); ok {
+	if ok, _ := c.checkpoint("PASSIVE"); ok && idle && c.truncate != nil {
+		if c.truncate() {
 			c.mu.Lock()
 			c.truncates++
 			c.mu.Unlock()
 		}
 	}
+}
+
+// truncateWAL runs the TRUNCATE checkpoint of an idle store on the
+// writer's connection, unless the store is busy (or closed): a WAL
+// started again by another connection changes the writer's data_version,
+// which would make it check every session's tail again (see tailOf).
+func (s *SQLiteStore) truncateWAL() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	var busy, logFrames, done int64
+	err := s.conn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &done)
+	return err == nil && busy == 0
 }
 
 // restartWAL runs a RESTART checkpoint on the writer's connection when

@@ -460,10 +460,16 @@ func TestSQLiteIdleCheckpointTruncatesTheWAL(t *testing.T) {
 		fi, err := os.Stat(path + "-wal")
 		return err == nil && fi.Size() == 0 && truncates > 0
 	}, 20*time.Second, 10*time.Millisecond, "the WAL of an idle store was not truncated")
+	s.mu.Lock()
+	checks := s.tailChecks
+	s.mu.Unlock()
 	for _, err := range s.appendGroup(ctx, feed(f.secondTurns())) {
 		require.NoError(t, err)
 	}
 	require.Positive(t, walSize())
+	s.mu.Lock()
+	require.Equal(t, checks, s.tailChecks, "the writer truncated its own WAL: no tail is checked again")
+	s.mu.Unlock()
 	for _, b := range f.builders {
 		got, err := s.ReadFrom(ctx, b.id(), 0)
 		require.NoError(t, err)
