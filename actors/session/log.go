@@ -205,8 +205,8 @@ func Adopt(h Header, events []Event) (*Log, error) {
 	}
 	for i := range events {
 		e := &events[i]
-		if e.seq != int64(i) {
-			return nil, &EventError{Seq: int64(i), Type: e.Type(), Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", e.seq)}
+		if err := seedSeqError(i, e); err != nil {
+			return nil, err
 		}
 		t, err := l.admit(e, eventsOver(events[:i]))
 		if err != nil {
@@ -235,8 +235,8 @@ func Restore(h Header, events []Event) (*Log, error) {
 	// appended. On error the log is dropped, so an event admitted in place
 	// (its payload decoded) has nowhere to leak to.
 	for i := range events {
-		if events[i].seq != int64(i) {
-			return nil, &EventError{Seq: int64(i), Type: events[i].Type(), Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", events[i].seq)}
+		if err := seedSeqError(i, &events[i]); err != nil {
+			return nil, err
 		}
 		e := l.events.push(events[i])
 		t, err := l.admit(e, l.events.view(0, i))
@@ -248,6 +248,15 @@ func Restore(h Header, events []Event) (*Log, error) {
 	}
 	l.firstLiveSeq = int64(len(events))
 	return l, nil
+}
+
+// seedSeqError refuses seed event e at index i unless its seq is i: a
+// seed (Restore, Adopt, Validate) is contiguous from 0.
+func seedSeqError(i int, e *Event) error {
+	if e.seq == int64(i) {
+		return nil
+	}
+	return &EventError{Seq: int64(i), Type: e.Type(), Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", e.seq)}
 }
 
 // Validate checks events as Restore does, with the same error for the
@@ -263,8 +272,8 @@ func Validate(h Header, events []Event) error {
 	// The events before the one admitted are the log so far: the rules
 	// read only their type and data, which admitting does not change.
 	for i := range events {
-		if events[i].seq != int64(i) {
-			return &EventError{Seq: int64(i), Type: events[i].Type(), Err: fmt.Errorf("seed must be contiguous from 0 (found seq %d)", events[i].seq)}
+		if err := seedSeqError(i, &events[i]); err != nil {
+			return err
 		}
 		e := events[i] // admit may complete its copy
 		t, err := l.admit(&e, eventsOver(events[:i]))
