@@ -571,30 +571,47 @@ func TestValidateAgreesWithRestore(t *testing.T) {
 			refused++
 		}
 	}
+	damagedCorpus(t, paths, func(h Header, events []Event, _ damage) { check(h, events) })
+	require.Greater(t, refused, 100, "the damaged logs exercise the refusals")
+}
+
+// damage says how damagedCorpus changed a corpus log.
+type damage int
+
+const (
+	intact     damage = iota
+	gap               // an event dropped, leaving a seq gap
+	renumbered        // an event dropped and the rest renumbered
+	swapped           // one event's data swapped for the next one's, of another type
+)
+
+// damagedCorpus calls fn with each log of paths as it is, and then, at
+// about a dozen places in it, damaged each way damage lists.
+func damagedCorpus(t *testing.T, paths []string, fn func(h Header, events []Event, d damage)) {
+	t.Helper()
 	for _, path := range paths {
 		raw, err := os.ReadFile(path)
 		require.NoError(t, err)
 		f, err := ParseFile(fixtures.Substitute(raw), path)
 		require.NoError(t, err)
-		check(f.Header, f.Events)
+		fn(f.Header, f.Events, intact)
 		step := max(len(f.Events)/12, 1)
 		for k := 0; k < len(f.Events); k += step {
-			gap := append(slices.Clone(f.Events[:k]), f.Events[k+1:]...)
-			check(f.Header, gap)
-			renumbered := slices.Clone(gap)
-			for i := k; i < len(renumbered); i++ {
-				renumbered[i].seq = int64(i)
+			dropped := append(slices.Clone(f.Events[:k]), f.Events[k+1:]...)
+			fn(f.Header, dropped, gap)
+			renumber := slices.Clone(dropped)
+			for i := k; i < len(renumber); i++ {
+				renumber[i].seq = int64(i)
 			}
-			check(f.Header, renumbered)
+			fn(f.Header, renumber, renumbered)
 			if k+1 < len(f.Events) && f.Events[k].typ != f.Events[k+1].typ {
-				swapped := slices.Clone(f.Events)
-				swapped[k].data, swapped[k].payload = f.Events[k+1].fullData(), nil
-				swapped[k].flags &^= flagChunkText | flagDataFromPayload
-				check(f.Header, swapped)
+				swap := slices.Clone(f.Events)
+				swap[k].data, swap[k].payload = f.Events[k+1].fullData(), nil
+				swap[k].flags &^= flagChunkText | flagDataFromPayload
+				fn(f.Header, swap, swapped)
 			}
 		}
 	}
-	require.Greater(t, refused, 100, "the damaged logs exercise the refusals")
 }
 
 // MirrorAt over the views a session hands out shares that session's pages
@@ -727,22 +744,11 @@ func TestAdoptAgreesWithRestore(t *testing.T) {
 		}
 		requireSameEvents(t, wantSeeded.Events().Slice(), gotSeeded.Events().Slice())
 	}
-	for _, path := range paths {
-		raw, err := os.ReadFile(path)
-		require.NoError(t, err)
-		f, err := ParseFile(fixtures.Substitute(raw), path)
-		require.NoError(t, err)
-		check(f.Header, f.Events)
-		step := max(len(f.Events)/12, 1)
-		for k := 0; k < len(f.Events); k += step {
-			gap := append(slices.Clone(f.Events[:k]), f.Events[k+1:]...)
-			renumbered := slices.Clone(gap)
-			for i := k; i < len(renumbered); i++ {
-				renumbered[i].seq = int64(i)
-			}
-			check(f.Header, renumbered)
+	damagedCorpus(t, paths, func(h Header, events []Event, d damage) {
+		if d == intact || d == renumbered {
+			check(h, events)
 		}
-	}
+	})
 	require.Greater(t, refused, 10, "the damaged logs exercise the refusals")
 	require.Greater(t, built, 10)
 }
