@@ -402,7 +402,9 @@ func TestLogModelCallRetries(t *testing.T) {
 	h := openHost(t, Config{Provider: model, Logger: slog.New(rec),
 		Retry: llm.RetryPolicy{Mode: llm.RetryAlways, InitialDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}})
 	defer func() { require.NoError(t, h.Close(ctx)) }()
-	id, err := h.Create(ctx, CreateOptions{})
+	// A fixed id: the synthetic model draws its failures from a hash of
+	// the request, which includes the session id.
+	id, err := h.Create(ctx, CreateOptions{ID: "retried-session"})
 	require.NoError(t, err)
 	for _, text := range []string{"one", "two", "three"} {
 		require.NoError(t, h.Followup(ctx, id, userMsg(t, text)))
