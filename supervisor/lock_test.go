@@ -11,6 +11,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
+	"github.com/dshgo/dsh/internal/testutil"
 )
 
 // requireInUse checks that err refuses a session because another writer
@@ -47,17 +48,17 @@ func TestSecondHostOnOneDirectoryIsRefusedTheSession(t *testing.T) {
 	before, err := os.ReadFile(files[0])
 	require.NoError(t, err)
 
-	rec := &recordingHandler{}
+	rec := &testutil.LogRecords{}
 	b := openHost(t, Config{Dir: dir, Logger: slog.New(rec)})
 	defer b.Close(ctx)
 	requireInUse(t, b.Followup(ctx, id, userMsg(t, "from b")), id)
-	warns := rec.atLevel(slog.LevelWarn)
+	warns := rec.AtLevel(slog.LevelWarn)
 	require.Len(t, warns, 1, "the refusal is logged once")
 	require.Equal(t, "session in use by another writer", warns[0].Message)
-	require.Equal(t, string(id), attrOf(warns[0], "session"))
+	require.Equal(t, string(id), testutil.Attr(warns[0], "session"))
 	host, err := os.Hostname()
 	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("pid %d on %s", os.Getpid(), host), attrOf(warns[0], "holder"))
+	require.Equal(t, fmt.Sprintf("pid %d on %s", os.Getpid(), host), testutil.Attr(warns[0], "holder"))
 	requireInUse(t, b.Resume(ctx, id), id)
 	_, err = b.Create(ctx, CreateOptions{ID: id})
 	require.ErrorIs(t, err, ErrExists, "a new session under a stored id is refused at once, not when its first write fails")

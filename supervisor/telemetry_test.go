@@ -25,6 +25,7 @@ import (
 	"github.com/dshgo/dsh/actors/persister"
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/storefs"
+	"github.com/dshgo/dsh/internal/testutil"
 	"github.com/dshgo/dsh/messages"
 	"github.com/dshgo/dsh/telemetry"
 )
@@ -209,47 +210,6 @@ func TestMetricsInboxPending(t *testing.T) {
 	require.EqualValues(t, 0, pending())
 }
 
-// recordingHandler keeps every record it is given.
-type recordingHandler struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (r *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (r *recordingHandler) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	r.records = append(r.records, rec.Clone())
-	r.mu.Unlock()
-	return nil
-}
-func (r *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *recordingHandler) WithGroup(string) slog.Handler      { return r }
-
-// atLevel returns the records logged at level.
-func (r *recordingHandler) atLevel(level slog.Level) []slog.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []slog.Record
-	for _, rec := range r.records {
-		if rec.Level == level {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-func attrOf(rec slog.Record, key string) string {
-	var v string
-	rec.Attrs(func(a slog.Attr) bool {
-		if a.Key == key {
-			v = a.Value.String()
-			return false
-		}
-		return true
-	})
-	return v
-}
-
 // A store that fails several writes in a row (the turn end's and the
 // background retries') and then recovers gives exactly one warn record
 // (the failure) and one info record (the recovery), each naming the
@@ -259,7 +219,7 @@ func TestLogWriteFailureOnceAndItsRecovery(t *testing.T) {
 	fsys := newDiskFull()
 	store, err := storefs.NewJSONLStore(persister.JSONLConfig{Root: "/data"}, fsys)
 	require.NoError(t, err)
-	rec := &recordingHandler{}
+	rec := &testutil.LogRecords{}
 	h := openHost(t, Config{Store: store, Window: time.Hour, WriteRetryMin: time.Millisecond, WriteRetryMax: 5 * time.Millisecond,
 		Logger: slog.New(rec)})
 	defer func() { require.NoError(t, h.Close(ctx)) }()
@@ -281,18 +241,18 @@ func TestLogWriteFailureOnceAndItsRecovery(t *testing.T) {
 	require.NoError(t, h.WaitIdle(ctx, id))
 	// The host logs the recovery when the persister's Durable notice
 	// reaches it, which can be after WaitIdle has returned.
-	eventually(t, "the recovery's info record", func() bool { return len(rec.atLevel(slog.LevelInfo)) > 0 })
+	eventually(t, "the recovery's info record", func() bool { return len(rec.AtLevel(slog.LevelInfo)) > 0 })
 
-	warns := rec.atLevel(slog.LevelWarn)
+	warns := rec.AtLevel(slog.LevelWarn)
 	require.Len(t, warns, 1, "one warning for the run of failures")
-	require.Equal(t, string(id), attrOf(warns[0], "session"))
-	require.Contains(t, attrOf(warns[0], "err"), syscall.ENOSPC.Error())
-	infos := rec.atLevel(slog.LevelInfo)
+	require.Equal(t, string(id), testutil.Attr(warns[0], "session"))
+	require.Contains(t, testutil.Attr(warns[0], "err"), syscall.ENOSPC.Error())
+	infos := rec.AtLevel(slog.LevelInfo)
 	require.Len(t, infos, 1, "one info record for the recovery")
 	require.Equal(t, "session write recovered", infos[0].Message)
-	require.Equal(t, string(id), attrOf(infos[0], "session"))
-	require.NotEmpty(t, rec.atLevel(slog.LevelDebug), "the failed retries")
-	require.Empty(t, rec.atLevel(slog.LevelError))
+	require.Equal(t, string(id), testutil.Attr(infos[0], "session"))
+	require.NotEmpty(t, rec.AtLevel(slog.LevelDebug), "the failed retries")
+	require.Empty(t, rec.AtLevel(slog.LevelError))
 }
 
 // protoactor's own records reach Config.Logger at debug level only.
@@ -329,7 +289,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func TestLogFencedWriteOnce(t *testing.T) {
 	ctx := testCtx(t)
 	store := &failingStore{MemStore: persister.NewMemStore()}
-	rec := &recordingHandler{}
+	rec := &testutil.LogRecords{}
 	h := openHost(t, Config{Store: store, Policy: persister.PolicyTurnEnd, Window: time.Hour,
 		WriteRetryMin: time.Millisecond, WriteRetryMax: 5 * time.Millisecond, Logger: slog.New(rec)})
 	id, err := h.Create(ctx, CreateOptions{})
@@ -341,12 +301,12 @@ func TestLogFencedWriteOnce(t *testing.T) {
 	store.failing.Store(&fenced)
 	require.NoError(t, h.Followup(ctx, id, userMsg(t, "two")))
 	require.ErrorIs(t, h.WaitIdle(ctx, id), persister.ErrFenced)
-	eventually(t, "the refusal's warning", func() bool { return len(rec.atLevel(slog.LevelWarn)) > 0 })
-	warns := rec.atLevel(slog.LevelWarn)
+	eventually(t, "the refusal's warning", func() bool { return len(rec.AtLevel(slog.LevelWarn)) > 0 })
+	warns := rec.AtLevel(slog.LevelWarn)
 	require.Len(t, warns, 1, "one warning for the refusal")
 	require.Equal(t, "session write fenced", warns[0].Message)
-	require.Equal(t, string(id), attrOf(warns[0], "session"))
-	require.Contains(t, attrOf(warns[0], "err"), "another writer appended")
+	require.Equal(t, string(id), testutil.Attr(warns[0], "session"))
+	require.Contains(t, testutil.Attr(warns[0], "err"), "another writer appended")
 	require.ErrorIs(t, h.Close(ctx), persister.ErrFenced, "closing cannot make the refused events durable")
 }
 
@@ -354,7 +314,7 @@ func TestLogFencedWriteOnce(t *testing.T) {
 // logs that once, at warn, with the session's id and which actor it was.
 func TestLogSessionActorRestart(t *testing.T) {
 	ctx := testCtx(t)
-	rec := &recordingHandler{}
+	rec := &testutil.LogRecords{}
 	var hooked atomic.Int64
 	h := openHost(t, Config{Logger: slog.New(rec),
 		SessionObservers: []session.Observer{func(ev session.Event) error {
@@ -378,16 +338,16 @@ func TestLogSessionActorRestart(t *testing.T) {
 	require.NoError(t, h.WaitIdle(ctx, id))
 
 	var restarts []slog.Record
-	for _, r := range rec.atLevel(slog.LevelWarn) {
+	for _, r := range rec.AtLevel(slog.LevelWarn) {
 		if r.Message == "session actor restarted" {
 			restarts = append(restarts, r)
 		}
 	}
 	require.Len(t, restarts, 1)
-	require.Equal(t, string(id), attrOf(restarts[0], "session"))
-	require.NotEqual(t, string(other), attrOf(restarts[0], "session"))
-	require.Equal(t, "session", attrOf(restarts[0], "actor"))
-	require.Contains(t, attrOf(restarts[0], "reason"), "failure hook exploded")
+	require.Equal(t, string(id), testutil.Attr(restarts[0], "session"))
+	require.NotEqual(t, string(other), testutil.Attr(restarts[0], "session"))
+	require.Equal(t, "session", testutil.Attr(restarts[0], "actor"))
+	require.Contains(t, testutil.Attr(restarts[0], "reason"), "failure hook exploded")
 }
 
 // Each model call the agent retries (an llm/retry in the log) is one info
@@ -398,7 +358,7 @@ func TestLogModelCallRetries(t *testing.T) {
 	model, err := synthetic.New(synthetic.Config{Seed: 5, TextChunks: 3, FailureRate: 0.6,
 		Failures: synthetic.FailureMix{Server: 1}})
 	require.NoError(t, err)
-	rec := &recordingHandler{}
+	rec := &testutil.LogRecords{}
 	h := openHost(t, Config{Provider: model, Logger: slog.New(rec),
 		Retry: llm.RetryPolicy{Mode: llm.RetryAlways, InitialDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}})
 	defer func() { require.NoError(t, h.Close(ctx)) }()
@@ -421,7 +381,7 @@ func TestLogModelCallRetries(t *testing.T) {
 	require.NotEmpty(t, retries, "the seed makes some calls fail")
 
 	var logged []slog.Record
-	for _, r := range rec.atLevel(slog.LevelInfo) {
+	for _, r := range rec.AtLevel(slog.LevelInfo) {
 		if r.Message == "model call retried" {
 			logged = append(logged, r)
 		}
@@ -433,9 +393,9 @@ func TestLogModelCallRetries(t *testing.T) {
 		attempt, _ := n.AsInt()
 		delay, _ := d.Field("delayMs")
 		ms, _ := delay.AsInt()
-		require.Equal(t, string(id), attrOf(r, "session"))
-		require.Equal(t, fmt.Sprint(attempt), attrOf(r, "attempt"))
-		require.Equal(t, (time.Duration(ms) * time.Millisecond).String(), attrOf(r, "delay"))
-		require.Equal(t, "SERVER", attrOf(r, "failure"))
+		require.Equal(t, string(id), testutil.Attr(r, "session"))
+		require.Equal(t, fmt.Sprint(attempt), testutil.Attr(r, "attempt"))
+		require.Equal(t, (time.Duration(ms) * time.Millisecond).String(), testutil.Attr(r, "delay"))
+		require.Equal(t, "SERVER", testutil.Attr(r, "failure"))
 	}
 }
