@@ -174,10 +174,12 @@ func newSQLDecoder(limit int) *zstd.Decoder {
 
 // dataValue is the data column for the JSON text b: TEXT below 4 KiB;
 // from 4 KiB a zstd frame (level 3, no checksum) as a BLOB when it is
-// strictly shorter than b, else TEXT. The result does not alias b.
-func dataValue(b []byte) any {
+// strictly shorter than b, else TEXT. The result does not alias a []byte
+// b (a string is kept as it is: the text of a short event's data is not
+// copied).
+func dataValue[T string | []byte](b T) any {
 	if len(b) >= sqlCompressFrom {
-		frame := sqlEncoder().EncodeAll(b, make([]byte, 0, len(b)/2))
+		frame := sqlEncoder().EncodeAll([]byte(b), make([]byte, 0, len(b)/2))
 		if len(frame) < len(b) {
 			return frame
 		}
@@ -241,7 +243,7 @@ func scalarRow(e session.Event) (sqlRow, error) {
 	if data == "" {
 		data = "null"
 	}
-	r.data = dataValue([]byte(data))
+	r.data = dataValue(data)
 	if seqs, has := e.SourceEventSeqs(); has {
 		b, err := appendSources(make([]byte, 0, len(seqs)+1), seqs)
 		if err != nil {
