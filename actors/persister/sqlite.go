@@ -81,7 +81,8 @@ import (
 // transaction holds the writes that were due when it began and those that
 // joined while it was written (barriers first, write-behind batches
 // bounded), each session's append (tail check, rows, revision) in its own
-// SAVEPOINT, and one COMMIT syncs them all (FULL when the group starts
+// SAVEPOINT when a first attempt without savepoints failed, and one
+// COMMIT syncs them all (FULL when the group starts
 // with a barrier or a first append, else NORMAL, as for one Append, and
 // then a sync if a barrier joined it). A session refused inside the group (its
 // fence, its checks) is rolled back to its savepoint and fails alone; a

@@ -3,6 +3,7 @@ package persister
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,22 +17,27 @@ import (
 // appendGroup (groupWriter) commits the batches of many sessions in one
 // transaction: BEGIN IMMEDIATE, the ownership checks once, then each
 // session's append (the tail check that fences a stale writer, the
-// session row on a first append, the rows, the revision bump) inside its
-// own SAVEPOINT, then one COMMIT. It takes the batches one at a time
-// while it writes them, so that a turn end queued meanwhile joins the
-// transaction (the persister hands barriers out first) instead of waiting
-// for it to commit. When the group starts with a barrier, its COMMIT
-// (synchronous=FULL) is one sync of the WAL for every session in the
-// group, where Append would sync once per session; when a barrier joins a
-// group that began as write-behind (synchronous=NORMAL: the level cannot
-// change inside a transaction), a FULL commit that changes nothing
-// follows it and syncs the WAL. A session whose
-// append fails (refused by its fence, failing its checks, a SQLite error
-// in its statements) is rolled back to its savepoint and fails alone (cut
-// back to its last barrier, as after a failed Append); the others commit.
-// A failure of the transaction itself (BEGIN, the ownership checks,
-// COMMIT, a rollback to a savepoint that fails) fails every session in
-// the group: nothing of any of them is stored.
+// session row on a first append, the rows, the revision bump), then one
+// COMMIT. It takes the batches one at a time while it writes them, so
+// that a turn end queued meanwhile joins the transaction (the persister
+// hands barriers out first) instead of waiting for it to commit. When the
+// group starts with a barrier, its COMMIT (synchronous=FULL) is one sync
+// of the WAL for every session in the group, where Append would sync once
+// per session; when a barrier joins a group that began as write-behind
+// (synchronous=NORMAL: the level cannot change inside a transaction), a
+// FULL commit that changes nothing follows it and syncs the WAL.
+//
+// Failures. The appends are written without savepoints first (SAVEPOINT
+// and RELEASE are two statements more per session, for a failure that
+// almost never happens). If a session's append fails, that transaction is
+// rolled back whole and written again with each session's append inside
+// its own SAVEPOINT: a session whose append fails (refused by its fence,
+// failing its checks, a SQLite error in its statements) is then rolled
+// back to its savepoint and fails alone (cut back to its last barrier, as
+// after a failed Append); the others commit. A failure of the transaction
+// itself (BEGIN, the ownership checks, COMMIT, a rollback to a savepoint
+// that fails) fails every session in the group: nothing of any of them is
+// stored.
 //
 // Checkpoints. SQLite's default runs a checkpoint inside the COMMIT that
 // takes the WAL past 1000 pages: that commit (and every session waiting
@@ -72,8 +78,9 @@ const walCheckpointPoll = 250 * time.Millisecond
 
 var _ groupWriter = (*SQLiteStore)(nil)
 
-// appendGroup commits the batches next hands it in one transaction, each
-// session's rows in its own savepoint (see the top of this file), taking
+// appendGroup commits the batches next hands it in one transaction (with
+// a savepoint per session when a first attempt without them failed: see
+// the top of this file), taking
 // them while it writes: a barrier queued meanwhile joins the group. The
 // commit is FULL (one fsync, covering every commit before it) when the
 // first batch with events is durable or a session's first append, or the
@@ -164,9 +171,34 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 	todo = append(todo, first)
 	full := !s.wal || durable || !sts[first].stored
 	syncAfter := false // a barrier or a first append joined a NORMAL commit
-	err := s.setSync(ctx, full)
-	if err == nil {
-		err = s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
+	// more takes batches until one with events joins todo, false when
+	// none is left.
+	more := func() bool {
+		for {
+			i := take()
+			if i < 0 {
+				return false
+			}
+			b := batches[i]
+			if errs[i] != nil {
+				continue
+			}
+			durable = durable || b.Durable
+			if len(b.Events) == 0 {
+				empty = append(empty, i)
+				continue
+			}
+			todo = append(todo, i)
+			syncAfter = syncAfter || (!full && (b.Durable || !sts[i].stored))
+			return true
+		}
+	}
+	// write runs the transaction over the batches in todo, then over those
+	// taken while it runs. Without savepoints, a session's failure is the
+	// attempt's (retryWithSavepoints): it is rolled back whole and run
+	// again with a savepoint per session, which fails that session alone.
+	write := func(savepoints bool) error {
+		return s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
 			// The statements run on stepCtx: the driver watches a
 			// cancellable context with a goroutine per statement, a tenth
 			// of a commit's CPU. They wait for nothing (the write lock is
@@ -176,22 +208,17 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 			if err := s.checkMutation(plain); err != nil {
 				return err
 			}
-			for i := first; i >= 0; i = take() {
-				if errs[i] != nil {
-					continue
-				}
-				b := batches[i]
-				durable = durable || b.Durable
-				if len(b.Events) == 0 {
-					empty = append(empty, i)
-					continue
-				}
-				if i != first {
-					todo = append(todo, i)
-					syncAfter = syncAfter || (!full && (b.Durable || !sts[i].stored))
-				}
+			for n := 0; n < len(todo) || more(); n++ {
+				i := todo[n]
 				if err := ctxErr(ctx); err != nil {
 					return err
+				}
+				b := batches[i]
+				if !savepoints {
+					if err := s.appendTx(plain, s.stmts, b.ID, sts[i], b.Events); err != nil {
+						return retryWithSavepoints{err}
+					}
+					continue
 				}
 				if err := s.appendSavepoint(plain, s.stmts, b, sts[i]); err != nil {
 					if _, ok := err.(savepointError); ok {
@@ -202,6 +229,13 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 			}
 			return nil
 		})
+	}
+	err := s.setSync(ctx, full)
+	if err == nil {
+		err = write(false)
+		if errors.As(err, new(retryWithSavepoints)) {
+			err = write(true)
+		}
 	}
 	if err == nil && syncAfter {
 		// Committed, but not durable yet: what succeeded is written (as
@@ -247,6 +281,13 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 	s.checkpoints.kick()
 	return errs
 }
+
+// retryWithSavepoints is a session's failure in a group written without
+// savepoints: the transaction is rolled back and written again with them.
+type retryWithSavepoints struct{ err error }
+
+func (e retryWithSavepoints) Error() string { return e.err.Error() }
+func (e retryWithSavepoints) Unwrap() error { return e.err }
 
 // savepointError is a failure of the savepoint statements themselves: the
 // transaction's state is unknown, so the whole group fails.

@@ -110,6 +110,60 @@ func TestSQLiteAppendGroupCommitsEverySession(t *testing.T) {
 	}
 }
 
+// TestSQLiteAppendGroupWritesSavepointsOnlyToRetryAFailure: a group whose
+// sessions all succeed is written without a single savepoint statement.
+// When a session fails inside the transaction (an injected failure of its
+// rows' INSERT, after the first session's rows went in), the transaction
+// is rolled back whole and written again with a savepoint per session:
+// the failing session fails alone, and the others, written twice, are
+// stored once (their revision bumped once).
+func TestSQLiteAppendGroupWritesSavepointsOnlyToRetryAFailure(t *testing.T) {
+	ctx := t.Context()
+	s := openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{})
+	defer s.Close()
+	f := newGroupFixture(t, s, "retry", 3)
+	savepoints := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.stmts.stmts["SAVEPOINT group_batch"]
+		return ok
+	}
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
+		require.NoError(t, err)
+	}
+	require.False(t, savepoints(), "a group without failures writes no savepoint")
+
+	fault := errors.New("injected insert failure")
+	inserts := map[session.SessionID]int{}
+	s.mu.Lock()
+	s.insertFault = func(id session.SessionID, seq int64) error {
+		inserts[id]++
+		if id == f.builders[1].id() {
+			return fault
+		}
+		return nil
+	}
+	s.mu.Unlock()
+	errs := s.appendGroup(ctx, feed(f.secondTurns()))
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], fault)
+	require.NoError(t, errs[2])
+	require.True(t, savepoints(), "the retry writes a savepoint per session")
+	require.Equal(t, 2, inserts[f.builders[0].id()], "written, rolled back, written again")
+	require.Equal(t, 1, inserts[f.builders[2].id()], "written by the retry only")
+	revs := revisionsOf(t, s)
+	for i, b := range f.builders {
+		want, rev := b.events(), "2"
+		if i == 1 {
+			want, rev = want[:f.k1[i]], "1"
+		}
+		got, err := s.ReadFrom(ctx, b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, want, got)
+		require.Equal(t, rev, revs[b.id()], "%s", b.id())
+	}
+}
+
 // TestSQLiteAppendGroupFailsOnlyTheRefusedSessions: a stale writer's
 // batch (another writer of the database appended first: its tail check
 // refuses it inside the transaction), a batch with a gap and a batch for
