@@ -29,8 +29,9 @@ import (
 // STRICT tables, created with the reference's DDL text (sqlite_open.go)
 // and nothing else: a reader compares every schema object's CREATE text
 // (whitespace runs folded) with that DDL, at open and at the start of
-// every mutating transaction, and refuses any difference (an index, a
-// column, a keyword's case). Every open sets busy_timeout (default 5 s),
+// every mutating transaction after another connection committed (its
+// data_version changed: see checkMutation), and refuses any difference
+// (an index, a column, a keyword's case). Every open sets busy_timeout (default 5 s),
 // trusted_schema OFF, mmap_size 0 and foreign_keys ON; a writer then runs
 // the ownership transaction (BEGIN IMMEDIATE: initialize a pristine file,
 // refuse an incompatible one), selects the journal mode (default wal,
@@ -147,14 +148,19 @@ type SQLiteStore struct {
 	// store's lifetime (nil for ReadOnly).
 	stmts *stmtCache
 	// dataVersion is the connection's data_version as last read in a
-	// mutating transaction, and epoch counts the changes of it: SQLite
+	// mutating transaction whose ownership checks passed (versionChecked:
+	// there was one), and epoch counts the changes of it: SQLite
 	// changes data_version whenever another connection (another process,
 	// the reference) committed to the database, and never for this
 	// connection's own commits. A session's tail checked or written in
 	// epoch e is still the stored tail while the epoch is e (see tailOf).
-	dataVersion int64
-	epoch       uint64
-	tailChecks  int // tail checks run (tests)
+	dataVersion    int64
+	versionChecked bool
+	epoch          uint64
+	tailChecks     int // tail checks run (tests)
+	// ownershipChecks counts the ownership checks run by mutating
+	// transactions (tests).
+	ownershipChecks int
 	// insertFault, when set (tests), is called before each INSERT of
 	// event rows with the session and the seq of the statement's first
 	// row; an error fails the statement.

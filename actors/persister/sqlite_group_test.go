@@ -354,6 +354,54 @@ func TestSQLiteTailIsCheckedOnlyAfterAnotherWriter(t *testing.T) {
 	requireSameEvents(t, all[:11], got)
 }
 
+// TestSQLiteOwnershipIsCheckedAgainOnlyAfterAnotherWriter: the ownership
+// checks (application id, schema, user version) run in the first mutating
+// transaction and again only once another connection committed; a schema
+// version changed by another client is still refused at the next append
+// (the session cut back to its barrier), and the appends go on once it is
+// put back.
+func TestSQLiteOwnershipIsCheckedAgainOnlyAfterAnotherWriter(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "s.sqlite")
+	s := openTestSQLite(t, path, SQLiteOptions{})
+	defer s.Close()
+	checks := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.ownershipChecks
+	}
+	f := newGroupFixture(t, s, "owner", 2)
+	for _, err := range s.appendGroup(ctx, feed(f.firstTurns())) {
+		require.NoError(t, err)
+	}
+	b := f.builders[0]
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[f.k1[0]:f.k1[0]+1], NoSync))
+	require.Equal(t, 1, checks(), "nothing else wrote to the database")
+
+	raw, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.ExecContext(ctx, "PRAGMA user_version = 16")
+	require.NoError(t, err)
+	err = s.Append(ctx, b.id(), b.events()[f.k1[0]+1:f.k1[0]+2], NoSync)
+	require.ErrorContains(t, err, "schema")
+	require.Equal(t, 2, checks())
+	_, err = raw.ExecContext(ctx, "PRAGMA user_version = 17")
+	require.NoError(t, err)
+	// The refused append cut the session back to its barrier.
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[f.k1[0]:f.k1[0]+2], NoSync))
+	require.Equal(t, 3, checks())
+	second := f.secondTurns()
+	second[0].Events = b.from(f.k1[0] + 2)
+	for _, err := range s.appendGroup(ctx, feed(second)) {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 3, checks())
+	for _, b := range f.builders {
+		requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
+	}
+}
+
 // TestSQLiteAppendGroupSessionFailingMidRowsFailsAlone: a session whose
 // append fails part way through its rows (rows of its batch already
 // inserted in the group's transaction; here an injected failure of its
