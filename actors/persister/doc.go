@@ -317,9 +317,10 @@
 // Capacity: each held lock keeps one file descriptor open, outside
 // MaxOpenFiles, for as long as the session is resident (the lock is taken
 // once, not per append). A process with R resident sessions so holds R
-// lock descriptors plus at most MaxOpenFiles cached append handles (256
-// by default) plus its own; its descriptor limit (ulimit -n) must allow
-// that, and passivation (supervisor.Config.IdleTimeout) is what bounds R.
+// lock descriptors plus at most MaxOpenFiles cached append handles (4096
+// by default, or a quarter of the descriptor limit if less) plus its own;
+// its descriptor limit (ulimit -n) must allow that, and passivation
+// (supervisor.Config.IdleTimeout) is what bounds R.
 // dsh bench reports the descriptors per resident session it measured.
 //
 // On a network file system the lock is only as good as the file system's

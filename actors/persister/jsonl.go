@@ -123,8 +123,12 @@ import (
 // and rewrites acknowledged bytes; appending plus truncate-on-failure is
 // what the reference does and what an append-only log is for.
 
-// DefaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default.
-const DefaultMaxOpenFiles = 256
+// DefaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default, unless a
+// quarter of the process's descriptor limit is less (never under 256):
+// enough for a handle per session of a host with thousands of resident
+// sessions, so that a write does not reopen its file
+// (docs/performance.md#append-handles).
+const DefaultMaxOpenFiles = 4096
 
 // JSONLConfig configures a JSONLStore. Every field but Root may be left
 // zero.
@@ -142,7 +146,9 @@ type JSONLConfig struct {
 	// does. Reading accepts both either way.
 	NoPack bool
 	// MaxOpenFiles bounds the append handles kept open between appends,
-	// least recently used closed first. Default DefaultMaxOpenFiles. An
+	// least recently used closed first. Default DefaultMaxOpenFiles, or a
+	// quarter of the process's descriptor limit (ulimit -n) if that is
+	// less, but at least 256. An
 	// operation in progress holds its own handle on top of the bound, and
 	// reads open and close theirs. A held writer lock (Lock) keeps one
 	// more descriptor per session, outside the bound: closing it would
@@ -306,7 +312,7 @@ func newJSONLStore(cfg JSONLConfig, fsys vfs.FS) (*JSONLStore, error) {
 		return nil, err
 	}
 	if cfg.MaxOpenFiles == 0 {
-		cfg.MaxOpenFiles = DefaultMaxOpenFiles
+		cfg.MaxOpenFiles = defaultMaxOpenFiles(descriptorLimit())
 	}
 	if cfg.Lock && cfg.Holder == "" {
 		cfg.Holder = defaultHolder()

@@ -49,6 +49,23 @@ func (s *JSONLStore) release(path string, f vfs.File, keep bool) {
 	}
 }
 
+// defaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default under a
+// descriptor limit of limit (0: unknown): a quarter of it, between 256 and
+// DefaultMaxOpenFiles. A quarter leaves the rest to the writer locks (one
+// per resident session) and to the process.
+//
+// Rejected alternative: 256 whatever the limit, as before. A host of a
+// thousand sessions then reopened (and closed) a session's file on nearly
+// every write, background ones included: 6% of the CPU of the paced run
+// (docs/performance.md#append-handles).
+func defaultMaxOpenFiles(limit uint64) int {
+	const least = 256
+	if limit == 0 {
+		return DefaultMaxOpenFiles
+	}
+	return int(min(max(limit/4, least), DefaultMaxOpenFiles))
+}
+
 // handleCache is a bounded LRU of append handles by path. Not safe for
 // concurrent use: the store's mu guards it.
 type handleCache struct {

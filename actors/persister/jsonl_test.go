@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -384,6 +385,49 @@ func TestJSONLBoundsOpenFiles(t *testing.T) {
 	}
 	require.NoError(t, s.Close())
 	require.Zero(t, m.OpenFiles())
+}
+
+// By default a store keeps a handle per session of a thousand-session
+// host: a write (a turn end's barrier most often) does not reopen its
+// file. With 256 handles, as before, the second round reopened all but
+// 256 of them.
+func TestJSONLDefaultKeepsTheHandlesOfAThousandSessions(t *testing.T) {
+	ctx := t.Context()
+	const sessions = 1000
+	limit := descriptorLimit()
+	require.GreaterOrEqual(t, defaultMaxOpenFiles(limit), sessions,
+		"the default under this process's descriptor limit (%d): a quarter of it is the most handles cached", limit)
+	s, m := newMemJSONL(t, JSONLConfig{})
+	var opens atomic.Int64
+	m.InjectError(func(op vfs.Op, _ string) error {
+		if op == vfs.OpOpen {
+			opens.Add(1)
+		}
+		return nil
+	})
+	builders := make([]*jlBuilder, sessions)
+	for i := range builders {
+		builders[i] = newJL(t, session.SessionID(fmt.Sprintf("s%04d", i)))
+		builders[i].textTurn("one", 2)
+		builders[i].textTurn("two", 2)
+		require.NoError(t, s.Create(builders[i].header()))
+	}
+	half := func(b *jlBuilder) int64 { return b.len() / 2 }
+	for _, b := range builders {
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[:half(b)], Sync))
+	}
+	opens.Store(0)
+	for _, b := range builders {
+		require.NoError(t, s.Append(ctx, b.id(), b.events()[half(b):], Sync))
+	}
+	require.Zero(t, opens.Load(), "files reopened by the second round of writes")
+	require.Equal(t, sessions, m.OpenFiles())
+}
+
+func TestJSONLDefaultMaxOpenFilesFollowsTheDescriptorLimit(t *testing.T) {
+	for limit, want := range map[uint64]int{0: DefaultMaxOpenFiles, 256: 256, 1024: 256, 8192: 2048, 20000: DefaultMaxOpenFiles, 1 << 63: DefaultMaxOpenFiles} {
+		require.Equal(t, want, defaultMaxOpenFiles(limit), "limit %d", limit)
+	}
 }
 
 // A second store writing the same root behind the first one's back is
