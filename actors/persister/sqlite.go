@@ -81,19 +81,19 @@ import (
 // group writes, so the persister writes it a group at a time: one
 // transaction holds the writes that were due when it began and those that
 // joined while it was written (barriers first, write-behind batches
-// bounded), each session's append (tail check, rows, revision) in its own
-// SAVEPOINT when a first attempt without savepoints failed, and one
-// COMMIT syncs them all (FULL when the group starts
-// with a barrier or a first append, else NORMAL, as for one Append, and
-// then a sync if a barrier joined it). A session refused inside the group (its
-// fence, its checks) is rolled back to its savepoint and fails alone; a
-// failed transaction fails every session in it. The writer connection
-// never checkpoints on commit (wal_autocheckpoint 0): a goroutine with its
-// own connection runs PASSIVE checkpoints once the WAL passes 4 MiB, a
-// TRUNCATE one once the store is idle; the writer runs a RESTART one
-// between transactions when the WAL still holds 16 MiB of frames (a
-// PASSIVE checkpoint never catches up with a writer that never pauses),
-// and Close checkpoints with TRUNCATE.
+// bounded), each session's append (tail check, rows), one revision bump for
+// them all (each session's append and bump in its own SAVEPOINT when a
+// first attempt without savepoints failed), and one COMMIT syncs them all
+// (FULL when the group starts with a barrier or a first append, else
+// NORMAL, as for one Append, and then a sync if a barrier joined it). A
+// session refused inside the group (its fence, its checks) is rolled back
+// to its savepoint and fails alone; a failed transaction fails every
+// session in it. The writer connection never checkpoints on commit
+// (wal_autocheckpoint 0): a goroutine with its own connection runs PASSIVE
+// checkpoints once the WAL passes 4 MiB, a TRUNCATE one once the store is
+// idle; the writer runs a RESTART one between transactions when the WAL
+// still holds 16 MiB of frames (a PASSIVE checkpoint never catches up with
+// a writer that never pauses), and Close checkpoints with TRUNCATE.
 //
 // A writer holds the kernel lock of PATH.lock (the same kind as a JSONL
 // session.lock) for its lifetime: a second dsh writer is refused at once,
@@ -158,6 +158,8 @@ type SQLiteStore struct {
 	versionChecked bool
 	epoch          uint64
 	tailChecks     int // tail checks run (tests)
+	// bumpBuf is bumpRevisions' scratch buffer.
+	bumpBuf []byte
 	// ownershipChecks counts the ownership checks run by mutating
 	// transactions (tests).
 	ownershipChecks int

@@ -10,34 +10,37 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dshgo/dsh/actors/session"
 )
 
 // Group commit and the WAL checkpoint policy of the SQLite store.
 //
 // appendGroup (groupWriter) commits the batches of many sessions in one
 // transaction: BEGIN IMMEDIATE, the ownership checks once, then each
-// session's append (the tail check that fences a stale writer, the
-// session row on a first append, the rows, the revision bump), then one
-// COMMIT. It takes the batches one at a time while it writes them, so
-// that a turn end queued meanwhile joins the transaction (the persister
-// hands barriers out first) instead of waiting for it to commit. When the
-// group starts with a barrier, its COMMIT (synchronous=FULL) is one sync
-// of the WAL for every session in the group, where Append would sync once
-// per session; when a barrier joins a group that began as write-behind
-// (synchronous=NORMAL: the level cannot change inside a transaction), a
-// FULL commit that changes nothing follows it and syncs the WAL.
+// session's append (the tail check that fences a stale writer, the session
+// row on a first append, the rows), the revision bumps of every session in
+// one statement, then one COMMIT. It takes the batches one at a time while
+// it writes them, so that a turn end queued meanwhile joins the transaction
+// (the persister hands barriers out first) instead of waiting for it to
+// commit. When the group starts with a barrier, its COMMIT
+// (synchronous=FULL) is one sync of the WAL for every session in the group,
+// where Append would sync once per session; when a barrier joins a group
+// that began as write-behind (synchronous=NORMAL: the level cannot change
+// inside a transaction), a FULL commit that changes nothing follows it and
+// syncs the WAL.
 //
-// Failures. The appends are written without savepoints first (SAVEPOINT
-// and RELEASE are two statements more per session, for a failure that
-// almost never happens). If a session's append fails, that transaction is
-// rolled back whole and written again with each session's append inside
-// its own SAVEPOINT: a session whose append fails (refused by its fence,
-// failing its checks, a SQLite error in its statements) is then rolled
-// back to its savepoint and fails alone (cut back to its last barrier, as
-// after a failed Append); the others commit. A failure of the transaction
-// itself (BEGIN, the ownership checks, COMMIT, a rollback to a savepoint
-// that fails) fails every session in the group: nothing of any of them is
-// stored.
+// Failures. The appends are written without savepoints first (SAVEPOINT and
+// RELEASE are two statements more per session, for a failure that almost
+// never happens). If a session's append fails, that transaction is rolled
+// back whole and written again with each session's append (and its revision
+// bump) inside its own SAVEPOINT: a session whose append fails (refused by
+// its fence, failing its checks, a SQLite error in its statements) is then
+// rolled back to its savepoint and fails alone (cut back to its last
+// barrier, as after a failed Append); the others commit. A failure of the
+// transaction itself (BEGIN, the ownership checks, COMMIT, a rollback to a
+// savepoint that fails) fails every session in the group: nothing of any of
+// them is stored.
 //
 // Checkpoints. SQLite's default runs a checkpoint inside the COMMIT that
 // takes the WAL past 1000 pages: that commit (and every session waiting
@@ -197,6 +200,7 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 	// taken while it runs. Without savepoints, a session's failure is the
 	// attempt's (retryWithSavepoints): it is rolled back whole and run
 	// again with a savepoint per session, which fails that session alone.
+	var ids []session.SessionID
 	write := func(savepoints bool) error {
 		return s.inTx(ctx, "BEGIN IMMEDIATE", func() error {
 			// The statements run on stepCtx: the driver watches a
@@ -215,7 +219,7 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 				}
 				b := batches[i]
 				if !savepoints {
-					if err := s.appendTx(plain, s.stmts, b.ID, sts[i], b.Events); err != nil {
+					if err := s.appendTx(plain, s.stmts, b.ID, sts[i], b.Events, false); err != nil {
 						return retryWithSavepoints{err}
 					}
 					continue
@@ -225,6 +229,18 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 						return err
 					}
 					fail(i, s.txError(err))
+				}
+			}
+			if !savepoints {
+				// Every session's append succeeded: their revisions are
+				// bumped at once.
+				ids = ids[:0]
+				for _, i := range todo {
+					ids = append(ids, batches[i].ID)
+				}
+				var err error
+				if s.bumpBuf, err = bumpRevisions(plain, s.stmts, ids, s.bumpBuf); err != nil {
+					return retryWithSavepoints{err}
 				}
 			}
 			return nil
@@ -304,7 +320,7 @@ func (s *SQLiteStore) appendSavepoint(ctx context.Context, q *stmtCache, b group
 	if _, err := q.ExecContext(ctx, "SAVEPOINT group_batch"); err != nil {
 		return savepointError{err}
 	}
-	err := s.appendTx(ctx, q, b.ID, st, b.Events)
+	err := s.appendTx(ctx, q, b.ID, st, b.Events, true)
 	if err != nil {
 		// On a fresh context: a done ctx must not leave the session's
 		// rows in the transaction.
