@@ -390,7 +390,7 @@ func (s *shard) onCreated(ctx actor.Context, m created) {
 func (s *shard) subscribe(ctx actor.Context, t *tracked) {
 	t.subscribed, t.detached = true, false
 	id, inc, pid := t.id, t.inc, t.session
-	f := ctx.RequestFuture(pid, session.Subscribe{Subscriber: ctx.Self(), From: t.core.Received() + 1}, s.cfg.WriteTimeout)
+	f := ctx.RequestFuture(pid, session.Subscribe{Subscriber: ctx.Self(), From: t.core.Received() + 1, Behind: true}, s.cfg.WriteTimeout)
 	ctx.ReenterAfter(f, func(res any, err error) {
 		t := s.sessions[id]
 		if t == nil || t.inc != inc || t.ready {
@@ -453,7 +453,7 @@ func (s *shard) onEvents(ctx actor.Context, m session.EventsCommitted) {
 		// Events went missing on the way: ask the session to send again
 		// from the first missing seq (it replays its log, then goes live).
 		ctx.Logger().Warn("persister: resubscribing after a gap", "session", string(t.id), "want", gap.Want, "got", gap.Got)
-		ctx.Send(t.session, session.Subscribe{Subscriber: ctx.Self(), From: gap.Want})
+		ctx.Send(t.session, session.Subscribe{Subscriber: ctx.Self(), From: gap.Want, Behind: true})
 		return
 	}
 	s.perform(ctx, t, e)

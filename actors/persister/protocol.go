@@ -45,7 +45,9 @@ type TrackFailed struct {
 
 // Flush asks for a durability barrier: every event of the session
 // committed before the persister received this message is written and
-// fsynced before the reply. Reply: Flushed, or FlushFailed (the events are
+// fsynced before the reply. The session may hold streamed chunks back
+// from the persister for a while (session.Subscribe.Behind): UpTo waits
+// for them. Reply: Flushed, or FlushFailed (the events are
 // kept and retried; see WriteFailed).
 type Flush struct {
 	Ref uint64

@@ -46,6 +46,7 @@ type shell struct {
 	// slot is where pending points while an Append is handled: one per
 	// shell rather than one allocation per Append (the chunk hot path).
 	slot pendingAppend
+	held heldCommits
 }
 
 // pendingAppend is an Append whose reply has not been sent yet.
@@ -56,8 +57,9 @@ type pendingAppend struct {
 }
 
 type subscription struct {
-	pid  *actor.PID
-	next int64 // next seq to send
+	pid    *actor.PID
+	next   int64 // next seq to send
+	behind bool  // Subscribe.Behind: streamed chunks may be held (heldCommits)
 }
 
 // Props returns the props of a session actor owning cfg.Log.
@@ -90,8 +92,16 @@ type sessionActor struct {
 // request is answered from memory.
 func (a *sessionActor) Receive(ctx actor.Context) {
 	st := a.st
+	switch ctx.Message().(type) {
+	case Append, *actor.Started:
+	default:
+		// Whatever else comes (a query, a subscription, the host's flush
+		// asking for the log's length first, the stop) finds nothing held.
+		st.fanOut(ctx, sendHeld)
+	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		st.held.self, st.held.root = ctx.Self(), ctx.ActorSystem().Root
 		st.settle(ctx)
 		if st.log.obs.onFailure == nil {
 			logger := ctx.Logger()
@@ -113,8 +123,11 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 			respond(ctx, AppendFailed{Ref: m.Ref, Err: err})
 			return
 		}
+		if !chunksOnly(m.drafts) {
+			st.held.breakAt = st.log.Len()
+		}
 		delivered := m.deliver && st.deliverTo(ctx.Sender(), from)
-		st.fanOut(ctx)
+		st.fanOut(ctx, mayHold)
 		// The reply is a view of the log (immutable, clipped), like the
 		// subscribers' EventsCommitted: copying the batch cost an
 		// allocation per chunk for nothing.
@@ -125,9 +138,9 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		}
 		st.removeSub(m.Subscriber)
 		from := min(max(m.From, 0), st.log.Len())
-		st.subs = append(st.subs, subscription{pid: m.Subscriber, next: from})
+		st.subs = append(st.subs, subscription{pid: m.Subscriber, next: from, behind: m.Behind})
 		ctx.Watch(m.Subscriber)
-		st.fanOut(ctx)
+		st.fanOut(ctx, sendHeld)
 		respond(ctx, Subscribed{Next: st.log.Len()})
 	case Unsubscribe:
 		if st.removeSub(m.Subscriber) {
@@ -137,7 +150,10 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		for _, s := range st.subs {
 			unwatch(ctx, s.pid)
 		}
+	case heldDue:
+		// Sent nothing more: the switch above sent what was held.
 	case *actor.Stopped:
+		st.held.stop()
 		// Stopped is final (a restart is Restarting). Anything that still
 		// holds the actor's PID holds the actor through it (protoactor
 		// caches the process in the PID), and some holders outlive it for
@@ -186,7 +202,7 @@ var ErrRestarted = errors.New("session: actor restarted before the append commit
 // embedder's in-process code, and the log and the subscriptions are what
 // the session guarantees.
 func (st *shell) settle(ctx actor.Context) {
-	st.fanOut(ctx)
+	st.fanOut(ctx, sendHeld)
 	if p := st.pending; p != nil {
 		st.pending = nil
 		var msg any = AppendFailed{Ref: p.ref, Err: ErrRestarted}
@@ -200,17 +216,24 @@ func (st *shell) settle(ctx actor.Context) {
 }
 
 // fanOut sends every subscriber the events it has not seen yet, as one
-// EventsCommitted each. Views are O(1): no copying.
-func (st *shell) fanOut(ctx actor.Context) {
+// EventsCommitted each, except what hold lets it keep from a Behind
+// subscriber (heldCommits). Views are O(1): no copying.
+func (st *shell) fanOut(ctx actor.Context, hold holdMode) {
 	n := st.log.Len()
+	holding := false
 	for i := range st.subs {
 		s := &st.subs[i]
 		if s.next >= n {
 			continue
 		}
+		if hold == mayHold && s.behind && s.next >= st.held.breakAt && st.held.mayHold() {
+			holding = true
+			continue
+		}
 		ctx.Send(s.pid, EventsCommitted{Session: st.log.ID(), Events: st.log.EventsFrom(s.next)})
 		s.next = n
 	}
+	st.held.holding(holding)
 }
 
 // deliverTo marks the events from seq from on as sent to sender's

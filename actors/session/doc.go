@@ -73,7 +73,7 @@
 //
 //	message          reply                        effect
 //	Append           AppendReply | AppendFailed   commits the drafts atomically
-//	Subscribe        Subscribed                   sends EventsCommitted from a seq on
+//	Subscribe        Subscribed                   sends EventsCommitted from a seq on (Behind: chunks a few at a time)
 //	Unsubscribe      —                            ends a subscription
 //	QueryMessages    MessagesReply                the derived messages
 //	QueryEvents      EventsReply                  the events from a seq

@@ -71,6 +71,12 @@ type AppendFailed struct {
 type Subscribe struct {
 	Subscriber *actor.PID
 	From       int64
+	// Behind is for a subscriber that writes the events behind (the
+	// persister): a commit of streamed chunks only may reach it up to
+	// 200 ms late, in one EventsCommitted with the commits after it. Any
+	// other commit, and any message the session gets other than an
+	// Append, sends it everything first. See heldCommits.
+	Behind bool
 }
 
 // Subscribed acknowledges a Subscribe: Next is the seq the first live
