@@ -93,7 +93,8 @@ import (
 // checkpoints once the WAL passes 4 MiB, a TRUNCATE one once the store is
 // idle; the writer runs a RESTART one between transactions when the WAL
 // still holds 16 MiB of frames (a PASSIVE checkpoint never catches up with
-// a writer that never pauses), and Close checkpoints with TRUNCATE.
+// a writer that never pauses), before a group without a turn end (from 32
+// MiB, before any), and Close checkpoints with TRUNCATE.
 //
 // A writer holds the kernel lock of PATH.lock (the same kind as a JSONL
 // session.lock) for its lifetime: a second dsh writer is refused at once,

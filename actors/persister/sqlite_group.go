@@ -54,8 +54,9 @@ import (
 // WAL from its start once a checkpoint has caught up, so the file stays
 // near the threshold (it is reused, not grown). Under writes that never
 // pause no PASSIVE checkpoint catches up, and the writer bounds the WAL
-// with a RESTART checkpoint of its own (restartWAL). Once the store is idle (no commit for walCheckpointPoll), the
-// checkpointer runs a PASSIVE checkpoint and then a TRUNCATE one, which
+// with a RESTART checkpoint of its own (restartWAL), before a group
+// without a turn end when it can. Once the store is idle (no commit for
+// walCheckpointPoll), the checkpointer runs a PASSIVE checkpoint and then a TRUNCATE one, which
 // empties the WAL file: the copy is done without the writer lock, and the
 // truncation, which takes it, has nothing left to copy, so a commit that
 // arrives meanwhile waits for a file truncation at most. Close
@@ -71,8 +72,8 @@ import (
 const walCheckpointBytes = 4 << 20
 
 // walRestartBytes bounds the WAL under writes that never pause: past it,
-// the writer runs a RESTART checkpoint before its next transaction
-// (restartWAL).
+// the writer runs a RESTART checkpoint before its next transaction without
+// a turn end, past twice it before any (restartWAL).
 const walRestartBytes = 4 * walCheckpointBytes
 
 // walCheckpointPoll is how often the checkpointer looks at the WAL without
@@ -136,7 +137,6 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 		}
 		return errs
 	}
-	s.restartWAL()
 	// Batches without events are barriers alone: they need a sync, not a
 	// transaction. The first batch with events opens it.
 	var todo, empty []int
@@ -146,6 +146,11 @@ func (s *SQLiteStore) appendGroup(ctx context.Context, next func() (groupBatch, 
 		i := take()
 		if i < 0 {
 			break
+		}
+		if i == 0 {
+			// The persister hands out barriers first: a group whose first
+			// write is not one has no turn end waiting on it.
+			s.restartWAL(batches[0].Durable)
 		}
 		if errs[i] != nil {
 			continue
@@ -532,19 +537,27 @@ func (s *SQLiteStore) truncateWAL() bool {
 	return err == nil && busy == 0
 }
 
-// restartWAL runs a RESTART checkpoint on the writer's connection when
-// the last PASSIVE one found the WAL holding restartAt bytes of frames or
-// more: under writes that never pause, no PASSIVE checkpoint catches up
-// (commits land while it copies), so no writer starts the WAL again and
-// it grows; a RESTART run by a background connection would wait for a
-// moment without a writer that a busy committer does not leave. Run by
-// the writer between its transactions, it copies what the PASSIVE ones
-// left (little, when they keep up), syncs the database file and makes
-// the next commit start the WAL again: a short stall of one commit, once
-// per restartAt bytes written. s.mu must be held, no transaction open.
-func (s *SQLiteStore) restartWAL() {
+// restartWAL runs a RESTART checkpoint on the writer's connection when the
+// last PASSIVE one found the WAL holding restartAt bytes of frames or more,
+// before a group that holds no barrier so far (barrier false), or before
+// any group from twice restartAt on: a RESTART stalls the group after it (a
+// copy and a sync of the database file), which a group without a turn end
+// waiting on it pays for, when there is one. Under writes that never pause,
+// no PASSIVE checkpoint catches up (commits land while it copies), so no
+// writer starts the WAL again and it grows; a RESTART run by a background
+// connection would wait for a moment without a writer that a busy committer
+// does not leave. Run by the writer between its transactions, it copies
+// what the PASSIVE ones left (little, when they keep up), syncs the
+// database file and makes the next commit start the WAL again: a short
+// stall of one commit, once per restartAt bytes written. s.mu must be held,
+// no transaction open.
+func (s *SQLiteStore) restartWAL(barrier bool) {
 	c := s.checkpoints
-	if c == nil || c.frames.Load()*walFrameBytes < c.restartAt.Load() {
+	if c == nil {
+		return
+	}
+	size, at := c.frames.Load()*walFrameBytes, c.restartAt.Load()
+	if size < at || (barrier && size < 2*at) {
 		return
 	}
 	c.frames.Store(0)

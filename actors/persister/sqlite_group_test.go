@@ -582,8 +582,10 @@ func TestSQLiteIdleCheckpointTruncatesTheWAL(t *testing.T) {
 // TestSQLiteCheckpointRestartsALongWAL: when the last PASSIVE checkpoint
 // found the WAL holding restartAt bytes of frames or more (writes that
 // never pause let no PASSIVE checkpoint catch up), the writer runs a
-// RESTART checkpoint before its next transaction, so that this commit
-// starts the WAL again; below it, it does not. The events stay whole.
+// RESTART checkpoint before its next transaction that holds no turn end
+// (a group whose first write is write-behind), so that this commit starts
+// the WAL again; from twice restartAt, before a turn end's too; below it,
+// never. The events stay whole.
 func TestSQLiteCheckpointRestartsALongWAL(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sqlite")
 	s := openTestSQLite(t, path, SQLiteOptions{})
@@ -603,21 +605,39 @@ func TestSQLiteCheckpointRestartsALongWAL(t *testing.T) {
 	require.Equal(t, frames, c.frames.Load())
 
 	c.restartAt.Store((frames + 1) * walFrameBytes)
-	half := len(f.builders) / 2
+	third := len(f.builders) / 3
 	second := f.secondTurns()
-	for _, err := range s.appendGroup(ctx, feed(second[:half])) {
+	for i := range second[third:] {
+		second[third+i].Durable = false // write-behind, no turn end waiting
+	}
+	restarts := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.restarts
+	}
+	for _, err := range s.appendGroup(ctx, feed(second[third:2*third])) {
 		require.NoError(t, err)
 	}
-	require.Zero(t, c.restarts, "below restartAt: no RESTART")
+	require.Zero(t, restarts(), "below restartAt: no RESTART")
 
 	c.restartAt.Store(frames * walFrameBytes)
-	for _, err := range s.appendGroup(ctx, feed(second[half:])) {
+	for _, err := range s.appendGroup(ctx, feed(second[:1])) {
 		require.NoError(t, err)
 	}
-	require.Equal(t, 1, c.restarts, "at restartAt: a RESTART before the commit")
+	require.Zero(t, restarts(), "at restartAt: no RESTART before a turn end")
+	for _, err := range s.appendGroup(ctx, feed(second[2*third:])) {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, restarts(), "at restartAt: a RESTART before a group without a turn end")
 	ok, after := c.checkpoint("PASSIVE")
 	require.True(t, ok)
 	require.Less(t, after, frames, "the commit started the WAL again")
+
+	c.restartAt.Store(after * walFrameBytes / 2)
+	for _, err := range s.appendGroup(ctx, feed(second[1:third])) {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, restarts(), "at twice restartAt: a RESTART before a turn end too")
 	for _, b := range f.builders {
 		got, err := s.ReadFrom(ctx, b.id(), 0)
 		require.NoError(t, err)
