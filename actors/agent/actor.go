@@ -460,8 +460,8 @@ func (a *agentActor) maintenanceDone(ctx actor.Context, m maintDone) {
 
 func (a *agentActor) perform(ctx actor.Context, eff effects) {
 	for _, e := range eff {
-		if ae, ok := e.(appendEffect); ok && isChunkAppend(ae) {
-			a.appendChunk(ctx, ae)
+		if ce, ok := e.(chunkAppendEffect); ok {
+			a.appendChunk(ctx, *ce.appendEffect)
 			continue
 		}
 		a.sendHeld(ctx) // everything else goes after the chunks before it

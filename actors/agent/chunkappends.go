@@ -56,11 +56,6 @@ type chunkFlight struct {
 	refs []uint64
 }
 
-// isChunkAppend reports whether e appends a single assistant/chunk.
-func isChunkAppend(e appendEffect) bool {
-	return len(e.Drafts) == 1 && e.Drafts[0].Type() == session.TypeAssistantChunk
-}
-
 // appendChunk sends the chunk append e, or holds it behind the chunk
 // Append in flight (see chunkAppends).
 func (a *agentActor) appendChunk(ctx actor.Context, e appendEffect) {

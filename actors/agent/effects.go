@@ -21,6 +21,11 @@ type appendEffect struct {
 	Drafts []session.Draft
 }
 
+// chunkAppendEffect is the appendEffect of one streamed chunk, made in
+// the driver's block of them (driver.chunkEffs) and never written again.
+// A pointer-shaped value: an effect list holds it without an allocation.
+type chunkAppendEffect struct{ *appendEffect }
+
 // claimEffect claims inbox input for turn Turn.
 type claimEffect struct {
 	Ref    uint64
@@ -100,6 +105,7 @@ type turnErrorEffect struct {
 }
 
 func (appendEffect) isEffect()          {}
+func (chunkAppendEffect) isEffect()     {}
 func (claimEffect) isEffect()           {}
 func (clearInboxEffect) isEffect()      {}
 func (pushContextEffect) isEffect()     {}

@@ -370,7 +370,7 @@ func (d *driver) onStreamEnded(in streamEnded) {
 	d.t.streamRef = 0
 	d.settle(func() { d.streamDone(in) })
 	d.chunkRefsTaken() // no longer streaming: an empty queue drops its array
-	d.chunkDrafts = nil
+	d.chunkDrafts, d.chunkEffs = nil, nil
 }
 
 // onRetryTimerFired delivers the backoff timer of generation gen.

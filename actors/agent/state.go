@@ -243,7 +243,13 @@ type driver struct {
 	// it to the session as it is), instead of a slice allocated per
 	// chunk. Dropped when the stream ends.
 	chunkDrafts []session.Draft
-	settled     func() // run when inflight drops to 0
+	// chunkEffs is the block their append effects are made in, the same
+	// way: the driver emits each as a chunkAppendEffect, a pointer into
+	// it, which an effect list holds without boxing it (boxing the
+	// effect itself was an allocation per chunk). Dropped when the
+	// stream ends.
+	chunkEffs []appendEffect
+	settled   func() // run when inflight drops to 0
 
 	phase    phase
 	status   Status
@@ -415,6 +421,12 @@ func (d *driver) appendDrafts(tag appendTag, drafts ...session.Draft) {
 	switch {
 	case tag == appendTag{chunk: true}:
 		d.chunkRefs = append(d.chunkRefs, r)
+		if len(d.chunkEffs) == cap(d.chunkEffs) {
+			d.chunkEffs = make([]appendEffect, 0, chunkDraftBlock)
+		}
+		d.chunkEffs = append(d.chunkEffs, appendEffect{Ref: r, Drafts: drafts})
+		d.emit(chunkAppendEffect{&d.chunkEffs[len(d.chunkEffs)-1]})
+		return
 	case tag != appendTag{}:
 		d.tags[r] = tag
 	}

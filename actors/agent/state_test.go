@@ -76,6 +76,9 @@ func (r *rig) run(eff effects) {
 
 func (r *rig) perform(eff effects) {
 	for _, e := range eff {
+		if ce, ok := e.(chunkAppendEffect); ok {
+			e = *ce.appendEffect
+		}
 		switch e := e.(type) {
 		case appendEffect:
 			r.acks = append(r.acks, e)
