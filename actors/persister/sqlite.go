@@ -159,8 +159,9 @@ type SQLiteStore struct {
 	versionChecked bool
 	epoch          uint64
 	tailChecks     int // tail checks run (tests)
-	// bumpBuf is bumpRevisions' scratch buffer.
-	bumpBuf []byte
+	// bumpBuf is bumpRevisions' scratch buffer, and inserter insertRows'.
+	bumpBuf  []byte
+	inserter rowInserter
 	// ownershipChecks counts the ownership checks run by mutating
 	// transactions (tests).
 	ownershipChecks int

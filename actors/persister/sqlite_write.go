@@ -2,6 +2,7 @@ package persister
 
 import (
 	"context"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -250,7 +251,10 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version, created_at = excluded
 // scalar row each (repair closers). Rows go in by insertRowsMax at a time,
 // one statement each (see rowInserter).
 func (s *SQLiteStore) insertRows(ctx context.Context, q queryer, id session.SessionID, events []session.Event, pack bool) error {
-	in := rowInserter{q: q, id: id, fault: s.insertFault}
+	in := &s.inserter
+	in.q, in.id, in.fault = q, id, s.insertFault
+	in.raw, _ = q.(*stmtCache)
+	defer in.reset()
 	if pack {
 		if err := packRows(events, func(r sqlRow) error { return in.add(ctx, r) }); err != nil {
 			return err
@@ -279,13 +283,32 @@ const insertRowsMax = 32
 // pending go in one statement of exactly their number (up to
 // insertRowsMax; each size prepared once per store, when first used:
 // stmtCache). Statements of power-of-two sizes only (fewer texts) took
-// up to five statements for a short turn's seven or so rows.
+// up to five statements for a short turn's seven or so rows. On the
+// store's statement cache (raw), the statements run on the driver's
+// connection directly (stmtCache.execRaw). The store keeps one
+// (SQLiteStore.inserter), so that its buffers are reused.
 type rowInserter struct {
 	q     queryer
+	raw   *stmtCache // q, when it is the store's statement cache
 	id    session.SessionID
 	fault func(session.SessionID, int64) error // SQLiteStore.insertFault
 	rows  []sqlRow
-	args  []any
+	args  []sqldriver.NamedValue
+	boxed []any // args for a q that is not raw
+}
+
+// reset drops what the last insert left in the buffers, keeping them.
+func (in *rowInserter) reset() {
+	clear(in.rows)
+	clear(in.args[:cap(in.args)])
+	clear(in.boxed[:cap(in.boxed)])
+	in.q, in.raw, in.fault = nil, nil, nil
+	in.rows, in.args, in.boxed = in.rows[:0], in.args[:0], in.boxed[:0]
+}
+
+// arg appends the statement's next argument.
+func (in *rowInserter) arg(v any) {
+	in.args = append(in.args, sqldriver.NamedValue{Ordinal: len(in.args) + 1, Value: v})
 }
 
 func (in *rowInserter) add(ctx context.Context, r sqlRow) error {
@@ -300,7 +323,8 @@ func (in *rowInserter) add(ctx context.Context, r sqlRow) error {
 func (in *rowInserter) flush(ctx context.Context) error {
 	for len(in.rows) > 0 {
 		k := min(len(in.rows), insertRowsMax)
-		in.args = append(in.args[:0], string(in.id))
+		in.args = in.args[:0]
+		in.arg(string(in.id))
 		for _, r := range in.rows[:k] {
 			var ign any
 			if r.ignorable >= 0 {
@@ -316,14 +340,21 @@ func (in *rowInserter) flush(ctx context.Context) error {
 			if b, ok := src.([]byte); ok && len(b) == 0 {
 				src, empty = nil, true
 			}
-			in.args = append(in.args, r.seq, r.typ, r.time, r.data, empty, src, op, ign)
+			in.arg(r.seq)
+			in.arg(r.typ)
+			in.arg(r.time)
+			in.arg(r.data)
+			in.arg(empty)
+			in.arg(src)
+			in.arg(op)
+			in.arg(ign)
 		}
 		if in.fault != nil {
 			if err := in.fault(in.id, in.rows[0].seq); err != nil {
 				return err
 			}
 		}
-		if _, err := in.q.ExecContext(ctx, insertRowsSQL(k), in.args...); err != nil {
+		if err := in.exec(ctx, insertRowsSQL(k)); err != nil {
 			return err
 		}
 		clear(in.rows[:k])
@@ -331,6 +362,19 @@ func (in *rowInserter) flush(ctx context.Context) error {
 	}
 	in.rows = in.rows[:0]
 	return nil
+}
+
+// exec runs query with the arguments in in.args.
+func (in *rowInserter) exec(ctx context.Context, query string) error {
+	if in.raw != nil {
+		return in.raw.execRaw(ctx, query, in.args)
+	}
+	in.boxed = in.boxed[:0]
+	for _, a := range in.args {
+		in.boxed = append(in.boxed, a.Value)
+	}
+	_, err := in.q.ExecContext(ctx, query, in.boxed...)
+	return err
 }
 
 // insertRowsSQLs are the INSERT statements of 1, 2, ... insertRowsMax
