@@ -105,7 +105,7 @@ func Open(cfg Config) (*Host, error) {
 		h.cfg.Provider = h.limit
 	}
 	agents, err := agent.NewTemplate(agent.Config{Inbox: h.cfg.Inbox, Provider: h.cfg.Provider, Model: h.cfg.Model,
-		System: h.cfg.SystemPrompt, Tools: h.cfg.Tools, Retry: h.cfg.Retry, Hooks: h.cfg.Hooks})
+		System: h.cfg.SystemPrompt, Tools: h.cfg.Tools, Retry: h.cfg.Retry, Hooks: h.cfg.Hooks, ChildOptions: h.actorOpts})
 	if err != nil {
 		return nil, err
 	}

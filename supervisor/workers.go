@@ -8,9 +8,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// actorOptions configure the actors a Host spawns (the persister, and
-// each session's session and agent actors): their mailboxes run on the
-// host's workers, and they are protoactor's lock-free unbounded queue, a
+// actorOptions configure the actors a Host spawns (the persister, each
+// session's session and agent actors, and the inbox and stream actors
+// its agent spawns, agent.Config.ChildOptions): their mailboxes run on
+// the host's workers, and they are protoactor's lock-free unbounded queue, a
 // linked list that holds nothing once drained. The host makes them once
 // (Host.actorOpts): each call makes a mailbox producer, which the props
 // of every actor configured with it keep for as long as it is resident
@@ -24,7 +25,7 @@ func actorOptions(w *workers) []actor.PropsOption {
 }
 
 // workers is the dispatcher of the actors a Host spawns (the persister,
-// and each session's session and agent actors): it runs their mailboxes
+// each session's session, agent, inbox and stream actors): it runs their mailboxes
 // on goroutines it keeps, rather than on a new goroutine each time a
 // mailbox wakes up. It is safe for concurrent use.
 //

@@ -328,7 +328,7 @@ func (a *agentActor) start(ctx actor.Context) {
 	if err != nil {
 		panic(err)
 	}
-	a.inbox = ctx.Spawn(props)
+	a.inbox = ctx.Spawn(props.Configure(a.cfg.ChildOptions...))
 	a.headerRef, a.pendingRef = a.nextRef(), a.nextRef()
 	// The header arrives before the subscription's first events (same
 	// sender, sent in this order), and the subscription replays the
@@ -485,7 +485,7 @@ func (a *agentActor) perform(ctx actor.Context, eff effects) {
 			if err != nil {
 				panic(err)
 			}
-			a.stream = ctx.Spawn(props)
+			a.stream = ctx.Spawn(props.Configure(a.cfg.ChildOptions...))
 		case cancelStreamEffect:
 			if a.stream != nil {
 				ctx.Send(a.stream, llm.CancelStream{Ref: e.Ref})

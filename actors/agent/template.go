@@ -58,6 +58,11 @@ type Config struct {
 	Hooks Hooks
 	// Observer, when set, receives StatusChanged and TurnFailed.
 	Observer *actor.PID
+	// ChildOptions configure the actors the agent spawns, its inbox and
+	// each model call's stream actor (a host runs their mailboxes on its
+	// workers, as it does the agent's: supervisor/workers.go). Default
+	// none: protoactor's defaults.
+	ChildOptions []actor.PropsOption
 }
 
 // Validate reports a missing session, provider or model.
