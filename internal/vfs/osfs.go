@@ -47,7 +47,7 @@ func (osFS) SyncDir(name string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
+	err = fsyncOS(d)
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
