@@ -390,7 +390,7 @@ func (s *shard) onCreated(ctx actor.Context, m created) {
 func (s *shard) subscribe(ctx actor.Context, t *tracked) {
 	t.subscribed, t.detached = true, false
 	id, inc, pid := t.id, t.inc, t.session
-	f := ctx.RequestFuture(pid, session.Subscribe{Subscriber: ctx.Self(), From: t.core.Received() + 1, Behind: true}, s.cfg.WriteTimeout)
+	f := ctx.RequestFuture(pid, session.Subscribe{Subscriber: ctx.Self(), From: t.core.Received() + 1, Behind: s.behind()}, s.cfg.WriteTimeout)
 	ctx.ReenterAfter(f, func(res any, err error) {
 		t := s.sessions[id]
 		if t == nil || t.inc != inc || t.ready {
@@ -438,6 +438,13 @@ func (s *shard) failTrack(ctx actor.Context, t *tracked, err error) {
 	s.forget(ctx, t, ErrNotTracked)
 }
 
+// behind is how long a session may hold streamed chunks back from this
+// persister (session.Subscribe.Behind): its write-behind window, which
+// onEvents starts from the first held chunk's commit, so a chunk is
+// written within one window of its commit either way
+// (docs/durability.md#write-behind-and-barriers).
+func (s *shard) behind() time.Duration { return s.cfg.Window }
+
 func (s *shard) onEvents(ctx actor.Context, m session.EventsCommitted) {
 	t := s.sessions[m.Session]
 	if t == nil || t.detached {
@@ -447,13 +454,15 @@ func (s *shard) onEvents(ctx actor.Context, m session.EventsCommitted) {
 		ctx.Logger().Warn("persister: events for an untracked session dropped", "session", string(m.Session), "events", m.Events.Len())
 		return
 	}
-	e, err := t.core.Enqueue(m.Events, s.cfg.Now())
+	// The window starts at the first event's commit: the session may have
+	// held it back for a while (m.Held, at most the window: behind).
+	e, err := t.core.Enqueue(m.Events, s.cfg.Now().Add(-m.Held))
 	var gap *seqGapError
 	if errors.As(err, &gap) {
 		// Events went missing on the way: ask the session to send again
 		// from the first missing seq (it replays its log, then goes live).
 		ctx.Logger().Warn("persister: resubscribing after a gap", "session", string(t.id), "want", gap.Want, "got", gap.Got)
-		ctx.Send(t.session, session.Subscribe{Subscriber: ctx.Self(), From: gap.Want, Behind: true})
+		ctx.Send(t.session, session.Subscribe{Subscriber: ctx.Self(), From: gap.Want, Behind: s.behind()})
 		return
 	}
 	s.perform(ctx, t, e)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dshgo/dsh/actors/session"
 	"github.com/dshgo/dsh/internal/testutil"
+	"github.com/dshgo/dsh/messages"
 )
 
 // End-to-end tests of the persister actor with real session actors. The
@@ -627,6 +628,36 @@ func TestActorWindowInSynctest(t *testing.T) {
 		require.Equal(t, evs[len(evs)-1].Seq(), store.lastSeq(id))
 		d, _ := r.owner.durableOf(id)
 		require.Equal(t, evs[len(evs)-1].Seq(), d)
+	})
+}
+
+// TestActorWindowStartsAtAHeldChunksCommit: the session holds a stream's
+// chunks back from the persister for up to the persister's window
+// (session.Subscribe.Behind), and the window of a held chunk starts at its
+// commit, not at its arrival: chunks committed at 0 and 50ms of a stream
+// that then pauses are written together at 200ms, as the write-behind
+// window promises, not at 400ms.
+func TestActorWindowStartsAtAHeldChunksCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &fakeStore{}
+		r := newRig(t, Config{Store: store})
+		id := r.track("s-held")
+		r.append(id, session.TurnStart{Turn: 1}.Draft(), session.StepStart{Turn: 1, Step: 1}.Draft())
+		<-time.After(time.Second) // the window of those two has passed
+		synctest.Wait()
+		require.Equal(t, [][]int64{{0, 1}}, store.batchesOf(id))
+		chunk := session.AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, " word")}.Draft()
+		start := time.Now()
+		r.append(id, chunk)
+		<-time.After(50 * time.Millisecond)
+		r.append(id, chunk)
+		<-time.After(150*time.Millisecond - time.Nanosecond)
+		synctest.Wait()
+		require.Equal(t, 1, store.appendCalls(), "the window of the first chunk is still open")
+		<-time.After(time.Nanosecond)
+		synctest.Wait()
+		require.Equal(t, [][]int64{{0, 1}, {2, 3}}, store.batchesOf(id), "written one window after the first chunk's commit")
+		require.Equal(t, 200*time.Millisecond, time.Since(start))
 	})
 }
 

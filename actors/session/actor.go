@@ -58,8 +58,8 @@ type pendingAppend struct {
 
 type subscription struct {
 	pid    *actor.PID
-	next   int64 // next seq to send
-	behind bool  // Subscribe.Behind: streamed chunks may be held (heldCommits)
+	next   int64         // next seq to send
+	behind time.Duration // Subscribe.Behind: streamed chunks may be held this long (heldCommits)
 }
 
 // Props returns the props of a session actor owning cfg.Log.
@@ -138,7 +138,8 @@ func (a *sessionActor) Receive(ctx actor.Context) {
 		}
 		st.removeSub(m.Subscriber)
 		from := min(max(m.From, 0), st.log.Len())
-		st.subs = append(st.subs, subscription{pid: m.Subscriber, next: from, behind: m.Behind})
+		st.subs = append(st.subs, subscription{pid: m.Subscriber, next: from, behind: max(m.Behind, 0)})
+		st.held.limitTo(st.subs)
 		ctx.Watch(m.Subscriber)
 		st.fanOut(ctx, sendHeld)
 		respond(ctx, Subscribed{Next: st.log.Len()})
@@ -221,16 +222,21 @@ func (st *shell) settle(ctx actor.Context) {
 func (st *shell) fanOut(ctx actor.Context, hold holdMode) {
 	n := st.log.Len()
 	holding := false
+	held := st.held.heldFor()
 	for i := range st.subs {
 		s := &st.subs[i]
 		if s.next >= n {
 			continue
 		}
-		if hold == mayHold && s.behind && s.next >= st.held.breakAt && st.held.mayHold() {
+		if hold == mayHold && s.behind > 0 && s.next >= st.held.breakAt && st.held.mayHold() {
 			holding = true
 			continue
 		}
-		ctx.Send(s.pid, EventsCommitted{Session: st.log.ID(), Events: st.log.EventsFrom(s.next)})
+		m := EventsCommitted{Session: st.log.ID(), Events: st.log.EventsFrom(s.next)}
+		if s.behind > 0 {
+			m.Held = held
+		}
+		ctx.Send(s.pid, m)
 		s.next = n
 	}
 	st.held.holding(holding)
@@ -260,6 +266,7 @@ func (st *shell) removeSub(pid *actor.PID) bool {
 	for i, s := range st.subs {
 		if s.pid.Equal(pid) {
 			st.subs = append(st.subs[:i:i], st.subs[i+1:]...)
+			st.held.limitTo(st.subs)
 			return true
 		}
 	}

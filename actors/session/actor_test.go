@@ -31,7 +31,7 @@ func request[T any](t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg an
 	res, err := sys.Root.RequestFuture(pid, msg, 5*time.Second).Result()
 	require.NoError(t, err)
 	reply, ok := res.(T)
-	require.Truef(t, ok, "reply is %T", res)
+	require.Truef(t, ok, "reply is %T: %+v", res, res)
 	return reply
 }
 

@@ -11,31 +11,56 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// seqRuns drains what sub got so far: the seqs of each EventsCommitted.
-func seqRuns(sub *subscriber) [][]int64 {
-	var runs [][]int64
+// commits is a subscriber that keeps every EventsCommitted.
+type commits struct{ got chan EventsCommitted }
+
+func (c *commits) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(EventsCommitted); ok {
+		c.got <- m
+	}
+}
+
+// heldRun is what one EventsCommitted held: its seqs, and Held.
+type heldRun struct {
+	seqs []int64
+	held time.Duration
+}
+
+// runs drains what c got so far.
+func (c *commits) runs() []heldRun {
+	var runs []heldRun
 	for {
 		select {
-		case evs := <-sub.got:
-			var seqs []int64
-			for e := range evs.All() {
-				seqs = append(seqs, e.Seq())
+		case m := <-c.got:
+			r := heldRun{held: m.Held}
+			for e := range m.Events.All() {
+				r.seqs = append(r.seqs, e.Seq())
 			}
-			runs = append(runs, seqs)
+			runs = append(runs, r)
 		default:
 			return runs
 		}
 	}
 }
 
+// seqRuns drains what c got so far: the seqs of each EventsCommitted.
+func (c *commits) seqRuns() [][]int64 {
+	var out [][]int64
+	for _, r := range c.runs() {
+		out = append(out, r.seqs)
+	}
+	return out
+}
+
 // TestActorHoldsStreamedChunksFromABehindSubscriber: a Behind subscriber
 // (the persister) gets a stream's chunk commits together: with the first
-// commit heldDelay/2 after the first held, at heldDelay if the stream
-// pauses, with the next commit that is not chunks only, or before the
-// session answers anything else; a live subscriber gets each commit at
-// once. Without the hold, the Behind subscriber got one
-// EventsCommitted per chunk.
+// commit Behind/2 after the first held, at Behind if the stream pauses,
+// with the next commit that is not chunks only, or before the session
+// answers anything else, each time saying how long the first was held; a
+// live subscriber gets each commit at once. Without the hold, the Behind
+// subscriber got one EventsCommitted per chunk.
 func TestActorHoldsStreamedChunksFromABehindSubscriber(t *testing.T) {
+	const window = 200 * time.Millisecond
 	synctest.Test(t, func(t *testing.T) {
 		sys := testutil.NewActorSystem(t)
 		// Runs once the actors are stopped: protoactor's dead-letter
@@ -44,15 +69,15 @@ func TestActorHoldsStreamedChunksFromABehindSubscriber(t *testing.T) {
 		l, err := New(testHeader())
 		require.NoError(t, err)
 		pid := spawnSession(t, sys, Config{Log: l})
-		spawnSub := func() (*subscriber, *actor.PID) {
-			s := &subscriber{got: make(chan Events, 64)}
+		spawnSub := func() (*commits, *actor.PID) {
+			s := &commits{got: make(chan EventsCommitted, 64)}
 			p := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s }))
 			t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(p).Wait()) })
 			return s, p
 		}
 		behind, behindPID := spawnSub()
 		live, livePID := spawnSub()
-		request[Subscribed](t, sys, pid, Subscribe{Subscriber: behindPID, Behind: true})
+		request[Subscribed](t, sys, pid, Subscribe{Subscriber: behindPID, Behind: window})
 		request[Subscribed](t, sys, pid, Subscribe{Subscriber: livePID})
 		appendOne := func(d Draft) {
 			request[AppendReply](t, sys, pid, NewAppend(1, d))
@@ -64,36 +89,84 @@ func TestActorHoldsStreamedChunksFromABehindSubscriber(t *testing.T) {
 
 		appendOne(TurnStart{Turn: 1}.Draft())
 		appendOne(StepStart{Turn: 1, Step: 1}.Draft())
-		require.Equal(t, [][]int64{{0}, {1}}, seqRuns(behind), "other events are sent at once")
+		require.Equal(t, []heldRun{{seqs: []int64{0}}, {seqs: []int64{1}}}, behind.runs(), "other events are sent at once")
 		for range 4 {
-			appendOne(chunk()) // seqs 2 to 5, heldDelay/8 apart
-			<-time.After(heldDelay / 8)
+			appendOne(chunk()) // seqs 2 to 5, window/8 apart
+			<-time.After(window / 8)
 		}
-		require.Empty(t, seqRuns(behind), "chunks are held")
-		require.Len(t, seqRuns(live), 6, "a live subscriber gets every commit at once")
+		require.Empty(t, behind.seqRuns(), "chunks are held")
+		require.Len(t, live.seqRuns(), 6, "a live subscriber gets every commit at once")
 
-		appendOne(chunk()) // seq 6, heldDelay/2 after seq 2: sent with it
-		require.Equal(t, [][]int64{{2, 3, 4, 5, 6}}, seqRuns(behind))
+		appendOne(chunk()) // seq 6, window/2 after seq 2: sent with it
+		require.Equal(t, []heldRun{{seqs: []int64{2, 3, 4, 5, 6}, held: window / 2}}, behind.runs())
 
 		appendOne(chunk()) // seq 7: held again; the stream pauses
-		<-time.After(heldDelay - time.Millisecond)
+		<-time.After(window - time.Millisecond)
 		synctest.Wait()
-		require.Empty(t, seqRuns(behind))
+		require.Empty(t, behind.seqRuns())
 		<-time.After(time.Millisecond)
 		synctest.Wait()
-		require.Equal(t, [][]int64{{7}}, seqRuns(behind), "the timer sends what a paused stream left held")
+		require.Equal(t, []heldRun{{seqs: []int64{7}, held: window}}, behind.runs(), "the timer sends what a paused stream left held")
 
 		appendOne(chunk()) // seq 8
 		answer, err := messages.NewAssistantMessage([]messages.ContentBlock{messages.TextBlock("word")},
 			messages.ModelSource{Provider: "p", Model: "m"})
 		require.NoError(t, err)
 		appendOne(AssistantMessage{Turn: 1, Step: 1, Message: answer}.Draft())
-		require.Equal(t, [][]int64{{8, 9}}, seqRuns(behind), "the message goes with the chunks before it")
+		require.Equal(t, [][]int64{{8, 9}}, behind.seqRuns(), "the message goes with the chunks before it")
 
 		appendOne(chunk()) // seq 10
 		request[HeaderReply](t, sys, pid, QueryHeader{})
 		synctest.Wait()
-		require.Equal(t, [][]int64{{10}}, seqRuns(behind), "a query finds nothing held")
-		require.Len(t, seqRuns(live), 5)
+		require.Equal(t, [][]int64{{10}}, behind.seqRuns(), "a query finds nothing held")
+		require.Len(t, live.seqRuns(), 5)
+	})
+}
+
+// TestActorHoldsChunksForTheShortestBehind: with two Behind subscribers,
+// chunks are held for the shorter Behind; a subscriber without Behind
+// holds nothing back, and once the last Behind subscriber is gone,
+// nothing is held.
+func TestActorHoldsChunksForTheShortestBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := testutil.NewActorSystem(t)
+		t.Cleanup(func() { <-time.After(time.Second) })
+		l, err := New(testHeader())
+		require.NoError(t, err)
+		pid := spawnSession(t, sys, Config{Log: l})
+		spawnSub := func() (*commits, *actor.PID) {
+			s := &commits{got: make(chan EventsCommitted, 64)}
+			p := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s }))
+			t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(p).Wait()) })
+			return s, p
+		}
+		slow, slowPID := spawnSub()
+		fast, fastPID := spawnSub()
+		request[Subscribed](t, sys, pid, Subscribe{Subscriber: slowPID, Behind: time.Second})
+		request[Subscribed](t, sys, pid, Subscribe{Subscriber: fastPID, Behind: 20 * time.Millisecond})
+		appendOne := func(d Draft) {
+			request[AppendReply](t, sys, pid, NewAppend(1, d))
+			synctest.Wait()
+		}
+		chunk := func() {
+			appendOne(AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, " word")}.Draft())
+		}
+		appendOne(TurnStart{Turn: 1}.Draft())
+		appendOne(StepStart{Turn: 1, Step: 1}.Draft())
+		opening := []heldRun{{seqs: []int64{0}}, {seqs: []int64{1}}}
+		require.Equal(t, opening, fast.runs())
+		require.Equal(t, opening, slow.runs())
+		chunk()
+		require.Empty(t, fast.runs())
+		<-time.After(20 * time.Millisecond)
+		synctest.Wait()
+		want := []heldRun{{seqs: []int64{2}, held: 20 * time.Millisecond}}
+		require.Equal(t, want, fast.runs(), "held for the shorter Behind")
+		require.Equal(t, want, slow.runs())
+
+		sys.Root.Send(pid, Unsubscribe{Subscriber: fastPID})
+		request[Subscribed](t, sys, pid, Subscribe{Subscriber: slowPID, From: 3}) // replaces its Behind one
+		chunk()
+		require.Equal(t, []heldRun{{seqs: []int64{3}}}, slow.runs(), "no Behind subscriber: nothing is held")
 	})
 }

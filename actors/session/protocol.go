@@ -2,6 +2,7 @@ package session
 
 import (
 	"slices"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -71,12 +72,14 @@ type AppendFailed struct {
 type Subscribe struct {
 	Subscriber *actor.PID
 	From       int64
-	// Behind is for a subscriber that writes the events behind (the
-	// persister): a commit of streamed chunks only may reach it up to
-	// 200 ms late, in one EventsCommitted with the commits after it. Any
-	// other commit, and any message the session gets other than an
-	// Append, sends it everything first. See heldCommits.
-	Behind bool
+	// Behind, when positive, is for a subscriber that writes the events
+	// behind (the persister, which passes its write-behind window): a
+	// commit of streamed chunks only may reach it up to Behind late, in
+	// one EventsCommitted with the commits after it, which says how long
+	// (EventsCommitted.Held). Any other commit, and any message the
+	// session gets other than an Append, sends it everything first. See
+	// heldCommits.
+	Behind time.Duration
 }
 
 // Subscribed acknowledges a Subscribe: Next is the seq the first live
@@ -91,6 +94,9 @@ type Unsubscribe struct{ Subscriber *actor.PID }
 type EventsCommitted struct {
 	Session SessionID
 	Events  Events
+	// Held is how long the first of Events was kept from this subscriber
+	// after its commit (Subscribe.Behind); zero when it was sent at once.
+	Held time.Duration
 }
 
 // QueryMessages asks for the derived messages. Reply: MessagesReply.
