@@ -52,6 +52,46 @@ func (c *commits) seqRuns() [][]int64 {
 	return out
 }
 
+// holdRig is a session actor, in the synctest bubble of its test, and
+// subscribers that keep what they are sent.
+type holdRig struct {
+	t   *testing.T
+	sys *actor.ActorSystem
+	pid *actor.PID
+}
+
+// newHoldRig starts a session actor on an empty log; call it inside
+// synctest.Test.
+func newHoldRig(t *testing.T) *holdRig {
+	sys := testutil.NewActorSystem(t)
+	// Runs once the actors are stopped: protoactor's dead-letter
+	// throttle (a stop's Terminated may be one) ends after its interval.
+	t.Cleanup(func() { <-time.After(time.Second) })
+	l, err := New(testHeader())
+	require.NoError(t, err)
+	return &holdRig{t: t, sys: sys, pid: spawnSession(t, sys, Config{Log: l})}
+}
+
+// subscribe spawns a subscriber and subscribes it with Behind behind.
+func (r *holdRig) subscribe(behind time.Duration) (*commits, *actor.PID) {
+	s := &commits{got: make(chan EventsCommitted, 64)}
+	p := r.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s }))
+	r.t.Cleanup(func() { require.NoError(r.t, r.sys.Root.StopFuture(p).Wait()) })
+	request[Subscribed](r.t, r.sys, r.pid, Subscribe{Subscriber: p, Behind: behind})
+	return s, p
+}
+
+// append appends d and waits until the bubble is idle.
+func (r *holdRig) append(d Draft) {
+	request[AppendReply](r.t, r.sys, r.pid, NewAppend(1, d))
+	synctest.Wait()
+}
+
+// chunkDraft is a streamed chunk of turn 1, step 1.
+func chunkDraft() Draft {
+	return AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, " word")}.Draft()
+}
+
 // TestActorHoldsStreamedChunksFromABehindSubscriber: a Behind subscriber
 // (the persister) gets a stream's chunk commits together: with the first
 // commit Behind/2 after the first held, at Behind if the stream pauses,
@@ -62,30 +102,10 @@ func (c *commits) seqRuns() [][]int64 {
 func TestActorHoldsStreamedChunksFromABehindSubscriber(t *testing.T) {
 	const window = 200 * time.Millisecond
 	synctest.Test(t, func(t *testing.T) {
-		sys := testutil.NewActorSystem(t)
-		// Runs once the actors are stopped: protoactor's dead-letter
-		// throttle (a stop's Terminated may be one) ends after its interval.
-		t.Cleanup(func() { <-time.After(time.Second) })
-		l, err := New(testHeader())
-		require.NoError(t, err)
-		pid := spawnSession(t, sys, Config{Log: l})
-		spawnSub := func() (*commits, *actor.PID) {
-			s := &commits{got: make(chan EventsCommitted, 64)}
-			p := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s }))
-			t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(p).Wait()) })
-			return s, p
-		}
-		behind, behindPID := spawnSub()
-		live, livePID := spawnSub()
-		request[Subscribed](t, sys, pid, Subscribe{Subscriber: behindPID, Behind: window})
-		request[Subscribed](t, sys, pid, Subscribe{Subscriber: livePID})
-		appendOne := func(d Draft) {
-			request[AppendReply](t, sys, pid, NewAppend(1, d))
-			synctest.Wait()
-		}
-		chunk := func() Draft {
-			return AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, " word")}.Draft()
-		}
+		r := newHoldRig(t)
+		sys, pid, appendOne, chunk := r.sys, r.pid, r.append, chunkDraft
+		behind, _ := r.subscribe(window)
+		live, _ := r.subscribe(0)
 
 		appendOne(TurnStart{Turn: 1}.Draft())
 		appendOne(StepStart{Turn: 1, Step: 1}.Draft())
@@ -129,28 +149,11 @@ func TestActorHoldsStreamedChunksFromABehindSubscriber(t *testing.T) {
 // nothing is held.
 func TestActorHoldsChunksForTheShortestBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sys := testutil.NewActorSystem(t)
-		t.Cleanup(func() { <-time.After(time.Second) })
-		l, err := New(testHeader())
-		require.NoError(t, err)
-		pid := spawnSession(t, sys, Config{Log: l})
-		spawnSub := func() (*commits, *actor.PID) {
-			s := &commits{got: make(chan EventsCommitted, 64)}
-			p := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s }))
-			t.Cleanup(func() { require.NoError(t, sys.Root.StopFuture(p).Wait()) })
-			return s, p
-		}
-		slow, slowPID := spawnSub()
-		fast, fastPID := spawnSub()
-		request[Subscribed](t, sys, pid, Subscribe{Subscriber: slowPID, Behind: time.Second})
-		request[Subscribed](t, sys, pid, Subscribe{Subscriber: fastPID, Behind: 20 * time.Millisecond})
-		appendOne := func(d Draft) {
-			request[AppendReply](t, sys, pid, NewAppend(1, d))
-			synctest.Wait()
-		}
-		chunk := func() {
-			appendOne(AssistantChunk{Turn: 1, Step: 1, Chunk: messages.TextDeltaChunk(0, " word")}.Draft())
-		}
+		r := newHoldRig(t)
+		sys, pid, appendOne := r.sys, r.pid, r.append
+		chunk := func() { appendOne(chunkDraft()) }
+		slow, slowPID := r.subscribe(time.Second)
+		fast, fastPID := r.subscribe(20 * time.Millisecond)
 		appendOne(TurnStart{Turn: 1}.Draft())
 		appendOne(StepStart{Turn: 1, Step: 1}.Draft())
 		opening := []heldRun{{seqs: []int64{0}}, {seqs: []int64{1}}}
