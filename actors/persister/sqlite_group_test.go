@@ -40,6 +40,16 @@ func newGroupFixture(t *testing.T, s Store, prefix string, n int) *groupFixture 
 	return f
 }
 
+// requireStored checks that s holds both turns of every session.
+func (f *groupFixture) requireStored(t *testing.T, s Store) {
+	t.Helper()
+	for _, b := range f.builders {
+		got, err := s.ReadFrom(t.Context(), b.id(), 0)
+		require.NoError(t, err)
+		requireSameEvents(t, b.events(), got)
+	}
+}
+
 // firstTurns and secondTurns are the group of every session's first
 // (second) turn.
 func (f *groupFixture) firstTurns() []groupBatch {
@@ -253,11 +263,7 @@ func TestSQLiteAppendGroupFailedTransactionFailsEverySession(t *testing.T) {
 	for _, err := range s.appendGroup(ctx, feed(f.secondTurns())) {
 		require.NoError(t, err)
 	}
-	for _, b := range f.builders {
-		got, err := s.ReadFrom(ctx, b.id(), 0)
-		require.NoError(t, err)
-		requireSameEvents(t, b.events(), got)
-	}
+	f.requireStored(t, s)
 }
 
 // TestSQLiteCheckpointsOffTheCommitPath: the writer connection never
@@ -572,11 +578,7 @@ func TestSQLiteIdleCheckpointTruncatesTheWAL(t *testing.T) {
 	s.mu.Lock()
 	require.Equal(t, checks, s.tailChecks, "the writer truncated its own WAL: no tail is checked again")
 	s.mu.Unlock()
-	for _, b := range f.builders {
-		got, err := s.ReadFrom(ctx, b.id(), 0)
-		require.NoError(t, err)
-		requireSameEvents(t, b.events(), got)
-	}
+	f.requireStored(t, s)
 }
 
 // TestSQLiteCheckpointRestartsALongWAL: when the last PASSIVE checkpoint
@@ -638,9 +640,5 @@ func TestSQLiteCheckpointRestartsALongWAL(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, 2, restarts(), "at twice restartAt: a RESTART before a turn end too")
-	for _, b := range f.builders {
-		got, err := s.ReadFrom(ctx, b.id(), 0)
-		require.NoError(t, err)
-		requireSameEvents(t, b.events(), got)
-	}
+	f.requireStored(t, s)
 }
