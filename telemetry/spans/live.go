@@ -177,7 +177,10 @@ func (x *Exporter) ForceFlush(ctx context.Context) error {
 
 // Shutdown exports the spans ended so far and shuts the exporter down;
 // spans that end later are dropped. Call it after the host has closed
-// (its sessions' last spans end as they stop).
+// (its sessions' last spans end as they stop). When ctx ends first (an
+// export hangs), it returns ctx's error but still shuts the processor
+// down, so that nothing stays blocked once the export returns: the spans
+// not yet exported are lost.
 func (x *Exporter) Shutdown(ctx context.Context) error {
 	x.mu.Lock()
 	if !x.closed {
@@ -188,6 +191,11 @@ func (x *Exporter) Shutdown(ctx context.Context) error {
 	select {
 	case <-x.done:
 	case <-ctx.Done():
+		// The processor drops what is handed to it after this, which
+		// unblocks the hand-over's goroutine.
+		if err := x.proc.Shutdown(ctx); err != nil && !errors.Is(err, ctx.Err()) {
+			return errors.Join(ctx.Err(), err)
+		}
 		return ctx.Err()
 	}
 	return x.proc.Shutdown(ctx)

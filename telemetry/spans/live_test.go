@@ -3,7 +3,9 @@ package spans
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -131,6 +133,7 @@ type heldExporter struct {
 	release chan struct{}
 	mu      sync.Mutex
 	n       int
+	shut    atomic.Bool // Shutdown was called
 }
 
 func (h *heldExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
@@ -145,7 +148,10 @@ func (h *heldExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 	return nil
 }
 
-func (h *heldExporter) Shutdown(context.Context) error { return nil }
+func (h *heldExporter) Shutdown(context.Context) error {
+	h.shut.Store(true)
+	return nil
+}
 
 // Spans that end while the export is too far behind (its queue and the
 // hand-over full) are dropped without waiting, and counted: after the
@@ -167,4 +173,31 @@ func TestExporterCountsDroppedSpans(t *testing.T) {
 	held.mu.Lock()
 	defer held.mu.Unlock()
 	require.EqualValues(t, 6*turns, int64(held.n)+x.Dropped(), "exported or dropped, each span once")
+}
+
+// A Shutdown whose context ends while an export hangs returns the
+// context's error, and still shuts the processor down: once the export
+// returns, the span exporter is shut down and the hand-over's goroutine
+// ends, rather than both staying blocked for the life of the process.
+func TestExporterShutdownPastItsDeadlineStillShutsDown(t *testing.T) {
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+	held := &heldExporter{release: make(chan struct{})}
+	x := NewExporter(held, resource.Empty())
+	obs := x.Open("s", session.Events{})
+	for _, e := range benchTurns(t, 300, 3) {
+		require.NoError(t, obs(e))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, x.Shutdown(ctx), context.Canceled)
+	close(held.release)
+	require.Eventually(t, func() bool {
+		select {
+		case <-x.done:
+			return held.shut.Load()
+		default:
+			return false
+		}
+	}, 10*time.Second, time.Millisecond, "the span exporter is shut down and the hand-over ends")
 }
