@@ -284,7 +284,10 @@
 //     never fences its writer.
 //   - Taking the lock drops what the store knew about the file (size,
 //     next seq, the cached handle): the previous holder may have written,
-//     so the file is read again through a new descriptor.
+//     so the file is read again through a new descriptor. While it holds
+//     the lock, the store trusts what it knows (nobody else writes the
+//     file) and appends without checking the file's size first; without
+//     Lock every append checks it (an fstat), to notice another writer.
 //   - A lock held by another writer fails the operation, changing
 //     nothing, with a *LockedError (ErrLocked, and ErrFenced) that names
 //     the holder: the text it wrote into the lock file (JSONLConfig.Holder,

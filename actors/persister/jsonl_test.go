@@ -538,3 +538,40 @@ func TestCorpusThroughJSONLStore(t *testing.T) {
 		}
 	}
 }
+
+// Under the session's writer lock an append does not stat the log to look
+// for another writer's change (nobody else writes it); without Lock every
+// append after the first still does, which TestJSONLNoticesAnotherWriter
+// relies on.
+func TestJSONLHeldLockSkipsTheSizeCheck(t *testing.T) {
+	ctx := t.Context()
+	for _, lock := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lock=%v", lock), func(t *testing.T) {
+			s, m := newMemJSONL(t, JSONLConfig{Lock: lock})
+			b := newJL(t, "stat")
+			var ends []int64
+			for i := range 4 {
+				b.textTurn(fmt.Sprintf("turn %d", i), 2)
+				ends = append(ends, b.len())
+			}
+			require.NoError(t, s.Create(b.header()))
+			require.NoError(t, s.Append(ctx, b.id(), b.events()[:ends[0]], Sync))
+			path := s.locate(b.header())
+			var stats atomic.Int64
+			m.InjectError(func(op vfs.Op, p string) error {
+				if op == vfs.OpStat && p == path {
+					stats.Add(1)
+				}
+				return nil
+			})
+			for i := 1; i < len(ends); i++ {
+				require.NoError(t, s.Append(ctx, b.id(), b.events()[ends[i-1]:ends[i]], Durability(i%2 == 0)))
+			}
+			m.InjectError(nil)
+			require.Equal(t, map[bool]int64{false: 3, true: 0}[lock], stats.Load(), "stats of the log by three appends")
+			got, err := s.Load(ctx, b.id())
+			require.NoError(t, err)
+			requireSameEvents(t, b.events(), got.Events)
+		})
+	}
+}
