@@ -14,17 +14,19 @@ import (
 // log incrementally (one zstd frame per durable batch) and to read only a
 // file's header (listing sessions), without reading the whole file.
 
-// frameEncoder is the encoder of AppendZstdFrame: the same frames as
-// encodeFile (default level, checksummed), but able to encode several
-// batches at once. The encoder of file.go allows one at a time, which is
-// right for tools and wrong for a store appending to many sessions.
+// frameEncoder is the encoder of AppendZstdFrame, able to encode several
+// batches at once (one per GOMAXPROCS), at zstd's fastest level: a store
+// writes a frame per write-behind batch, a few chunks' lines at a model's
+// pace, and for frames that small the default level's larger tables cost
+// a quarter more CPU for about 2% fewer bytes (docs/performance.md#write-path-cpu).
+// Any level makes the same format (docs/log-format.md#zstd-framing).
 var frameEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
-	return zstd.NewWriter(nil, zstd.WithEncoderCRC(true),
+	return zstd.NewWriter(nil, zstd.WithEncoderCRC(true), zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
 })
 
 // AppendZstdFrame appends to dst one independent, checksummed zstd frame
-// (default level) holding plain, and returns the extended buffer: the physical
+// (zstd's fastest level) holding plain, and returns the extended buffer: the physical
 // unit of a .jsonl.zstd file (docs/log-format.md#jsonl-files), one per header
 // line and one per durable batch. plain is only read; dst is owned by the
 // caller before and after. Safe for concurrent use.
