@@ -3,6 +3,7 @@ package persister
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -81,6 +82,75 @@ func benchmarkSQLiteAppendGroup(b *testing.B, stored, groupSessions int) {
 		cpu += processCPU() - start
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkSQLiteTurnEndBesideWriteBehind is a turn end's commit while the
+// store is kept busy with write-behind work, its background checkpoints
+// running as they do under load: one op is three write-behind groups (16
+// sessions' short turns each, not durable) and then a group of one
+// session's turn end, a barrier, whose appendGroup is timed. It reports
+// the barrier's p50 and p99 (ns) and the process's CPU per op; run it long
+// enough (-benchtime 3000x) for checkpoints to happen: a barrier whose
+// commit overlaps a checkpoint's sync of the database file is what the
+// p99 shows (docs/durability.md#sqlite-checkpoints).
+func BenchmarkSQLiteTurnEndBesideWriteBehind(b *testing.B) {
+	const stored, behind, perGroup = 1024, 3, 16
+	s, err := OpenSQLite(filepath.Join(b.TempDir(), "b.sqlite"), SQLiteOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	builders := make([]*logBuilder, stored)
+	next := make([]int64, stored)
+	for i := range builders {
+		builders[i] = newLogBuilder(b, session.SessionID(fmt.Sprintf("bench-%d", i)))
+		if err := s.Create(builders[i].header()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	at := 0
+	group := func(n int, durable bool) []groupBatch {
+		bs := make([]groupBatch, n)
+		for k := range bs {
+			i := at % stored
+			at++
+			lb := builders[i]
+			lb.textTurn("ask", "answer")
+			bs[k] = groupBatch{ID: lb.id(), Events: lb.from(next[i]), Durable: durable || next[i] == 0}
+			next[i] = lb.len()
+		}
+		return bs
+	}
+	ctx := b.Context()
+	commit := func(bs []groupBatch) {
+		for _, err := range s.appendGroup(ctx, feed(bs)) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for range stored / perGroup {
+		commit(group(perGroup, true))
+	}
+	var took []time.Duration
+	var cpu time.Duration
+	for b.Loop() {
+		start := processCPU()
+		for range behind {
+			commit(group(perGroup, false))
+		}
+		bs := group(1, true)
+		t0 := time.Now()
+		commit(bs)
+		took = append(took, time.Since(t0))
+		cpu += processCPU() - start
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	passive, _ := s.checkpoints.checkpointRuns()
+	b.ReportMetric(float64(passive), "checkpoints")
 }
 
 // processCPU is the CPU time the process has used.
