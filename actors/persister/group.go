@@ -99,7 +99,7 @@ func (p *pool) commit() {
 		g.first = first
 		g.commitGroup()
 		clear(g.jobs)
-		*g = groupCycle{p: p, jobs: g.jobs[:0]}
+		*g = groupCycle{p: p, jobs: g.jobs[:0], taken: g.taken[:0]}
 	}
 }
 
@@ -109,6 +109,10 @@ type groupCycle struct {
 	p     *pool
 	first *writeJob // taken, not yet handed to the store
 	jobs  []*writeJob
+	// taken is, per job, the length and sync flag of the batch handed to
+	// the store: a write-behind job's may grow (a late fold) while the
+	// group is written.
+	taken []takenBatch
 	// behind and behindEvents count the write-behind batches taken and
 	// their events.
 	behind, behindEvents int
@@ -126,7 +130,15 @@ func (g *groupCycle) next() (groupBatch, bool) {
 		}
 	}
 	g.jobs = append(g.jobs, j)
-	return groupBatch{ID: j.id, Events: j.batch, Durable: j.sync}, true
+	batch, sync := j.start()
+	g.taken = append(g.taken, takenBatch{n: len(batch), sync: sync})
+	return groupBatch{ID: j.id, Events: batch, Durable: sync}, true
+}
+
+// takenBatch is what a group handed the store of one job.
+type takenBatch struct {
+	n    int
+	sync bool
 }
 
 // takeForGroup takes the next write of group g (see groupCycle.next), nil
@@ -155,6 +167,16 @@ func (p *pool) takeForGroup(g *groupCycle) *writeJob {
 // outcome to its session. A write that was not a barrier is reported
 // synced when the group held a barrier and it succeeded: the group's sync
 // covered it.
+//
+// A write-behind job that a turn end folded into late, while the group
+// was written (pool.promote: its batch grew by the barrier's events), is
+// followed at once by the rest of its batch, synced, queued as barrier
+// work by the committer itself: the first write of the next group (if no
+// other barrier queued before it). Its outcome, and the first part's, is
+// reported once that one commits, as the worker's late fold reports both
+// calls as one (docs/durability.md#write-behind-and-barriers). Without
+// it, the turn end waited for this group's outcome to reach its session's
+// shard, and then queued again.
 func (g *groupCycle) commitGroup() {
 	p := g.p
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
@@ -165,8 +187,8 @@ func (g *groupCycle) commitGroup() {
 	errs := appendGroupSafely(ctx, p.group, g.next)
 	cancel()
 	durable := false
-	for _, j := range g.jobs {
-		durable = durable || j.sync
+	for _, t := range g.taken {
+		durable = durable || t.sync
 	}
 	// A batch's own failure (its fence) fails it alone: the group's sync
 	// ran if any batch was written.
@@ -174,8 +196,14 @@ func (g *groupCycle) commitGroup() {
 		p.synced(time.Since(start))
 	}
 	for i, j := range g.jobs {
-		err := errs[i]
-		j.done(j.sync || (durable && err == nil), err)
+		err, t := errs[i], g.taken[i]
+		if !t.sync {
+			if rest, late := j.finish(t.n, false, err); late {
+				p.submitJob(&writeJob{id: j.id, batch: rest, sync: true, done: func(_ bool, err error) { j.done(true, err) }}, true)
+				continue
+			}
+		}
+		j.done(t.sync || (durable && err == nil), err)
 	}
 }
 

@@ -63,8 +63,8 @@ type pool struct {
 // writeJob is one queued job. taken makes sure it runs once, though a
 // promoted job sits in both queues. A write's batch and sync flag may be
 // changed (promote) until a worker takes it; a background write run by a
-// worker (start) may still be extended, synced, until its store call
-// returns (finish).
+// worker or taken by a group commit (start) may still be extended, synced,
+// until its store call or its group's returns (finish).
 type writeJob struct {
 	run func(context.Context)
 	// id and done are set for a write: a group commit writes its batch
@@ -76,7 +76,8 @@ type writeJob struct {
 	mu    sync.Mutex // guards the fields below
 	taken bool
 	// running says a worker's run is in the store call of the job's
-	// background batch (start to finish): a promote then folds late.
+	// background batch, or a group commit holds it (start to finish): a
+	// promote then folds late.
 	running bool
 	batch   []session.Event
 	sync    bool
@@ -172,11 +173,11 @@ func (p *pool) submitJob(j *writeJob, first bool) {
 
 // promote makes background write j the barrier's. Not taken yet, its
 // batch becomes fold(false)'s, synced, and it moves ahead as barrier work.
-// Taken and in its background store call (running), its batch becomes
-// fold(true)'s, synced: the worker appends the rest once the call
-// returns (finish). Otherwise (a group commit took it, or its call
-// returned) it runs or ran as it started, and reports that it was not
-// synced: the barrier writes after it.
+// Taken and in its background store call or group commit (running), its
+// batch becomes fold(true)'s, synced: the worker appends the rest once the
+// call returns, the group committer queues it as the next group's
+// (finish). Otherwise (its call returned) it ran as it started, and
+// reports that it was not synced: the barrier writes after it.
 func (p *pool) promote(j *writeJob, fold func(late bool) []session.Event) {
 	j.mu.Lock()
 	switch {
