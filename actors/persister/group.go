@@ -86,20 +86,7 @@ const (
 // write-behind group's commit first.
 func (p *pool) commit() {
 	g := &groupCycle{p: p}
-	var gathering time.Time // since when only write-behind work waits; zero if not
 	for {
-		if wait := p.gatherFor(&gathering); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-p.gwake:
-			case <-t.C:
-			case <-p.done:
-				t.Stop()
-				return
-			}
-			t.Stop()
-			continue
-		}
 		first := p.takeForGroup(g)
 		if first == nil {
 			select {
@@ -114,36 +101,6 @@ func (p *pool) commit() {
 		clear(g.jobs)
 		*g = groupCycle{p: p, jobs: g.jobs[:0], taken: g.taken[:0]}
 	}
-}
-
-// groupGather is how long the committer lets write-behind work gather
-// before it commits it, while no barrier is queued and less than a group's
-// worth is: in a paced run, a thousand sessions' write-behind batches
-// arrive one by one, and committing each as it came made hundreds of
-// commits a second of a few batches each, every one paying a
-// transaction's fixed costs and rewriting the same index pages into the
-// WAL. A barrier queued meanwhile ends the wait at once.
-const groupGather = 5 * time.Millisecond
-
-// gatherFor returns how much longer the committer waits before it takes
-// write-behind work (0: take now), given since when it has been waiting
-// for more (*since, zero if it was not; updated).
-func (p *pool) gatherFor(since *time.Time) time.Duration {
-	p.mu.Lock()
-	barriers, behind := p.gBarrier.len(), p.gBehind.len()
-	p.mu.Unlock()
-	if barriers > 0 || behind == 0 || behind >= maxGroupBackground {
-		*since = time.Time{}
-		return 0
-	}
-	if since.IsZero() {
-		*since = time.Now()
-	}
-	if wait := groupGather - time.Since(*since); wait > 0 {
-		return wait
-	}
-	*since = time.Time{}
-	return 0
 }
 
 // groupCycle is the group being committed: the writes taken so far, in

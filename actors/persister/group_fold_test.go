@@ -66,37 +66,3 @@ func seqsOf(evs []session.Event) []int64 {
 	}
 	return seqs
 }
-
-// TestGroupCommitGathersWriteBehindWork: write-behind work alone waits
-// groupGather before it is committed, so that batches arriving one by one
-// share a commit; a barrier queued meanwhile is committed at once, with
-// the write-behind work waiting, barriers first.
-func TestGroupCommitGathersWriteBehindWork(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := newGroupStore()
-		p := newPool(0, store, time.Minute, nil)
-		defer p.close()
-		job := func(id string, sync bool) {
-			b := newLogBuilder(t, session.SessionID(id))
-			b.textTurn("one", "1")
-			p.submitJob(&writeJob{id: b.id(), batch: b.events(), sync: sync, done: func(bool, error) {}}, sync)
-		}
-		start := time.Now()
-		job("s-a", false)
-		<-time.After(groupGather / 2) // the bubble's clock
-		job("s-b", false)
-		require.Equal(t, []session.SessionID{"s-a", "s-b"}, store.waitCommit(t))
-		require.Equal(t, groupGather, time.Since(start), "committed once the first batch waited groupGather")
-		store.release(1)
-		synctest.Wait()
-
-		start = time.Now()
-		job("s-c", false)
-		<-time.After(groupGather / 5)
-		job("s-turn", true)
-		require.Equal(t, []session.SessionID{"s-turn", "s-c"}, store.waitCommit(t))
-		require.Equal(t, groupGather/5, time.Since(start), "a barrier is committed at once")
-		store.release(1)
-		synctest.Wait()
-	})
-}
