@@ -108,10 +108,9 @@
 // per resident session whose callback goroutine the host joins on Close.
 // [Host.Resident], [Host.Passivated] and Stats.ResidentBytes (a documented
 // estimate) account for it. The mailboxes of the persister and of every
-// session and agent actor run on a bounded set of worker goroutines the
-// host keeps, the persister's first (workers.go,
-// docs/performance.md#actor-workers); Close joins them once the actors
-// are stopped. Config.MaxConcurrentModelCalls bounds
+// session and agent actor run on worker goroutines the host keeps
+// (workers.go) rather than on a new goroutine per wake-up; Close joins
+// them once the actors are stopped. Config.MaxConcurrentModelCalls bounds
 // the model calls open at once: the rest wait in a queue (the
 // dsh.model.calls.queued gauge of Config.MeterProvider). [Host.Stats]
 // covers the whole log (the loaded events are folded on resume) and stays

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/asynkron/protoactor-go/actor"
 )
 
 // Policy says when the persister makes a session's events durable beyond
@@ -101,11 +99,6 @@ type Config struct {
 	// Shards is the number of shard actors; a session lives on the shard
 	// chosen by a hash of its id. Default 8.
 	Shards int
-	// ShardOptions configure the shard actors (a host runs their
-	// mailboxes on its workers' first lane, as it does the persister's:
-	// docs/performance.md#actor-workers). Default none: protoactor's
-	// defaults.
-	ShardOptions []actor.PropsOption
 	// WriteTimeout is the deadline of each Store call. A write that times
 	// out fails like any other (the batch is kept and retried). Default
 	// one minute.
