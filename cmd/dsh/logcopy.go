@@ -79,7 +79,7 @@ func logCopy(args []string, stdout, stderr io.Writer) error {
 	}
 	if toLoc.Scheme == persister.SchemeJSONL {
 		// A data directory is made if missing, as dsh run makes it.
-		if err := os.MkdirAll(toLoc.Path, 0o755); err != nil {
+		if err := os.MkdirAll(toLoc.Path, 0o700); err != nil {
 			return err
 		}
 	}

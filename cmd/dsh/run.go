@@ -194,12 +194,13 @@ func openTalk(ctx context.Context, f talkFlags, env talkEnv, o *obs) (*talk, err
 
 // openTalkStore opens the store at loc for writing (persister.Open: with
 // its writer locks), a JSONL directory through fsys when it is set. A
-// JSONL directory is made first if missing, as a data directory is.
+// JSONL directory is made first if missing, private (0700) as the
+// directories the store makes in it are.
 func openTalkStore(loc persister.Location, fsys vfs.FS) (persister.Store, error) {
 	if loc.Scheme != persister.SchemeJSONL {
 		return persister.Open(loc.String())
 	}
-	if err := os.MkdirAll(loc.Path, 0o755); err != nil {
+	if err := os.MkdirAll(loc.Path, 0o700); err != nil {
 		return nil, err
 	}
 	if fsys != nil {

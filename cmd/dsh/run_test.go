@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,4 +211,24 @@ func TestRunTurnEndNotDurableIsAnError(t *testing.T) {
 	require.Len(t, failures, 1, errOut)
 	require.Contains(t, failures[0], "dsh: run: turn 1's end could not be written: ")
 	require.Contains(t, failures[0], syscall.ENOSPC.Error())
+}
+
+// A data directory dsh makes (dsh run's --dir, dsh log copy's target) is
+// private, 0700, as the directories in it are: it names the sessions and
+// their working directories.
+func TestDataDirectoriesAreMadePrivate(t *testing.T) {
+	t.Setenv("DEEPSEEK_API_KEY", "")
+	dir := filepath.Join(t.TempDir(), "data")
+	code, _, errOut := runDsh("run", "--dir", dir, "--workdir", t.TempDir(), "hello")
+	require.Equal(t, 0, code, errOut)
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "dsh run's data directory")
+
+	copied := filepath.Join(t.TempDir(), "copy")
+	code, _, errOut = runDsh("log", "copy", "--from", "jsonl:"+dir, "--to", "jsonl:"+copied)
+	require.Equal(t, 0, code, errOut)
+	fi, err = os.Stat(copied)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "dsh log copy's target directory")
 }
