@@ -32,20 +32,27 @@ func BenchmarkSQLiteAppendGroup(b *testing.B) {
 	}
 }
 
-func benchmarkSQLiteAppendGroup(b *testing.B, stored, groupSessions int) {
+// sqliteBenchSessions opens a SQLite store in b's temporary directory holding
+// stored sessions, created empty, and returns it with their builders and
+// next seqs; the store is closed when b ends.
+func sqliteBenchSessions(b *testing.B, stored int) (*SQLiteStore, []*logBuilder, []int64) {
 	s, err := OpenSQLite(filepath.Join(b.TempDir(), "b.sqlite"), SQLiteOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { _ = s.Close() })
 	builders := make([]*logBuilder, stored)
-	next := make([]int64, stored)
 	for i := range builders {
 		builders[i] = newLogBuilder(b, session.SessionID(fmt.Sprintf("bench-%d", i)))
 		if err := s.Create(builders[i].header()); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return s, builders, make([]int64, stored)
+}
+
+func benchmarkSQLiteAppendGroup(b *testing.B, stored, groupSessions int) {
+	s, builders, next := sqliteBenchSessions(b, stored)
 	at := 0 // the next group's first session
 	group := func() []groupBatch {
 		bs := make([]groupBatch, groupSessions)
@@ -95,19 +102,7 @@ func benchmarkSQLiteAppendGroup(b *testing.B, stored, groupSessions int) {
 // p99 shows (docs/durability.md#sqlite-checkpoints).
 func BenchmarkSQLiteTurnEndBesideWriteBehind(b *testing.B) {
 	const stored, behind, perGroup = 1024, 3, 16
-	s, err := OpenSQLite(filepath.Join(b.TempDir(), "b.sqlite"), SQLiteOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	builders := make([]*logBuilder, stored)
-	next := make([]int64, stored)
-	for i := range builders {
-		builders[i] = newLogBuilder(b, session.SessionID(fmt.Sprintf("bench-%d", i)))
-		if err := s.Create(builders[i].header()); err != nil {
-			b.Fatal(err)
-		}
-	}
+	s, builders, next := sqliteBenchSessions(b, stored)
 	at := 0
 	group := func(n int, durable bool) []groupBatch {
 		bs := make([]groupBatch, n)
