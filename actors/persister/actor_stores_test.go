@@ -59,12 +59,17 @@ func (s *fakeStore) Append(ctx context.Context, id session.SessionID, events []s
 	if len(events) == 0 {
 		return nil
 	}
-	var seqs []int64
-	for _, e := range events {
-		seqs = append(seqs, e.Seq())
-	}
-	s.batches[id] = append(s.batches[id], seqs)
+	s.batches[id] = append(s.batches[id], seqsOf(events))
 	return nil
+}
+
+// seqsOf returns the seqs of evs, in order.
+func seqsOf(evs []session.Event) []int64 {
+	seqs := make([]int64, len(evs))
+	for i, e := range evs {
+		seqs[i] = e.Seq()
+	}
+	return seqs
 }
 
 func (s *fakeStore) Release(id session.SessionID) error {

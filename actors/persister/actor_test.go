@@ -568,11 +568,7 @@ func TestActorTurnEndFoldsIntoItsRunningBackgroundWrite(t *testing.T) {
 		store.release(running)
 		r.owner.waitDurable(t, running, evs[len(evs)-1].Seq())
 		require.Empty(t, store.batchesOf(other), "the other session's barrier still waits for the worker")
-		var rest []int64
-		for _, e := range evs {
-			rest = append(rest, e.Seq())
-		}
-		require.Equal(t, [][]int64{{0, 1}, rest}, store.batchesOf(running))
+		require.Equal(t, [][]int64{{0, 1}, seqsOf(evs)}, store.batchesOf(running))
 
 		require.Equal(t, []session.SessionID{other}, store.waitEntered(t, 1))
 		store.release(other)

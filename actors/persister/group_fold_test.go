@@ -58,11 +58,3 @@ func TestGroupCommitFoldsATurnEndLate(t *testing.T) {
 		require.Equal(t, [][]int64{{0, 1}, seqsOf(evs[2:])}, store.batchesOf(b.id()))
 	})
 }
-
-func seqsOf(evs []session.Event) []int64 {
-	seqs := make([]int64, len(evs))
-	for i, e := range evs {
-		seqs[i] = e.Seq()
-	}
-	return seqs
-}
