@@ -32,10 +32,20 @@ func BenchmarkSQLiteAppendGroup(b *testing.B) {
 	}
 }
 
-// sqliteBenchSessions opens a SQLite store in b's temporary directory holding
-// stored sessions, created empty, and returns it with their builders and
-// next seqs; the store is closed when b ends.
-func sqliteBenchSessions(b *testing.B, stored int) (*SQLiteStore, []*logBuilder, []int64) {
+// sqliteBench is a SQLite store in a benchmark's temporary directory
+// holding stored sessions, each given one more short turn per group it is
+// in, the sessions taken in turn.
+type sqliteBench struct {
+	b        *testing.B
+	s        *SQLiteStore
+	builders []*logBuilder
+	next     []int64 // per session, the seq its next batch starts at
+	at       int     // the next group's first session
+}
+
+// newSQLiteBench opens the store and creates its stored sessions, empty;
+// the store is closed when b ends.
+func newSQLiteBench(b *testing.B, stored int) *sqliteBench {
 	s, err := OpenSQLite(filepath.Join(b.TempDir(), "b.sqlite"), SQLiteOptions{})
 	if err != nil {
 		b.Fatal(err)
@@ -48,44 +58,46 @@ func sqliteBenchSessions(b *testing.B, stored int) (*SQLiteStore, []*logBuilder,
 			b.Fatal(err)
 		}
 	}
-	return s, builders, make([]int64, stored)
+	return &sqliteBench{b: b, s: s, builders: builders, next: make([]int64, len(builders))}
+}
+
+// group returns the next n sessions' next turns, durable if durable or
+// if it is the session's first batch.
+func (sb *sqliteBench) group(n int, durable bool) []groupBatch {
+	bs := make([]groupBatch, n)
+	for k := range bs {
+		i := sb.at
+		sb.at = (sb.at + 1) % len(sb.builders)
+		lb := sb.builders[i]
+		lb.textTurn("ask", "answer")
+		bs[k] = groupBatch{ID: lb.id(), Events: lb.from(sb.next[i]), Durable: durable || sb.next[i] == 0}
+		sb.next[i] = lb.len()
+	}
+	return bs
+}
+
+// commit appends bs as one group, failing the benchmark on any error.
+func (sb *sqliteBench) commit(bs []groupBatch) {
+	for _, err := range sb.s.appendGroup(sb.b.Context(), feed(bs)) {
+		if err != nil {
+			sb.b.Fatal(err)
+		}
+	}
 }
 
 func benchmarkSQLiteAppendGroup(b *testing.B, stored, groupSessions int) {
-	s, builders, next := sqliteBenchSessions(b, stored)
-	at := 0 // the next group's first session
-	group := func() []groupBatch {
-		bs := make([]groupBatch, groupSessions)
-		for k := range bs {
-			i := (at + k) % stored
-			lb := builders[i]
-			lb.textTurn("ask", "answer")
-			bs[k] = groupBatch{ID: lb.id(), Events: lb.from(next[i]), Durable: true}
-			next[i] = lb.len()
-		}
-		at = (at + groupSessions) % stored
-		return bs
-	}
-	ctx := b.Context()
+	sb := newSQLiteBench(b, stored)
 	for range stored / groupSessions {
-		for _, err := range s.appendGroup(ctx, feed(group())) {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		sb.commit(sb.group(groupSessions, true))
 	}
 	b.ReportAllocs()
 	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		bs := group()
+		bs := sb.group(groupSessions, true)
 		b.StartTimer()
 		start := processCPU()
-		for _, err := range s.appendGroup(ctx, feed(bs)) {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		sb.commit(bs)
 		cpu += processCPU() - start
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
@@ -102,41 +114,20 @@ func benchmarkSQLiteAppendGroup(b *testing.B, stored, groupSessions int) {
 // p99 shows (docs/durability.md#sqlite-checkpoints).
 func BenchmarkSQLiteTurnEndBesideWriteBehind(b *testing.B) {
 	const stored, behind, perGroup = 1024, 3, 16
-	s, builders, next := sqliteBenchSessions(b, stored)
-	at := 0
-	group := func(n int, durable bool) []groupBatch {
-		bs := make([]groupBatch, n)
-		for k := range bs {
-			i := at % stored
-			at++
-			lb := builders[i]
-			lb.textTurn("ask", "answer")
-			bs[k] = groupBatch{ID: lb.id(), Events: lb.from(next[i]), Durable: durable || next[i] == 0}
-			next[i] = lb.len()
-		}
-		return bs
-	}
-	ctx := b.Context()
-	commit := func(bs []groupBatch) {
-		for _, err := range s.appendGroup(ctx, feed(bs)) {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	sb := newSQLiteBench(b, stored)
 	for range stored / perGroup {
-		commit(group(perGroup, true))
+		sb.commit(sb.group(perGroup, true))
 	}
 	var took []time.Duration
 	var cpu time.Duration
 	for b.Loop() {
 		start := processCPU()
 		for range behind {
-			commit(group(perGroup, false))
+			sb.commit(sb.group(perGroup, false))
 		}
-		bs := group(1, true)
+		bs := sb.group(1, true)
 		t0 := time.Now()
-		commit(bs)
+		sb.commit(bs)
 		took = append(took, time.Since(t0))
 		cpu += processCPU() - start
 	}
@@ -144,7 +135,7 @@ func BenchmarkSQLiteTurnEndBesideWriteBehind(b *testing.B) {
 	b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-	passive, _ := s.checkpoints.checkpointRuns()
+	passive, _ := sb.s.checkpoints.checkpointRuns()
 	b.ReportMetric(float64(passive), "checkpoints")
 }
 
