@@ -99,9 +99,17 @@ func TestChatCancelAndCtrlC(t *testing.T) {
 	_, err := io.WriteString(pw, "hello\n")
 	require.NoError(t, err)
 	<-stdout.first
-	_, err = io.WriteString(pw, "/cancel\n/wait\nagain\n")
+	_, err = io.WriteString(pw, "/cancel\n/wait\n")
 	require.NoError(t, err)
-	// Ctrl-C cancels the second turn; end of input then leaves once idle.
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "[turn 1 cancelled]") },
+		30*time.Second, time.Millisecond, "the first turn is cancelled")
+	n := len(stdout.String())
+	_, err = io.WriteString(pw, "again\n")
+	require.NoError(t, err)
+	// Ctrl-C cancels the second turn once it streams (sent while no turn
+	// runs, it leaves the chat instead); end of input then leaves once idle.
+	require.Eventually(t, func() bool { return len(stdout.String()) > n+8 },
+		30*time.Second, time.Millisecond, "the second turn streams")
 	intr <- os.Interrupt
 	require.NoError(t, pw.Close())
 	require.NoError(t, <-done, stderr.String())
