@@ -163,3 +163,27 @@ func TestSQLiteReadsCheckTheirContextBetweenSteps(t *testing.T) {
 	}
 	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
 }
+
+// TestSQLiteRowBufferIsReused: the store inserts every append's rows from
+// one buffer (rowInserter.rows), emptied but kept after each insert, so
+// that an append of no more rows than the last one allocates none. It
+// was sliced past the rows inserted instead, which left it no capacity:
+// every session's rows allocated it again.
+func TestSQLiteRowBufferIsReused(t *testing.T) {
+	ctx := t.Context()
+	s := openTestSQLite(t, filepath.Join(t.TempDir(), "s.sqlite"), SQLiteOptions{})
+	defer s.Close()
+	b := newLogBuilder(t, "session-rows")
+	b.textTurn("one", "1")
+	k := b.len()
+	b.textTurn("two", "2")
+	require.LessOrEqual(t, b.len()-k, k, "the second turn has no more events (rows) than the first")
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events()[:k], Sync))
+	require.Empty(t, s.inserter.rows, "emptied after the insert")
+	require.GreaterOrEqual(t, cap(s.inserter.rows), int(k), "but its capacity kept")
+	first := s.inserter.rows[:1]
+	require.NoError(t, s.Append(ctx, b.id(), b.from(k), Sync))
+	require.Same(t, &first[0], &s.inserter.rows[:1][0], "the second append's rows went in the same array")
+	requireSameEvents(t, b.events(), loadBalanced(t, s, b.id()).Events)
+}

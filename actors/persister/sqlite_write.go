@@ -319,13 +319,16 @@ func (in *rowInserter) add(ctx context.Context, r sqlRow) error {
 	return in.flush(ctx)
 }
 
-// flush inserts the rows pending.
+// flush inserts the rows pending, insertRowsMax at a time, and empties
+// in.rows, keeping its array: slicing past the rows inserted would shrink
+// its capacity to nothing, and the next session's rows would allocate it
+// again.
 func (in *rowInserter) flush(ctx context.Context) error {
-	for len(in.rows) > 0 {
-		k := min(len(in.rows), insertRowsMax)
+	for done := 0; done < len(in.rows); {
+		rows := in.rows[done:min(len(in.rows), done+insertRowsMax)]
 		in.args = in.args[:0]
 		in.arg(string(in.id))
-		for _, r := range in.rows[:k] {
+		for _, r := range rows {
 			var ign any
 			if r.ignorable >= 0 {
 				ign = r.ignorable
@@ -350,16 +353,16 @@ func (in *rowInserter) flush(ctx context.Context) error {
 			in.arg(ign)
 		}
 		if in.fault != nil {
-			if err := in.fault(in.id, in.rows[0].seq); err != nil {
+			if err := in.fault(in.id, rows[0].seq); err != nil {
 				return err
 			}
 		}
-		if err := in.exec(ctx, insertRowsSQL(k)); err != nil {
+		if err := in.exec(ctx, insertRowsSQL(len(rows))); err != nil {
 			return err
 		}
-		clear(in.rows[:k])
-		in.rows = in.rows[k:]
+		done += len(rows)
 	}
+	clear(in.rows)
 	in.rows = in.rows[:0]
 	return nil
 }
