@@ -68,9 +68,22 @@ const (
 	maxGroupBackgroundEvents = 4096
 )
 
+// groupGather is how long the committer waits for more write-behind
+// batches when only write-behind batches are queued, fewer than a group
+// takes (maxGroupBackground), before it commits them: under a thousand
+// streaming sessions a commit of one session's batch was the usual group
+// (tens of thousands of commits in a paced run, each paying a
+// transaction's fixed costs and rewriting the same table and index pages
+// into the WAL). A barrier queued ends the wait at once: a gather never
+// holds a turn end. Write-behind batches have no latency to keep; 5 ms is
+// a fortieth of their window. Figures:
+// docs/durability.md#write-behind-and-barriers.
+const groupGather = 5 * time.Millisecond
+
 // commit is the pool's group committer (pool.group set): it commits the
 // queued writes a group at a time, with one appendGroup each, until the
-// pool closes. A group takes its writes one at a time while it is being
+// pool closes. With only write-behind batches queued it first gathers
+// them for up to groupGather (gatherWait). A group takes its writes one at a time while it is being
 // written, barriers first at every step: a turn end queued while a group
 // is written joins that group ahead of the write-behind batches still
 // queued, and one queued once the group has stopped taking work (while it
@@ -86,7 +99,25 @@ const (
 // write-behind group's commit first.
 func (p *pool) commit() {
 	g := &groupCycle{p: p}
+	var since time.Time // when the gather began; zero: not begun
+	var timer *time.Timer
 	for {
+		if d := p.gatherWait(&since); d > 0 {
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			select {
+			case <-p.gwake: // a barrier, or more write-behind: look again
+			case <-timer.C:
+			case <-p.done:
+				timer.Stop()
+				return
+			}
+			timer.Stop()
+			continue
+		}
 		first := p.takeForGroup(g)
 		if first == nil {
 			select {
@@ -96,6 +127,7 @@ func (p *pool) commit() {
 				return
 			}
 		}
+		since = time.Time{}
 		g.first = first
 		g.commitGroup()
 		clear(g.jobs)
@@ -139,6 +171,30 @@ func (g *groupCycle) next() (groupBatch, bool) {
 type takenBatch struct {
 	n    int
 	sync bool
+}
+
+// gatherWait returns how long the committer waits before it takes a
+// group: what is left of the gather (groupGather from *since, which it
+// sets when the gather begins) while only write-behind batches are
+// queued, fewer than maxGroupBackground; 0 when a group is to be taken
+// now (a barrier queued, a group's worth of write-behind, the gather
+// over) or nothing is queued (the committer then waits for work).
+func (p *pool) gatherWait(since *time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.gBehind.len()
+	if n == 0 {
+		*since = time.Time{}
+		return 0
+	}
+	if p.closed || p.gBarrier.len() > 0 || n >= maxGroupBackground {
+		return 0
+	}
+	now := time.Now()
+	if since.IsZero() {
+		*since = now
+	}
+	return max(0, groupGather-now.Sub(*since))
 }
 
 // takeForGroup takes the next write of group g (see groupCycle.next), nil

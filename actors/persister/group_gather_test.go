@@ -1,0 +1,132 @@
+package persister
+
+import (
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dshgo/dsh/actors/session"
+)
+
+// Tests of the committer's gather (group.go, groupGather): with only
+// write-behind batches queued it waits for more of them before it
+// commits, but never while a barrier is queued. They run in synctest
+// bubbles, whose clock moves only while every goroutine waits: the
+// commits' times are exact.
+
+// gatherRig is a pool over a groupStore, and a session per write with a
+// first batch of two events to write.
+type gatherRig struct {
+	store    *groupStore
+	p        *pool
+	outcomes chan gatherOutcome
+}
+
+type gatherOutcome struct {
+	id     session.SessionID
+	synced bool
+	err    error
+}
+
+func newGatherRig(t *testing.T) *gatherRig {
+	store := newGroupStore()
+	p := newPool(0, store, time.Minute, nil)
+	t.Cleanup(p.close)
+	return &gatherRig{store: store, p: p, outcomes: make(chan gatherOutcome, 2*maxGroupBackground)}
+}
+
+// submit queues session id's first two events as a write: a barrier if
+// sync, else write-behind.
+func (r *gatherRig) submit(t *testing.T, id string, sync bool) session.SessionID {
+	b := newLogBuilder(t, session.SessionID(id))
+	b.textTurn("one", "1")
+	sid := b.id()
+	r.p.submitJob(&writeJob{id: sid, batch: b.events()[:2], sync: sync, done: func(synced bool, err error) {
+		r.outcomes <- gatherOutcome{sid, synced, err}
+	}}, sync)
+	return sid
+}
+
+// outcomesOf takes n outcomes, by session.
+func (r *gatherRig) outcomesOf(n int) map[session.SessionID]gatherOutcome {
+	out := map[session.SessionID]gatherOutcome{}
+	for range n {
+		o := <-r.outcomes
+		out[o.id] = o
+	}
+	return out
+}
+
+// TestGroupCommitGathersWriteBehind: a write-behind batch queued alone is
+// not committed at once; the committer waits groupGather for more, and
+// commits the two batches queued meanwhile as one group, not synced.
+// Before, each was a commit of its own, the first at once.
+func TestGroupCommitGathersWriteBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newGatherRig(t)
+		start := time.Now()
+		a := r.submit(t, "s-a", false)
+		synctest.Wait()
+		require.Empty(t, r.store.entered, "no commit of one write-behind batch at once")
+		b := r.submit(t, "s-b", false)
+		synctest.Wait()
+		require.Equal(t, []session.SessionID{a, b}, r.store.waitCommit(t), "one commit of both")
+		require.Equal(t, groupGather, time.Since(start), "once the gather is over")
+		r.store.release(1)
+		require.Equal(t, map[session.SessionID]gatherOutcome{a: {id: a}, b: {id: b}}, r.outcomesOf(2), "written, not synced")
+
+		// The next gather starts with the next write-behind batch.
+		start = time.Now()
+		c := r.submit(t, "s-c", false)
+		require.Equal(t, []session.SessionID{c}, r.store.waitCommit(t))
+		require.Equal(t, groupGather, time.Since(start))
+		r.store.release(1)
+		require.Equal(t, gatherOutcome{id: c}, <-r.outcomes)
+	})
+}
+
+// TestGroupCommitGatherNeverHoldsABarrier: a barrier queued while the
+// committer gathers write-behind batches is committed at once, first in
+// its group, with the batches gathered: the group's sync covers them.
+func TestGroupCommitGatherNeverHoldsABarrier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newGatherRig(t)
+		start := time.Now()
+		behind := r.submit(t, "s-behind", false)
+		synctest.Wait()
+		require.Empty(t, r.store.entered, "gathering")
+		turn := r.submit(t, "s-turn", true)
+		require.Equal(t, []session.SessionID{turn, behind}, r.store.waitCommit(t), "the barrier first")
+		require.Zero(t, time.Since(start), "at once: the barrier did not wait for the gather")
+		r.store.release(1)
+		require.Equal(t, map[session.SessionID]gatherOutcome{
+			turn:   {id: turn, synced: true},
+			behind: {id: behind, synced: true},
+		}, r.outcomesOf(2))
+		_, durables, _ := r.store.stats()
+		require.Equal(t, []bool{true}, durables)
+	})
+}
+
+// TestGroupCommitGatherEndsAtAFullGroup: once a group's worth of
+// write-behind batches (maxGroupBackground) is queued, the committer
+// commits them without waiting out the gather.
+func TestGroupCommitGatherEndsAtAFullGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newGatherRig(t)
+		start := time.Now()
+		for i := range maxGroupBackground {
+			r.submit(t, fmt.Sprintf("s-%03d", i), false)
+		}
+		require.Len(t, r.store.waitCommit(t), maxGroupBackground)
+		require.Zero(t, time.Since(start), "at once")
+		r.store.release(1)
+		for _, o := range r.outcomesOf(maxGroupBackground) {
+			require.NoError(t, o.err)
+			require.False(t, o.synced)
+		}
+	})
+}
