@@ -105,7 +105,7 @@ func (r *rootActor) Receive(ctx actor.Context) {
 		}
 		r.shards = make([]*actor.PID, r.cfg.Shards)
 		cfg, p := r.cfg, r.pool
-		props := actor.PropsFromProducer(func() actor.Actor { return &shard{cfg: cfg, pool: p} })
+		props := actor.PropsFromProducer(func() actor.Actor { return &shard{cfg: cfg, pool: p} }, r.cfg.ShardOptions...)
 		for i := range r.shards {
 			r.shards[i] = ctx.SpawnPrefix(props, fmt.Sprintf("shard-%d", i))
 		}

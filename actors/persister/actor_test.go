@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -367,6 +368,28 @@ func TestActorManySessionsAcrossShards(t *testing.T) {
 	listed, err := store.List(context.Background())
 	require.NoError(t, err)
 	require.Len(t, listed, n)
+}
+
+// countingDispatcher runs each mailbox run on a goroutine of its own and
+// counts them.
+type countingDispatcher struct{ runs atomic.Int64 }
+
+func (d *countingDispatcher) Schedule(fn func()) { d.runs.Add(1); go fn() }
+func (d *countingDispatcher) Throughput() int    { return 300 }
+
+// The shards run on the dispatcher of Config.ShardOptions (a host's first
+// lane), not protoactor's default.
+func TestActorShardsRunOnTheShardOptions(t *testing.T) {
+	d := &countingDispatcher{}
+	r := newRig(t, Config{Store: NewMemStore(), Window: hourWindow, Shards: 2,
+		ShardOptions: []actor.PropsOption{actor.WithDispatcher(d)}})
+	id := r.track("s-shard-options")
+	before := d.runs.Load()
+	require.Positive(t, before, "the shards' Started and the Track ran on it")
+	r.append(id, wbUserDrafts(2)...)
+	_, ok := r.flush(id).(Flushed)
+	require.True(t, ok)
+	require.Greater(t, d.runs.Load(), before, "the events and the Flush ran on it")
 }
 
 func TestActorResumedSessionWritesOnlyTheSuffix(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
 )
 
 // Policy says when the persister makes a session's events durable beyond
@@ -99,6 +101,11 @@ type Config struct {
 	// Shards is the number of shard actors; a session lives on the shard
 	// chosen by a hash of its id. Default 8.
 	Shards int
+	// ShardOptions configure the shard actors (a host runs their
+	// mailboxes in its workers' first lane, as it does the persister's:
+	// docs/performance.md#fsync-completions). Default none: protoactor's
+	// defaults.
+	ShardOptions []actor.PropsOption
 	// WriteTimeout is the deadline of each Store call. A write that times
 	// out fails like any other (the batch is kept and retried). Default
 	// one minute.
