@@ -109,8 +109,11 @@
 // [Host.Resident], [Host.Passivated] and Stats.ResidentBytes (a documented
 // estimate) account for it. The mailboxes of the persister and of every
 // session and agent actor run on worker goroutines the host keeps
-// (workers.go) rather than on a new goroutine per wake-up; Close joins
-// them once the actors are stopped. Config.MaxConcurrentModelCalls bounds
+// (workers.go) rather than on a new goroutine per wake-up, those on a
+// barrier's path (the persister, its shards, the host's notices) in a
+// first lane that a worker runs as soon as its current run ends
+// (docs/performance.md#fsync-completions); Close joins them once the
+// actors are stopped. Config.MaxConcurrentModelCalls bounds
 // the model calls open at once: the rest wait in a queue (the
 // dsh.model.calls.queued gauge of Config.MeterProvider). [Host.Stats]
 // covers the whole log (the loaded events are folded on resume) and stays

@@ -127,7 +127,7 @@ func Open(cfg Config) (*Host, error) {
 		h.persisted = &persister.Telemetry{OnSyncedWrite: h.metrics.SyncedWrite}
 	}
 	pp, err := persister.Props(persister.Config{Store: h.store, Policy: h.cfg.Policy, Window: cfg.Window,
-		FsyncWorkers: cfg.FsyncWorkers, Shards: cfg.Shards, RetryMin: cfg.WriteRetryMin, RetryMax: cfg.WriteRetryMax,
+		FsyncWorkers: cfg.FsyncWorkers, Shards: cfg.Shards, ShardOptions: firstOptions(h.workers), RetryMin: cfg.WriteRetryMin, RetryMax: cfg.WriteRetryMax,
 		Telemetry: h.persisted})
 	if err != nil {
 		_ = h.store.Close()
@@ -138,12 +138,12 @@ func Open(cfg Config) (*Host, error) {
 		h.sys = newSystem(cfg.Logger)
 		h.ownSys = true
 	}
-	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(h.actorOpts...), h.name+"/persister")
+	h.persister, err = h.sys.Root.SpawnNamed(pp.Configure(firstOptions(h.workers)...), h.name+"/persister")
 	if err != nil {
 		h.shutdown()
 		return nil, err
 	}
-	h.notices, err = h.sys.Root.SpawnNamed(actor.PropsFromFunc(h.onNotice), h.name+"/notices")
+	h.notices, err = h.sys.Root.SpawnNamed(actor.PropsFromFunc(h.onNotice, firstOptions(h.workers)...), h.name+"/notices")
 	if err != nil {
 		_ = h.sys.Root.PoisonFuture(h.persister).Wait()
 		h.shutdown()
