@@ -68,6 +68,15 @@ const (
 	maxGroupBackgroundEvents = 4096
 )
 
+// maxGroupBesideBarrier bounds the write-behind batches of a group that
+// holds a barrier: once it holds one, it takes more write-behind batches
+// only while it has fewer than this many (counting those it took before
+// the barrier joined it). A barrier's commit carried a gather's worth of
+// them (up to maxGroupBackground) and took twice as long at the median as
+// one with a few (docs/durability.md#write-behind-and-barriers); the
+// rest are committed right after it, no sync needed.
+const maxGroupBesideBarrier = 8
+
 // groupGather is how long the committer waits for more write-behind
 // batches when only write-behind batches are queued, fewer than a group
 // takes (maxGroupBackground), before it commits them: under a thousand
@@ -83,13 +92,15 @@ const groupGather = 5 * time.Millisecond
 // commit is the pool's group committer (pool.group set): it commits the
 // queued writes a group at a time, with one appendGroup each, until the
 // pool closes. With only write-behind batches queued it first gathers
-// them for up to groupGather (gatherWait). A group takes its writes one at a time while it is being
-// written, barriers first at every step: a turn end queued while a group
-// is written joins that group ahead of the write-behind batches still
-// queued, and one queued once the group has stopped taking work (while it
-// commits) is the first write of the next group. So a barrier never waits
-// behind more write-behind work than the one session's write in progress
-// and the bounded group it is committing with (see maxGroupBackground).
+// them for up to groupGather (gatherWait). A group takes its writes one
+// at a time while it is being written, barriers first at every step: a
+// turn end queued while a group is written joins that group ahead of the
+// write-behind batches still queued, and one queued once the group has
+// stopped taking work (while it commits) is the first write of the next
+// group. So a barrier never waits behind more write-behind work than the
+// one session's write in progress and the bounded group it is committing
+// with (see maxGroupBackground), and its own group takes few write-behind
+// batches (maxGroupBesideBarrier).
 // One committer, so one group in flight: a second concurrent transaction
 // on one database file would only wait for the first's lock.
 //
@@ -146,8 +157,8 @@ type groupCycle struct {
 	// group is written.
 	taken []takenBatch
 	// behind and behindEvents count the write-behind batches taken and
-	// their events.
-	behind, behindEvents int
+	// their events, barriers the barriers.
+	behind, behindEvents, barriers int
 }
 
 // next hands the store the group's next write: the first one taken, then
@@ -206,13 +217,19 @@ func (p *pool) takeForGroup(g *groupCycle) *writeJob {
 		return nil
 	}
 	if j := p.gBarrier.pop(); j != nil {
+		g.barriers++
 		return j
 	}
-	if g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents {
+	if g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents ||
+		(g.barriers > 0 && g.behind >= maxGroupBesideBarrier) {
 		return nil
 	}
 	j := p.gBehind.pop()
-	if j != nil && !j.sync {
+	switch {
+	case j == nil:
+	case j.sync: // promoted, still in this queue too
+		g.barriers++
+	default:
 		g.behind++
 		g.behindEvents += len(j.batch)
 	}

@@ -11,11 +11,12 @@ import (
 	"github.com/dshgo/dsh/actors/session"
 )
 
-// Tests of the committer's gather (group.go, groupGather): with only
-// write-behind batches queued it waits for more of them before it
-// commits, but never while a barrier is queued. They run in synctest
-// bubbles, whose clock moves only while every goroutine waits: the
-// commits' times are exact.
+// Tests of how the committer cuts groups (group.go): with only
+// write-behind batches queued it gathers them for groupGather before it
+// commits, but never while a barrier is queued; a group holding a barrier
+// takes few write-behind batches (maxGroupBesideBarrier). They run in
+// synctest bubbles, whose clock moves only while every goroutine waits:
+// the commits' times are exact.
 
 // gatherRig is a pool over a groupStore, and a session per write with a
 // first batch of two events to write.
@@ -128,5 +129,38 @@ func TestGroupCommitGatherEndsAtAFullGroup(t *testing.T) {
 			require.NoError(t, o.err)
 			require.False(t, o.synced)
 		}
+	})
+}
+
+// TestGroupCommitBarrierCarriesFewWriteBehindBatches: a barrier queued
+// behind twenty gathered write-behind batches is committed at once, with
+// the oldest maxGroupBesideBarrier of them (its sync covers them); the
+// others follow in a group of their own, not synced. Before, the
+// barrier's commit took them all.
+func TestGroupCommitBarrierCarriesFewWriteBehindBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newGatherRig(t)
+		start := time.Now()
+		var behind []session.SessionID
+		for i := range 20 {
+			behind = append(behind, r.submit(t, fmt.Sprintf("s-behind-%02d", i), false))
+		}
+		synctest.Wait()
+		require.Empty(t, r.store.entered, "gathering")
+		turn := r.submit(t, "s-turn", true)
+		want := append([]session.SessionID{turn}, behind[:maxGroupBesideBarrier]...)
+		require.Equal(t, want, r.store.waitCommit(t), "the barrier, then the oldest write-behind batches, a few")
+		require.Zero(t, time.Since(start))
+		r.store.release(1)
+		for id, o := range r.outcomesOf(len(want)) {
+			require.Equal(t, gatherOutcome{id: id, synced: true}, o)
+		}
+		require.Equal(t, behind[maxGroupBesideBarrier:], r.store.waitCommit(t), "the rest in a group of their own")
+		r.store.release(1)
+		for id, o := range r.outcomesOf(len(behind) - maxGroupBesideBarrier) {
+			require.Equal(t, gatherOutcome{id: id}, o)
+		}
+		_, durables, _ := r.store.stats()
+		require.Equal(t, []bool{true, false}, durables)
 	})
 }
