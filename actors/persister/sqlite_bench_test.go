@@ -1,9 +1,12 @@
 package persister
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -144,4 +147,96 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSQLitePacedGroupCommit is the committer (group.go) over a
+// SQLite store under a paced mix, without the actors in front of it: a
+// thousand sessions' write-behind batches, five a millisecond (each
+// session one every 200 ms, as streaming sessions send them), and a turn
+// end, a barrier, every 5 ms. One op is 5 ms of that load, in real time.
+// It reports the barriers' latency from submit to outcome (p50, p99, in
+// ns), the group commits per op and the process's CPU per op.
+func BenchmarkSQLitePacedGroupCommit(b *testing.B) {
+	const stored, behindPerOp = 1000, 25
+	sb := newSQLiteBench(b, stored)
+	for range stored / 100 {
+		sb.commit(sb.group(100, true))
+	}
+	// Every batch is built before the clock starts: a turn per batch,
+	// sessions in turn, a barrier after every behindPerOp write-behind
+	// batches.
+	type write struct {
+		batch groupBatch
+		at    time.Duration // when it is submitted, from the start
+	}
+	var writes []write
+	tick := 5 * time.Millisecond
+	for op := range b.N {
+		for i, g := range sb.group(behindPerOp+1, false) {
+			at := time.Duration(op)*tick + time.Duration(i)*tick/behindPerOp
+			g.Durable = i == behindPerOp
+			writes = append(writes, write{batch: g, at: at})
+		}
+	}
+	store := &countedGroups{SQLiteStore: sb.s}
+	p := newPool(0, store, time.Minute, nil)
+	defer p.close()
+	var mu sync.Mutex
+	var took []time.Duration
+	var failed error
+	var wg sync.WaitGroup
+	// One write per session in flight, as its shard keeps it: a session's
+	// next write waits for its last (only when the store falls 200 ms
+	// behind).
+	inFlight := map[session.SessionID]chan struct{}{}
+	b.ResetTimer()
+	cpu0 := processCPU()
+	start := time.Now()
+	for _, w := range writes {
+		if d := w.at - time.Since(start); d > 0 {
+			<-time.After(d)
+		}
+		if last := inFlight[w.batch.ID]; last != nil {
+			<-last
+		}
+		finished := make(chan struct{})
+		inFlight[w.batch.ID] = finished
+		submitted := time.Now()
+		durable := w.batch.Durable
+		wg.Add(1)
+		p.submitJob(&writeJob{id: w.batch.ID, batch: w.batch.Events, sync: durable, done: func(_ bool, err error) {
+			mu.Lock()
+			if err != nil && failed == nil {
+				failed = err
+			}
+			if durable {
+				took = append(took, time.Since(submitted))
+			}
+			mu.Unlock()
+			close(finished)
+			wg.Done()
+		}}, durable)
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu := processCPU() - cpu0
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(store.groups.Load())/float64(b.N), "commits/op")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// countedGroups is a SQLite store that counts its group commits.
+type countedGroups struct {
+	*SQLiteStore
+	groups atomic.Int64
+}
+
+func (c *countedGroups) appendGroup(ctx context.Context, next func() (groupBatch, bool)) []error {
+	c.groups.Add(1)
+	return c.SQLiteStore.appendGroup(ctx, next)
 }
