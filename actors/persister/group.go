@@ -68,18 +68,10 @@ const (
 	maxGroupBackgroundEvents = 4096
 )
 
-// maxGroupBesideBarrier bounds the write-behind batches of a group that
-// holds a barrier: once it holds one, it takes more write-behind batches
-// only while it has fewer than this many (counting those it took before
-// the barrier joined it). A barrier's commit carried a gather's worth of
-// them (up to maxGroupBackground) and took twice as long at the median as
-// one with a few (docs/durability.md#write-behind-and-barriers); the
-// rest are committed right after it, no sync needed.
-const maxGroupBesideBarrier = 8
-
 // groupGather is how long the committer waits for more write-behind
 // batches when only write-behind batches are queued, fewer than a group
-// takes (maxGroupBackground), before it commits them: under a thousand
+// takes (maxGroupBackground), before it commits them (from the oldest
+// one's queueing: a batch waits groupGather at most): under a thousand
 // streaming sessions a commit of one session's batch was the usual group
 // (tens of thousands of commits in a paced run, each paying a
 // transaction's fixed costs and rewriting the same table and index pages
@@ -99,8 +91,11 @@ const groupGather = 5 * time.Millisecond
 // stopped taking work (while it commits) is the first write of the next
 // group. So a barrier never waits behind more write-behind work than the
 // one session's write in progress and the bounded group it is committing
-// with (see maxGroupBackground), and its own group takes few write-behind
-// batches (maxGroupBesideBarrier).
+// with (see maxGroupBackground). A group that holds a barrier takes no
+// more write-behind batches: a barrier's commit carried a gather's worth
+// of them (up to maxGroupBackground) and took twice as long at the median
+// as one with none; they are committed right after it, no sync needed
+// (docs/durability.md#write-behind-and-barriers).
 // One committer, so one group in flight: a second concurrent transaction
 // on one database file would only wait for the first's lock.
 //
@@ -110,10 +105,9 @@ const groupGather = 5 * time.Millisecond
 // write-behind group's commit first.
 func (p *pool) commit() {
 	g := &groupCycle{p: p}
-	var since time.Time // when the gather began; zero: not begun
 	var timer *time.Timer
 	for {
-		if d := p.gatherWait(&since); d > 0 {
+		if d := p.gatherWait(); d > 0 {
 			if timer == nil {
 				timer = time.NewTimer(d)
 			} else {
@@ -138,7 +132,6 @@ func (p *pool) commit() {
 				return
 			}
 		}
-		since = time.Time{}
 		g.first = first
 		g.commitGroup()
 		clear(g.jobs)
@@ -185,27 +178,19 @@ type takenBatch struct {
 }
 
 // gatherWait returns how long the committer waits before it takes a
-// group: what is left of the gather (groupGather from *since, which it
-// sets when the gather begins) while only write-behind batches are
+// group: what is left of the oldest write-behind batch's gather
+// (groupGather from its queueing) while only write-behind batches are
 // queued, fewer than maxGroupBackground; 0 when a group is to be taken
 // now (a barrier queued, a group's worth of write-behind, the gather
 // over) or nothing is queued (the committer then waits for work).
-func (p *pool) gatherWait(since *time.Time) time.Duration {
+func (p *pool) gatherWait() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.gBehind.len()
-	if n == 0 {
-		*since = time.Time{}
+	if n == 0 || p.closed || p.gBarrier.len() > 0 || n >= maxGroupBackground {
 		return 0
 	}
-	if p.closed || p.gBarrier.len() > 0 || n >= maxGroupBackground {
-		return 0
-	}
-	now := time.Now()
-	if since.IsZero() {
-		*since = now
-	}
-	return max(0, groupGather-now.Sub(*since))
+	return max(0, groupGather-time.Since(p.gBehind.jobs[p.gBehind.head].queued))
 }
 
 // takeForGroup takes the next write of group g (see groupCycle.next), nil
@@ -220,8 +205,7 @@ func (p *pool) takeForGroup(g *groupCycle) *writeJob {
 		g.barriers++
 		return j
 	}
-	if g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents ||
-		(g.barriers > 0 && g.behind >= maxGroupBesideBarrier) {
+	if g.barriers > 0 || g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents {
 		return nil
 	}
 	j := p.gBehind.pop()

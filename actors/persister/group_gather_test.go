@@ -14,7 +14,7 @@ import (
 // Tests of how the committer cuts groups (group.go): with only
 // write-behind batches queued it gathers them for groupGather before it
 // commits, but never while a barrier is queued; a group holding a barrier
-// takes few write-behind batches (maxGroupBesideBarrier). They run in
+// takes no more write-behind batches. They run in
 // synctest bubbles, whose clock moves only while every goroutine waits:
 // the commits' times are exact.
 
@@ -90,8 +90,7 @@ func TestGroupCommitGathersWriteBehind(t *testing.T) {
 }
 
 // TestGroupCommitGatherNeverHoldsABarrier: a barrier queued while the
-// committer gathers write-behind batches is committed at once, first in
-// its group, with the batches gathered: the group's sync covers them.
+// committer gathers write-behind batches is committed at once.
 func TestGroupCommitGatherNeverHoldsABarrier(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newGatherRig(t)
@@ -100,15 +99,15 @@ func TestGroupCommitGatherNeverHoldsABarrier(t *testing.T) {
 		synctest.Wait()
 		require.Empty(t, r.store.entered, "gathering")
 		turn := r.submit(t, "s-turn", true)
-		require.Equal(t, []session.SessionID{turn, behind}, r.store.waitCommit(t), "the barrier first")
+		require.Equal(t, []session.SessionID{turn}, r.store.waitCommit(t))
 		require.Zero(t, time.Since(start), "at once: the barrier did not wait for the gather")
 		r.store.release(1)
-		require.Equal(t, map[session.SessionID]gatherOutcome{
-			turn:   {id: turn, synced: true},
-			behind: {id: behind, synced: true},
-		}, r.outcomesOf(2))
+		require.Equal(t, gatherOutcome{id: turn, synced: true}, <-r.outcomes)
+		require.Equal(t, []session.SessionID{behind}, r.store.waitCommit(t))
+		r.store.release(1)
+		require.Equal(t, gatherOutcome{id: behind}, <-r.outcomes)
 		_, durables, _ := r.store.stats()
-		require.Equal(t, []bool{true}, durables)
+		require.Equal(t, []bool{true, false}, durables)
 	})
 }
 
@@ -132,12 +131,12 @@ func TestGroupCommitGatherEndsAtAFullGroup(t *testing.T) {
 	})
 }
 
-// TestGroupCommitBarrierCarriesFewWriteBehindBatches: a barrier queued
-// behind twenty gathered write-behind batches is committed at once, with
-// the oldest maxGroupBesideBarrier of them (its sync covers them); the
-// others follow in a group of their own, not synced. Before, the
-// barrier's commit took them all.
-func TestGroupCommitBarrierCarriesFewWriteBehindBatches(t *testing.T) {
+// TestGroupCommitBarrierGroupTakesNoWriteBehind: a barrier queued
+// behind twenty gathered write-behind batches is committed at once, alone;
+// the batches follow in a group of their own, not synced, once the oldest
+// one's gather is over (the barrier's group does not start it again).
+// Before, the barrier's commit took them all.
+func TestGroupCommitBarrierGroupTakesNoWriteBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newGatherRig(t)
 		start := time.Now()
@@ -147,17 +146,16 @@ func TestGroupCommitBarrierCarriesFewWriteBehindBatches(t *testing.T) {
 		}
 		synctest.Wait()
 		require.Empty(t, r.store.entered, "gathering")
+		<-time.After(groupGather / 2)
 		turn := r.submit(t, "s-turn", true)
-		want := append([]session.SessionID{turn}, behind[:maxGroupBesideBarrier]...)
-		require.Equal(t, want, r.store.waitCommit(t), "the barrier, then the oldest write-behind batches, a few")
-		require.Zero(t, time.Since(start))
+		require.Equal(t, []session.SessionID{turn}, r.store.waitCommit(t), "the barrier alone")
+		require.Equal(t, groupGather/2, time.Since(start), "at once")
 		r.store.release(1)
-		for id, o := range r.outcomesOf(len(want)) {
-			require.Equal(t, gatherOutcome{id: id, synced: true}, o)
-		}
-		require.Equal(t, behind[maxGroupBesideBarrier:], r.store.waitCommit(t), "the rest in a group of their own")
+		require.Equal(t, gatherOutcome{id: turn, synced: true}, <-r.outcomes)
+		require.Equal(t, behind, r.store.waitCommit(t), "the write-behind batches in a group of their own")
+		require.Equal(t, groupGather, time.Since(start), "once the oldest one's gather is over")
 		r.store.release(1)
-		for id, o := range r.outcomesOf(len(behind) - maxGroupBesideBarrier) {
+		for id, o := range r.outcomesOf(len(behind)) {
 			require.Equal(t, gatherOutcome{id: id}, o)
 		}
 		_, durables, _ := r.store.stats()

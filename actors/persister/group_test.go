@@ -174,9 +174,11 @@ func lastSeqOf(evs []session.Event) int64 { return evs[len(evs)-1].Seq() }
 
 // TestActorGroupCommitCoversManyTurnEnds: while one group commits, the
 // turn ends of eight sessions and another session's write-behind batch
-// queue up; the next commit takes them all at once (barriers first), and
-// that one commit makes each session durable up to its own last event,
-// the write-behind batch included. Nothing goes through Append.
+// queue up; the next commit takes the turn ends at once, and that one
+// commit makes each session durable up to its own last event. The
+// write-behind batch follows in a commit of its own, not synced (a group
+// that holds a barrier takes no more write-behind batches). Nothing goes
+// through Append.
 func TestActorGroupCommitCoversManyTurnEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newGroupStore()
@@ -200,19 +202,22 @@ func TestActorGroupCommitCoversManyTurnEnds(t *testing.T) {
 
 		store.release(1)
 		r.owner.waitDurable(t, first, lastSeqOf(fevs))
-		require.Equal(t, append(slices.Clone(ids), behind), store.waitCommit(t),
-			"one commit for everything queued meanwhile, barriers first")
+		require.Equal(t, ids, store.waitCommit(t), "one commit for every turn end queued meanwhile")
 		store.release(1)
 		for _, id := range ids {
 			r.owner.waitDurable(t, id, last[id])
 			require.Equal(t, last[id], store.lastSeq(id))
 		}
-		r.owner.waitDurable(t, behind, lastSeqOf(bevs))
+		require.Equal(t, []session.SessionID{behind}, store.waitCommit(t), "then the write-behind batch")
+		store.release(1)
 		synctest.Wait()
+		require.Equal(t, lastSeqOf(bevs), store.lastSeq(behind))
+		_, ok := r.owner.durableOf(behind)
+		require.False(t, ok, "a write-behind batch alone is not durable")
 
 		commits, durables, direct := store.stats()
-		require.Len(t, commits, 2, "two commits for nine sessions' turn ends")
-		require.Equal(t, []bool{true, true}, durables)
+		require.Len(t, commits, 3, "two commits for nine sessions' turn ends, one for the write-behind batch")
+		require.Equal(t, []bool{true, true, false}, durables)
 		require.Zero(t, direct, "no write outside a group")
 		for _, id := range append(slices.Clone(ids), first) {
 			require.Len(t, store.batchesOf(id), 1, "%s: one batch", id)
@@ -356,7 +361,8 @@ func TestAppendGroupSafelyFailsEveryBatchOfABrokenStore(t *testing.T) {
 // TestActorGroupCommitBoundsWriteBehindBatches: a commit takes at most
 // maxGroupBackground write-behind batches, so that a turn end queued
 // behind a thousand streaming sessions waits for a short commit; the rest
-// follow in the next ones, and a turn end queued meanwhile goes first.
+// follow in the next ones, and a turn end queued meanwhile goes first,
+// alone.
 func TestActorGroupCommitBoundsWriteBehindBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newGroupStore()
@@ -378,11 +384,12 @@ func TestActorGroupCommitBoundsWriteBehindBatches(t *testing.T) {
 		evs := r.turn(turn, 2)
 		synctest.Wait()
 		store.release(1)
-		next := store.waitCommit(t)
-		require.Equal(t, turn, next[0], "the turn end first")
-		require.Len(t, next, 7, "then the six batches left")
+		require.Equal(t, []session.SessionID{turn}, store.waitCommit(t), "the turn end first, alone")
 		store.release(1)
 		r.owner.waitDurable(t, turn, lastSeqOf(evs))
+		require.Len(t, store.waitCommit(t), 6, "then the six batches left")
+		store.release(1)
+		synctest.Wait()
 		for _, id := range behind {
 			require.Equal(t, int64(1), store.lastSeq(id))
 		}
@@ -438,10 +445,9 @@ func (s *stepStore) step(t *testing.T) session.SessionID {
 // written takes its writes one at a time, barriers first at every step: a
 // turn end queued while a long write-behind group is written joins it
 // ahead of the write-behind batches still queued (and makes the group a
-// barrier), the group, past maxGroupBesideBarrier write-behind batches,
-// then takes no more, and a turn end queued while that group commits is
-// the first write of the next group, ahead of maxGroupBesideBarrier of the
-// write-behind batches left.
+// barrier), the group then takes no more write-behind batches, and a
+// turn end queued while that group commits is the first write of the next
+// group, and its only one: the write-behind batches left follow it.
 func TestActorGroupCommitTurnEndGoesAheadOfQueuedWriteBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newStepStore()
@@ -472,7 +478,7 @@ func TestActorGroupCommitTurnEndGoesAheadOfQueuedWriteBehind(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, turnA, store.step(t), "the turn end joins the group ahead of the write-behind batches queued")
 		require.Equal(t, session.SessionID(""), store.step(t),
-			"holding a barrier and eleven write-behind batches (first and ten), the group takes no more")
+			"holding a barrier, the group takes no more write-behind batches")
 		require.Len(t, store.waitCommit(t), 12)
 
 		bevs := r.turn(turnB, 2)
@@ -484,12 +490,7 @@ func TestActorGroupCommitTurnEndGoesAheadOfQueuedWriteBehind(t *testing.T) {
 			r.owner.waitDurable(t, id, 1)
 		}
 		require.Equal(t, turnB, store.step(t), "the turn end queued during the commit goes first in the next group")
-		beside := 0
-		for id := store.step(t); id != ""; id = store.step(t) {
-			require.True(t, isBehind(id) && !takenBehind[id], "%s: a write-behind batch left", id)
-			beside++
-		}
-		require.Equal(t, maxGroupBesideBarrier, beside, "then a few of the write-behind batches left")
+		require.Equal(t, session.SessionID(""), store.step(t), "and alone: the write-behind batches left follow it")
 		store.release(1)
 		r.owner.waitDurable(t, turnB, lastSeqOf(bevs))
 		_, durables, direct := store.stats()

@@ -81,6 +81,9 @@ type writeJob struct {
 	running bool
 	batch   []session.Event
 	sync    bool
+	// queued is when a write-behind write was queued for the group
+	// committer (its gather: group.go).
+	queued time.Time
 }
 
 // take marks j taken, reporting whether it was not already.
@@ -153,6 +156,7 @@ func (p *pool) submitJob(j *writeJob, first bool) {
 		if first {
 			p.gBarrier.push(j)
 		} else {
+			j.queued = time.Now()
 			p.gBehind.push(j)
 		}
 		p.mu.Unlock()
