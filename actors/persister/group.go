@@ -81,6 +81,14 @@ const (
 // docs/durability.md#write-behind-and-barriers.
 const groupGather = 5 * time.Millisecond
 
+// groupBehindLate is how long a write-behind batch waits before a group
+// that holds a barrier takes it (others do not: see commit): under
+// barriers that never let up (a flat-out run) a write-behind group may
+// never start, and the batches go with the barriers instead, as late as
+// this. Four gathers: in a paced run they are committed by their own
+// groups long before.
+const groupBehindLate = 4 * groupGather
+
 // commit is the pool's group committer (pool.group set): it commits the
 // queued writes a group at a time, with one appendGroup each, until the
 // pool closes. With only write-behind batches queued it first gathers
@@ -92,9 +100,10 @@ const groupGather = 5 * time.Millisecond
 // group. So a barrier never waits behind more write-behind work than the
 // one session's write in progress and the bounded group it is committing
 // with (see maxGroupBackground). A group that holds a barrier takes no
-// more write-behind batches: a barrier's commit carried a gather's worth
-// of them (up to maxGroupBackground) and took twice as long at the median
-// as one with none; they are committed right after it, no sync needed
+// more write-behind batches but late ones (groupBehindLate): a barrier's
+// commit carried a gather's worth of them (up to maxGroupBackground) and
+// took twice as long at the median as one with none; they are committed
+// right after it, no sync needed
 // (docs/durability.md#write-behind-and-barriers).
 // One committer, so one group in flight: a second concurrent transaction
 // on one database file would only wait for the first's lock.
@@ -205,7 +214,10 @@ func (p *pool) takeForGroup(g *groupCycle) *writeJob {
 		g.barriers++
 		return j
 	}
-	if g.barriers > 0 || g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents {
+	if g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents {
+		return nil
+	}
+	if g.barriers > 0 && (p.gBehind.len() == 0 || time.Since(p.gBehind.jobs[p.gBehind.head].queued) < groupBehindLate) {
 		return nil
 	}
 	j := p.gBehind.pop()

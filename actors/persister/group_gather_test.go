@@ -14,7 +14,7 @@ import (
 // Tests of how the committer cuts groups (group.go): with only
 // write-behind batches queued it gathers them for groupGather before it
 // commits, but never while a barrier is queued; a group holding a barrier
-// takes no more write-behind batches. They run in
+// takes no more write-behind batches but late ones. They run in
 // synctest bubbles, whose clock moves only while every goroutine waits:
 // the commits' times are exact.
 
@@ -160,5 +160,30 @@ func TestGroupCommitBarrierGroupTakesNoWriteBehind(t *testing.T) {
 		}
 		_, durables, _ := r.store.stats()
 		require.Equal(t, []bool{true, false}, durables)
+	})
+}
+
+// TestGroupCommitBarrierGroupTakesLateWriteBehind: a write-behind batch
+// that has waited groupBehindLate while barriers kept the committer busy
+// goes in the next barrier's group (its sync covers it), so that barriers
+// that never let up do not hold write-behind batches back.
+func TestGroupCommitBarrierGroupTakesLateWriteBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newGatherRig(t)
+		start := time.Now()
+		first := r.submit(t, "s-first", true)
+		require.Equal(t, []session.SessionID{first}, r.store.waitCommit(t))
+		behind := r.submit(t, "s-behind", false)
+		turn := r.submit(t, "s-turn", true)
+		<-time.After(groupBehindLate)
+		r.store.release(1)
+		require.Equal(t, gatherOutcome{id: first, synced: true}, <-r.outcomes)
+		require.Equal(t, []session.SessionID{turn, behind}, r.store.waitCommit(t), "the barrier, then the late batch")
+		require.Equal(t, groupBehindLate, time.Since(start))
+		r.store.release(1)
+		require.Equal(t, map[session.SessionID]gatherOutcome{
+			turn:   {id: turn, synced: true},
+			behind: {id: behind, synced: true},
+		}, r.outcomesOf(2))
 	})
 }
