@@ -199,7 +199,7 @@ func (p *pool) gatherWait() time.Duration {
 	if n == 0 || p.closed || p.gBarrier.len() > 0 || n >= maxGroupBackground {
 		return 0
 	}
-	return max(0, groupGather-time.Since(p.gBehind.jobs[p.gBehind.head].queued))
+	return max(0, groupGather-p.gBehind.oldestWait())
 }
 
 // takeForGroup takes the next write of group g (see groupCycle.next), nil
@@ -217,7 +217,7 @@ func (p *pool) takeForGroup(g *groupCycle) *writeJob {
 	if g.behind >= maxGroupBackground || g.behindEvents >= maxGroupBackgroundEvents {
 		return nil
 	}
-	if g.barriers > 0 && (p.gBehind.len() == 0 || time.Since(p.gBehind.jobs[p.gBehind.head].queued) < groupBehindLate) {
+	if g.barriers > 0 && p.gBehind.oldestWait() < groupBehindLate { // none queued: 0
 		return nil
 	}
 	j := p.gBehind.pop()

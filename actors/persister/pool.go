@@ -123,6 +123,17 @@ func (q *jobQueue) pop() *writeJob {
 
 func (q *jobQueue) len() int { return len(q.jobs) - q.head }
 
+// oldestWait is how long the job at the head of q has been queued
+// (writeJob.queued, set for the group committer's write-behind queue), 0
+// if q is empty. The head may be a promoted job already taken from the
+// barrier queue, which pop skips.
+func (q *jobQueue) oldestWait() time.Duration {
+	if q.len() == 0 {
+		return 0
+	}
+	return time.Since(q.jobs[q.head].queued)
+}
+
 // newPool starts workers workers, and a group committer if group is not
 // nil (each commit with the deadline timeout). synced, if not nil, is told
 // the duration of each durable write that succeeded.
