@@ -218,6 +218,12 @@ type JSONLStore struct {
 	made     map[string]bool                     // dirs above the root this store may have created, entry not synced yet; guarded by mu
 	orphans  map[string]bool                     // every jsonlSession.orphan; guarded by mu
 	dirSyncs map[string]*dirSyncs                // shared directory fsyncs by directory; guarded by mu
+	// evicting holds, by path, a channel closed once the handle evicted
+	// from the cache for that path is synced and closed (release), and
+	// evictFailed the error of such a sync that failed, until the next
+	// sync of the path reports it (evictionErr); both guarded by mu.
+	evicting    map[string]chan struct{}
+	evictFailed map[string]error
 }
 
 // jsonlSession is what the store knows about one id. mu serialises every
@@ -333,6 +339,9 @@ func newJSONLStore(cfg JSONLConfig, fsys vfs.FS) (*JSONLStore, error) {
 		made:     map[string]bool{},
 		orphans:  map[string]bool{},
 		dirSyncs: map[string]*dirSyncs{},
+
+		evicting:    map[string]chan struct{}{},
+		evictFailed: map[string]error{},
 	}
 	if cfg.Plain {
 		s.artifact, s.other = plainArtifact, zstdArtifact
@@ -452,7 +461,10 @@ func (s *JSONLStore) closeSync(st *jsonlSession) error {
 	if err != nil {
 		return err
 	}
-	err = vfs.Datasync(f)
+	err = s.evictionErr(st.path)
+	if err == nil {
+		err = vfs.Datasync(f)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -117,12 +117,14 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 	}
 }
 
-// Release and Close are barriers: what appends without durable wrote,
-// through a cached handle evicted and closed since, survives a crash after
-// them. Before them a crash may cut it (here: all of it).
+// Release and Close are barriers: what appends without durable wrote
+// survives a crash after them; Close syncs through new descriptors, the
+// cached handles closed first. Before them a crash may cut it (here: all
+// of it). Both handles stay cached (an evicted handle is synced, which
+// TestJSONLEvictedHandleIsSyncedFirst covers).
 func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
 	ctx := t.Context()
-	s, m := newMemJSONL(t, JSONLConfig{MaxOpenFiles: 1})
+	s, m := newMemJSONL(t, JSONLConfig{MaxOpenFiles: 2})
 	var bs []*jlBuilder
 	for _, id := range []session.SessionID{"rel", "clo"} {
 		b := newJL(t, id)
@@ -148,4 +150,75 @@ func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
 	got, err = crashed().Load(ctx, bs[1].id())
 	require.NoError(t, err)
 	requireSameEvents(t, bs[1].events(), got.Events)
+}
+
+// A handle the cache evicts to make room (MaxOpenFiles) is synced before
+// it is closed: what its session wrote through it without durable survives
+// a crash that drops every unsynced byte, though no barrier of that
+// session ran (docs/durability.md#failures).
+func TestJSONLEvictedHandleIsSyncedFirst(t *testing.T) {
+	for _, enc := range encodings {
+		t.Run(enc.name, func(t *testing.T) {
+			ctx := t.Context()
+			s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain, MaxOpenFiles: 1})
+			a, k, path := twoTurnsFirstStored(t, s, "evicted")
+			require.NoError(t, s.Append(ctx, a.id(), a.from(k), NoSync))
+			dropAll := vfs.DropUnsynced(func(int) int { return 0 })
+			require.Less(t, len(readRaw(t, m.CrashCloneWith(dropAll), path)), len(readRaw(t, m, path)),
+				"the second turn is written, not synced")
+
+			b := newJL(t, "evicting")
+			b.textTurn("one", 2)
+			require.NoError(t, s.Create(b.header()))
+			require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync)) // its handle evicts a's
+
+			crashed := newJSONLOn(t, m.CrashCloneWith(dropAll), memRoot, JSONLConfig{Plain: enc.plain})
+			got, err := crashed.Load(ctx, a.id())
+			require.NoError(t, err)
+			requireSameEvents(t, a.events(), got.Events)
+		})
+	}
+}
+
+// If that sync fails, the evicted session's next barrier fails with it
+// (ErrEvictedSync) instead of syncing through a new descriptor, which would
+// succeed over bytes the page cache may have lost: the file is cut back to
+// its last synced size, and the retry of everything after it succeeds.
+func TestJSONLFailedSyncOfAnEvictedHandleFailsTheNextBarrier(t *testing.T) {
+	for _, enc := range encodings {
+		t.Run(enc.name, func(t *testing.T) {
+			ctx := t.Context()
+			s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain, MaxOpenFiles: 1})
+			a, k, path := twoTurnsFirstStored(t, s, "evicted")
+			before := readRaw(t, m, path)
+			require.NoError(t, s.Append(ctx, a.id(), a.from(k), NoSync))
+
+			armed := true
+			m.InjectError(func(op vfs.Op, p string) error {
+				if armed && p == path && op == vfs.OpSync {
+					armed = false
+					return vfs.ErrInjected
+				}
+				return nil
+			})
+			b := newJL(t, "evicting")
+			b.textTurn("one", 2)
+			require.NoError(t, s.Create(b.header()))
+			require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync), "the evicting session's write is not the one that failed")
+			require.False(t, armed, "the evicted handle was synced")
+			m.InjectError(nil)
+
+			k2 := a.len()
+			a.textTurn("three", 2)
+			err := s.Append(ctx, a.id(), a.from(k2), Sync)
+			require.ErrorIs(t, err, ErrEvictedSync)
+			require.ErrorIs(t, err, vfs.ErrInjected)
+			require.Equal(t, before, readRaw(t, m, path), "cut back to the last synced size")
+
+			require.NoError(t, s.Append(ctx, a.id(), a.from(k), Sync), "the retry from the durable watermark")
+			got, err := s.Load(ctx, a.id())
+			require.NoError(t, err)
+			requireSameEvents(t, a.events(), got.Events)
+		})
+	}
 }

@@ -2,16 +2,36 @@ package persister
 
 import (
 	"container/list"
+	"errors"
+	"fmt"
 	"os"
 
 	"github.com/dshgo/dsh/internal/vfs"
 )
 
+// ErrEvictedSync is the error of a JSONL sync refused because the sync
+// of the session's append handle failed when the store's handle cache
+// evicted it: the bytes written since the file's last fsync may be gone
+// from the page cache. The append fails like any failed sync (cut back to
+// the last synced size, retried by the persister).
+var ErrEvictedSync = errors.New("persister: the sync of an evicted append handle failed")
+
 // acquire takes path's append handle out of the cache, or opens one. The
 // caller owns it until release. Handles in use are never in the cache, so
-// eviction never closes a handle under an append.
+// eviction never closes a handle under an append. While the handle last
+// evicted for path is being synced (release), acquire waits for that
+// sync, so that a sync through the new handle cannot return before it.
 func (s *JSONLStore) acquire(path string) (vfs.File, error) {
 	s.mu.Lock()
+	for {
+		done := s.evicting[path]
+		if done == nil {
+			break
+		}
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+	}
 	f := s.handles.take(path)
 	s.mu.Unlock()
 	if f != nil {
@@ -28,25 +48,76 @@ func (s *JSONLStore) dropHandle(path string) {
 	if f != nil {
 		// Closing loses nothing: bytes not synced yet are in the page
 		// cache, st records them as unsynced, and the next barrier syncs
-		// the file through another descriptor.
+		// the file through another descriptor. The caller holds path's
+		// session, so no write of it runs meanwhile.
 		_ = f.Close()
 	}
 }
 
 // release returns a handle to the cache (keep), or closes it: after an
 // error, whatever the handle's state, the next operation opens afresh.
+//
+// A handle the cache evicts to make room (another session's, idle) is
+// synced before it is closed (docs/durability.md#failures): a writeback
+// error of the bytes written through it is reported once, to a
+// descriptor open at the time, so closing it unsynced could lose that
+// report, and with it the only sign that those bytes are gone from the
+// page cache. A failed sync is kept for the path (evictFailed), and the
+// next sync of that session fails with it (sync), which cuts the file
+// back to its last synced size. The evicted session's own operations are
+// not held up by this but for an acquire of the same path, which waits.
 func (s *JSONLStore) release(path string, f vfs.File, keep bool) {
-	var evicted []vfs.File
 	s.mu.Lock()
-	if keep && !s.closed {
-		evicted = s.handles.put(path, f)
-	} else {
-		evicted = []vfs.File{f}
+	if !keep || s.closed {
+		s.mu.Unlock()
+		_ = f.Close()
+		return
+	}
+	dup, evicted := s.handles.put(path, f)
+	var done chan struct{}
+	if len(evicted) > 0 {
+		done = make(chan struct{})
+		for _, h := range evicted {
+			s.evicting[h.path] = done
+		}
 	}
 	s.mu.Unlock()
-	for _, e := range evicted {
-		_ = e.Close() // see dropHandle: a barrier syncs what it wrote
+	if dup != nil {
+		_ = dup.Close() // see dropHandle
 	}
+	if len(evicted) == 0 {
+		return
+	}
+	errs := make([]error, len(evicted))
+	for i, h := range evicted {
+		err := vfs.Datasync(h.f)
+		if cerr := h.f.Close(); err == nil {
+			err = cerr
+		}
+		errs[i] = err
+	}
+	s.mu.Lock()
+	for i, h := range evicted {
+		delete(s.evicting, h.path)
+		if errs[i] != nil {
+			s.evictFailed[h.path] = errs[i]
+		}
+	}
+	s.mu.Unlock()
+	close(done)
+}
+
+// evictionErr returns, and forgets, the error of a failed sync of path's
+// handle when the cache evicted it (release), nil if there was none.
+func (s *JSONLStore) evictionErr(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.evictFailed[path]
+	if err == nil {
+		return nil
+	}
+	delete(s.evictFailed, path)
+	return fmt.Errorf("%w: %w", ErrEvictedSync, err)
 }
 
 // defaultMaxOpenFiles is JSONLConfig.MaxOpenFiles's default under a
@@ -93,20 +164,20 @@ func (c *handleCache) take(path string) vfs.File {
 	return c.order.Remove(el).(*cachedHandle).f
 }
 
-// put caches f as path's handle and returns the handles to close: those
-// evicted beyond the bound, or f itself if path already has one.
-func (c *handleCache) put(path string, f vfs.File) []vfs.File {
+// put caches f as path's handle. It returns f itself as dup if path has
+// a handle already, and the handles evicted beyond the bound: the caller
+// closes them.
+func (c *handleCache) put(path string, f vfs.File) (dup vfs.File, evicted []cachedHandle) {
 	if _, ok := c.byPath[path]; ok {
-		return []vfs.File{f}
+		return f, nil
 	}
 	c.byPath[path] = c.order.PushFront(&cachedHandle{path: path, f: f})
-	var evicted []vfs.File
 	for c.order.Len() > c.max {
 		h := c.order.Remove(c.order.Back()).(*cachedHandle)
 		delete(c.byPath, h.path)
-		evicted = append(evicted, h.f)
+		evicted = append(evicted, *h)
 	}
-	return evicted
+	return nil, evicted
 }
 
 // drain empties the cache and returns its handles.

@@ -115,8 +115,16 @@ func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events 
 // to its last synced size, and f, whose page cache can no longer be
 // trusted, must not be reused: the caller closes it (release without
 // keep) and the next operation opens the file afresh.
+//
+// A failed sync of st's handle when the cache evicted it (release) fails
+// this sync too, without syncing: the bytes written since the last
+// fsync may be lost from the page cache, and the kernel reported that
+// once, to the evicted handle.
 func (s *JSONLStore) sync(st *jsonlSession, f vfs.File) error {
-	err := vfs.Datasync(f)
+	err := s.evictionErr(st.path)
+	if err == nil {
+		err = vfs.Datasync(f)
+	}
 	if err == nil {
 		err = s.syncName(st)
 	}
@@ -151,6 +159,7 @@ func (s *JSONLStore) syncName(st *jsonlSession) error {
 func (s *JSONLStore) unpublish(st *jsonlSession) error {
 	path := st.path
 	s.dropHandle(path)
+	_ = s.evictionErr(path) // concerned the removed file's bytes
 	st.registered, st.path, st.known, st.dirty, st.unnamed, st.nameSynced = true, "", false, false, false, false
 	st.next, st.size, st.syncedNext, st.syncedSize = 0, 0, 0, 0
 	if err := s.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
