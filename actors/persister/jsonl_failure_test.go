@@ -222,3 +222,26 @@ func TestJSONLFailedSyncOfAnEvictedHandleFailsTheNextBarrier(t *testing.T) {
 		})
 	}
 }
+
+// A handle cached after a barrier, with nothing unsynced, is closed
+// without a sync when the cache evicts it: under more sessions writing
+// than MaxOpenFiles, evictions do not add an fsync to every write.
+func TestJSONLEvictingASyncedHandleDoesNotSync(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{MaxOpenFiles: 1})
+	a, _, path := twoTurnsFirstStored(t, s, "evicted") // its handle cached after the barrier
+	syncs := 0
+	m.InjectError(func(op vfs.Op, p string) error {
+		if p == path && op == vfs.OpSync {
+			syncs++
+		}
+		return nil
+	})
+	b := newJL(t, "evicting")
+	b.textTurn("one", 2)
+	require.NoError(t, s.Create(b.header()))
+	require.NoError(t, s.Append(ctx, b.id(), b.events(), Sync)) // its handle evicts a's
+	m.InjectError(nil)
+	require.Zero(t, syncs, "%s was synced already", a.id())
+	require.Equal(t, 1, m.OpenFiles(), "a's handle is closed, b's cached")
+}

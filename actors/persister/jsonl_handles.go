@@ -54,42 +54,50 @@ func (s *JSONLStore) dropHandle(path string) {
 	}
 }
 
-// release returns a handle to the cache (keep), or closes it: after an
-// error, whatever the handle's state, the next operation opens afresh.
+// release returns st's handle to the cache (keep), or closes it: after
+// an error, whatever the handle's state, the next operation opens afresh.
 //
 // A handle the cache evicts to make room (another session's, idle) is
-// synced before it is closed (docs/durability.md#failures): a writeback
-// error of the bytes written through it is reported once, to a
-// descriptor open at the time, so closing it unsynced could lose that
-// report, and with it the only sign that those bytes are gone from the
-// page cache. A failed sync is kept for the path (evictFailed), and the
-// next sync of that session fails with it (sync), which cuts the file
-// back to its last synced size. The evicted session's own operations are
-// not held up by this but for an acquire of the same path, which waits.
-func (s *JSONLStore) release(path string, f vfs.File, keep bool) {
+// synced before it is closed if its session had bytes unsynced when it was
+// cached (docs/durability.md#failures): a writeback error of the bytes
+// written through it is reported once, to a descriptor open at the time,
+// so closing it unsynced could lose that report, and with it the only sign
+// that those bytes are gone from the page cache. A failed sync is kept for
+// the path (evictFailed), and the next sync of that session fails with it
+// (sync), which cuts the file back to its last synced size. The evicted
+// session's own operations are not held up by this but for an acquire of
+// the same path, which waits. A handle cached with nothing unsynced (after
+// a barrier) is closed as it is: nothing written through it can fail.
+func (s *JSONLStore) release(st *jsonlSession, f vfs.File, keep bool) {
 	s.mu.Lock()
 	if !keep || s.closed {
 		s.mu.Unlock()
 		_ = f.Close()
 		return
 	}
-	dup, evicted := s.handles.put(path, f)
+	dup, evicted := s.handles.put(st.path, f, !st.known || st.unsynced())
 	var done chan struct{}
-	if len(evicted) > 0 {
-		done = make(chan struct{})
-		for _, h := range evicted {
-			s.evicting[h.path] = done
+	var syncs []cachedHandle
+	for _, h := range evicted {
+		if !h.unsynced {
+			_ = h.f.Close()
+			continue
 		}
+		if done == nil {
+			done = make(chan struct{})
+		}
+		s.evicting[h.path] = done
+		syncs = append(syncs, h)
 	}
 	s.mu.Unlock()
 	if dup != nil {
 		_ = dup.Close() // see dropHandle
 	}
-	if len(evicted) == 0 {
+	if len(syncs) == 0 {
 		return
 	}
-	errs := make([]error, len(evicted))
-	for i, h := range evicted {
+	errs := make([]error, len(syncs))
+	for i, h := range syncs {
 		err := vfs.Datasync(h.f)
 		if cerr := h.f.Close(); err == nil {
 			err = cerr
@@ -97,7 +105,7 @@ func (s *JSONLStore) release(path string, f vfs.File, keep bool) {
 		errs[i] = err
 	}
 	s.mu.Lock()
-	for i, h := range evicted {
+	for i, h := range syncs {
 		delete(s.evicting, h.path)
 		if errs[i] != nil {
 			s.evictFailed[h.path] = errs[i]
@@ -148,6 +156,9 @@ type handleCache struct {
 type cachedHandle struct {
 	path string
 	f    vfs.File
+	// unsynced says its session had bytes not synced yet when the handle
+	// was cached: its eviction syncs it (release).
+	unsynced bool
 }
 
 func newHandleCache(maxOpen int) handleCache {
@@ -164,14 +175,14 @@ func (c *handleCache) take(path string) vfs.File {
 	return c.order.Remove(el).(*cachedHandle).f
 }
 
-// put caches f as path's handle. It returns f itself as dup if path has
-// a handle already, and the handles evicted beyond the bound: the caller
-// closes them.
-func (c *handleCache) put(path string, f vfs.File) (dup vfs.File, evicted []cachedHandle) {
+// put caches f as path's handle (unsynced: see cachedHandle). It returns
+// f itself as dup if path has a handle already, and the handles evicted
+// beyond the bound: the caller closes them.
+func (c *handleCache) put(path string, f vfs.File, unsynced bool) (dup vfs.File, evicted []cachedHandle) {
 	if _, ok := c.byPath[path]; ok {
 		return f, nil
 	}
-	c.byPath[path] = c.order.PushFront(&cachedHandle{path: path, f: f})
+	c.byPath[path] = c.order.PushFront(&cachedHandle{path: path, f: f, unsynced: unsynced})
 	for c.order.Len() > c.max {
 		h := c.order.Remove(c.order.Back()).(*cachedHandle)
 		delete(c.byPath, h.path)

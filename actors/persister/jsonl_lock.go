@@ -107,7 +107,7 @@ func (s *JSONLStore) syncUnsynced(st *jsonlSession) error {
 	f, err := s.acquire(st.path)
 	if err == nil {
 		err = s.sync(st, f)
-		s.release(st.path, f, err == nil)
+		s.release(st, f, err == nil)
 	}
 	if err != nil {
 		if cerr := s.cutBack(st); cerr != nil {

@@ -84,7 +84,7 @@ func (s *JSONLStore) loadLocked(ctx context.Context, st *jsonlSession, mode repa
 		return Stored{}, err
 	}
 	err = s.repair(st, f, file.Torn, closers)
-	s.release(st.path, f, err == nil)
+	s.release(st, f, err == nil)
 	if err != nil {
 		return Stored{}, fmt.Errorf("commit repair: %w", err)
 	}
@@ -176,7 +176,7 @@ func (s *JSONLStore) clean(st *jsonlSession) error {
 	if err == nil {
 		st.dirty = false
 	}
-	s.release(st.path, f, err == nil)
+	s.release(st, f, err == nil)
 	return err
 }
 

@@ -88,7 +88,7 @@ func (s *JSONLStore) appendLocked(ctx context.Context, st *jsonlSession, events 
 		return err
 	}
 	keep := false
-	defer func() { s.release(st.path, f, keep) }()
+	defer func() { s.release(st, f, keep) }()
 	if err := s.settle(st, f); err != nil {
 		return err
 	}
@@ -311,7 +311,7 @@ func (s *JSONLStore) writeFirst(st *jsonlSession, f vfs.File, path string, event
 		// fails nothing: the barrier fsyncs the directory itself then.
 		st.nameSynced = s.fs.SyncDir(filepath.Dir(path)) == nil
 	}
-	s.release(path, f, true)
+	s.release(st, f, true)
 	return nil
 }
 
