@@ -425,20 +425,26 @@ func (s *JSONLStore) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	files := s.handles.drain()
+	drained := s.handles.drain()
 	sessions := slices.Collect(maps.Values(s.sessions))
 	s.mu.Unlock()
+	// A cached handle syncs its session's unsynced bytes (closeSync).
 	var errs []error
-	for _, f := range files {
-		errs = append(errs, f.Close())
+	cached := make(map[string]vfs.File, len(drained))
+	for _, h := range drained {
+		cached[h.path] = h.f
 	}
 	// A session not in the map holds no lock and nothing unsynced (unlock
 	// keeps those that do: they have a path), and no lock is taken after
 	// closed is set (writerLock).
 	for _, st := range sessions {
 		st.mu.Lock()
+		f := cached[st.path]
+		delete(cached, st.path)
 		if st.unsynced() {
-			errs = append(errs, s.closeSync(st))
+			errs = append(errs, s.closeSync(st, f))
+		} else if f != nil {
+			errs = append(errs, f.Close())
 		}
 		if st.held != nil {
 			errs = append(errs, st.held.Release())
@@ -446,22 +452,28 @@ func (s *JSONLStore) Close() error {
 		}
 		st.mu.Unlock()
 	}
+	for _, f := range cached { // a session gone from the map meanwhile
+		errs = append(errs, f.Close())
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("persister: close: %w", err)
 	}
 	return nil
 }
 
-// closeSync syncs st's file for Close through a descriptor of its own
-// (the cache is closed). A failure is reported; the bytes past the last
-// sync are left as a crash would find them: a torn tail the next Load
-// truncates.
-func (s *JSONLStore) closeSync(st *jsonlSession) error {
-	f, err := s.fs.OpenFile(st.path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return err
+// closeSync syncs st's file for Close through f, its handle from the
+// cache, or else a descriptor of its own, opened once a sync of its
+// evicted handle has finished (acquire), and closes it. A failure is
+// reported; the bytes past the last sync are left as a crash would find
+// them: a torn tail the next Load truncates.
+func (s *JSONLStore) closeSync(st *jsonlSession, f vfs.File) error {
+	if f == nil {
+		var err error
+		if f, err = s.acquire(st.path); err != nil {
+			return err
+		}
 	}
-	err = s.evictionErr(st.path)
+	err := s.evictionErr(st.path)
 	if err == nil {
 		err = vfs.Datasync(f)
 	}

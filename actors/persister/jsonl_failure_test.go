@@ -245,3 +245,28 @@ func TestJSONLEvictingASyncedHandleDoesNotSync(t *testing.T) {
 	require.Zero(t, syncs, "%s was synced already", a.id())
 	require.Equal(t, 1, m.OpenFiles(), "a's handle is closed, b's cached")
 }
+
+// Close syncs a session's unsynced bytes through its cached handle, the
+// descriptor they were written through, rather than closing it first and
+// syncing through a new one (see TestJSONLEvictedHandleIsSyncedFirst for
+// why a closed descriptor's writeback error matters).
+func TestJSONLCloseSyncsThroughTheCachedHandle(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{})
+	a, k, path := twoTurnsFirstStored(t, s, "closing")
+	require.NoError(t, s.Append(ctx, a.id(), a.from(k), NoSync))
+	var ops []vfs.Op
+	m.InjectError(func(op vfs.Op, p string) error {
+		if p == path {
+			ops = append(ops, op)
+		}
+		return nil
+	})
+	require.NoError(t, s.Close())
+	m.InjectError(nil)
+	require.Equal(t, []vfs.Op{vfs.OpSync}, ops, "one sync, no new descriptor")
+	require.Zero(t, m.OpenFiles())
+	got, err := newJSONLOn(t, m.CrashCloneWith(vfs.DropUnsynced(func(int) int { return 0 })), memRoot, JSONLConfig{}).Load(ctx, a.id())
+	require.NoError(t, err)
+	requireSameEvents(t, a.events(), got.Events)
+}

@@ -192,10 +192,10 @@ func (c *handleCache) put(path string, f vfs.File, unsynced bool) (dup vfs.File,
 }
 
 // drain empties the cache and returns its handles.
-func (c *handleCache) drain() []vfs.File {
-	var out []vfs.File
+func (c *handleCache) drain() []cachedHandle {
+	var out []cachedHandle
 	for el := c.order.Front(); el != nil; el = el.Next() {
-		out = append(out, el.Value.(*cachedHandle).f)
+		out = append(out, *el.Value.(*cachedHandle))
 	}
 	c.order.Init()
 	clear(c.byPath)
