@@ -160,9 +160,7 @@ func TestJSONLEvictedHandleIsSyncedFirst(t *testing.T) {
 	for _, enc := range encodings {
 		t.Run(enc.name, func(t *testing.T) {
 			ctx := t.Context()
-			s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain, MaxOpenFiles: 1})
-			a, k, path := twoTurnsFirstStored(t, s, "evicted")
-			require.NoError(t, s.Append(ctx, a.id(), a.from(k), NoSync))
+			s, m, a, path, _ := secondTurnUnsynced(t, enc.plain)
 			dropAll := vfs.DropUnsynced(func(int) int { return 0 })
 			require.Less(t, len(readRaw(t, m.CrashCloneWith(dropAll), path)), len(readRaw(t, m, path)),
 				"the second turn is written, not synced")
@@ -180,6 +178,17 @@ func TestJSONLEvictedHandleIsSyncedFirst(t *testing.T) {
 	}
 }
 
+// secondTurnUnsynced stores twoTurnsFirstStored's session "evicted" in a
+// store that caches one handle (MaxOpenFiles 1), its second turn (from k)
+// written without durable: in its cached handle, not synced.
+func secondTurnUnsynced(t *testing.T, plain bool) (s *JSONLStore, m *vfs.MemFS, a *jlBuilder, path string, k int64) {
+	t.Helper()
+	s, m = newMemJSONL(t, JSONLConfig{Plain: plain, MaxOpenFiles: 1})
+	a, k, path = twoTurnsFirstStored(t, s, "evicted")
+	require.NoError(t, s.Append(t.Context(), a.id(), a.from(k), NoSync))
+	return s, m, a, path, k
+}
+
 // If that sync fails, the evicted session's next barrier fails with it
 // (ErrEvictedSync) instead of syncing through a new descriptor, which would
 // succeed over bytes the page cache may have lost: the file is cut back to
@@ -188,10 +197,8 @@ func TestJSONLFailedSyncOfAnEvictedHandleFailsTheNextBarrier(t *testing.T) {
 	for _, enc := range encodings {
 		t.Run(enc.name, func(t *testing.T) {
 			ctx := t.Context()
-			s, m := newMemJSONL(t, JSONLConfig{Plain: enc.plain, MaxOpenFiles: 1})
-			a, k, path := twoTurnsFirstStored(t, s, "evicted")
-			before := readRaw(t, m, path)
-			require.NoError(t, s.Append(ctx, a.id(), a.from(k), NoSync))
+			s, m, a, path, k := secondTurnUnsynced(t, enc.plain)
+			before := readRaw(t, m.CrashClone(), path)
 
 			armed := true
 			m.InjectError(func(op vfs.Op, p string) error {
