@@ -76,6 +76,12 @@ func logCopy(args []string, stdout, stderr io.Writer) error {
 		for _, l := range listed {
 			ids = append(ids, string(l.Header.ID))
 		}
+		if len(ids) == 0 {
+			// Said, rather than a silent success; and the target is not
+			// created for nothing.
+			fmt.Fprintf(stdout, "no sessions in %s: nothing copied\n", visibleLine(from))
+			return nil
+		}
 	}
 	if toLoc.Scheme == persister.SchemeJSONL {
 		// A data directory is made if missing, as dsh run makes it.

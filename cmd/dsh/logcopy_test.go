@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,4 +183,18 @@ func TestLogCopyJSONLToJSONL(t *testing.T) {
 	}
 	_, err := os.Stat(filepath.Join(dst, "nope"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A source without sessions copies nothing, says so, and leaves the
+// target as it was: not created.
+func TestLogCopyFromAnEmptyStore(t *testing.T) {
+	src := t.TempDir()
+	for _, to := range []string{"jsonl:" + filepath.Join(t.TempDir(), "copy"), "sqlite:" + filepath.Join(t.TempDir(), "copy.db")} {
+		code, out, errOut := runDsh("log", "copy", "--from", "jsonl:"+src, "--to", to)
+		require.Equal(t, exitOK, code, errOut)
+		require.Empty(t, errOut)
+		require.Equal(t, "no sessions in jsonl:"+src+": nothing copied\n", out)
+		_, err := os.Stat(to[strings.Index(to, ":")+1:])
+		require.ErrorIs(t, err, fs.ErrNotExist, "%s is not created", to)
+	}
 }
