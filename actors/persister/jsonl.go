@@ -80,9 +80,12 @@ import (
 // encoded batch (one checksummed zstd frame, or the plain lines) at the
 // end, and a durable one then fdatasyncs the file. The store tracks the
 // file's size at its last
-// fsync; a cached handle evicted (or a session's handle closed) with
-// bytes unsynced loses nothing, since the next barrier's fsync, through a
-// new descriptor, covers them. A failed append truncates the file back to
+// fsync; a cached handle evicted with bytes unsynced is fdatasynced
+// before it is closed, and if that fails the session's next barrier fails
+// (ErrEvictedSync): the kernel reports a writeback error once, to the
+// descriptors open at the time, so a barrier's fsync through a new
+// descriptor could otherwise succeed over bytes that never reached the
+// disk (docs/durability.md#failures). A failed append truncates the file back to
 // the last synced size (through a new descriptor) and fsyncs, so a retry
 // cannot store a seq twice. Bytes once acknowledged durable are never
 // rewritten; the only rewrites are crash repair truncating a tail that was
@@ -146,7 +149,8 @@ type JSONLConfig struct {
 	// does. Reading accepts both either way.
 	NoPack bool
 	// MaxOpenFiles bounds the append handles kept open between appends,
-	// least recently used closed first. Default DefaultMaxOpenFiles, or a
+	// least recently used closed first (synced first if its session has
+	// bytes unsynced). Default DefaultMaxOpenFiles, or a
 	// quarter of the process's descriptor limit (ulimit -n) if that is
 	// less, but at least 256. An
 	// operation in progress holds its own handle on top of the bound, and
