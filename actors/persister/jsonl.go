@@ -465,8 +465,8 @@ func (s *JSONLStore) Close() error {
 	return nil
 }
 
-// closeSync syncs st's file for Close through f, its handle from the
-// cache, or else a descriptor of its own, opened once a sync of its
+// closeSync syncs st's file for Close (sync) through f, its handle from
+// the cache, or else a descriptor of its own, opened once a sync of its
 // evicted handle has finished (acquire), and closes it. A failure is
 // reported; the bytes past the last sync are left as a crash would find
 // them: a torn tail the next Load truncates.
@@ -477,18 +477,9 @@ func (s *JSONLStore) closeSync(st *jsonlSession, f vfs.File) error {
 			return err
 		}
 	}
-	err := s.evictionErr(st.path)
-	if err == nil {
-		err = vfs.Datasync(f)
-	}
+	err := s.sync(st, f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = s.syncName(st)
-	}
-	if err == nil {
-		st.markSynced()
 	}
 	return err
 }
