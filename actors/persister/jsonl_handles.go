@@ -78,9 +78,10 @@ func (s *JSONLStore) release(st *jsonlSession, f vfs.File, keep bool) {
 	dup, evicted := s.handles.put(st.path, f, !st.known || st.unsynced())
 	var done chan struct{}
 	var syncs []cachedHandle
+	var closes []vfs.File // closed as they are, once mu is released
 	for _, h := range evicted {
 		if !h.unsynced {
-			_ = h.f.Close()
+			closes = append(closes, h.f)
 			continue
 		}
 		if done == nil {
@@ -92,6 +93,9 @@ func (s *JSONLStore) release(st *jsonlSession, f vfs.File, keep bool) {
 	s.mu.Unlock()
 	if dup != nil {
 		_ = dup.Close() // see dropHandle
+	}
+	for _, c := range closes {
+		_ = c.Close()
 	}
 	if len(syncs) == 0 {
 		return
