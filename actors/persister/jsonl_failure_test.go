@@ -118,10 +118,10 @@ func TestJSONLFailedTruncateBackIsRepairedFirst(t *testing.T) {
 }
 
 // Release and Close are barriers: what appends without durable wrote
-// survives a crash after them; Close syncs through new descriptors, the
-// cached handles closed first. Before them a crash may cut it (here: all
+// survives a crash after them. Before them a crash may cut it (here: all
 // of it). Both handles stay cached (an evicted handle is synced, which
-// TestJSONLEvictedHandleIsSyncedFirst covers).
+// TestJSONLEvictedHandleIsSyncedFirst covers; Close syncs through the
+// cached one, TestJSONLCloseSyncsThroughTheCachedHandle).
 func TestJSONLReleaseAndCloseAreBarriers(t *testing.T) {
 	ctx := t.Context()
 	s, m := newMemJSONL(t, JSONLConfig{MaxOpenFiles: 2})
