@@ -418,7 +418,8 @@ func (s *JSONLStore) Create(h session.Header) error {
 // Close syncs what appends without durable wrote (a barrier of every
 // session), closes the cached handles and releases every writer lock.
 // Later calls, Close included, fail with ErrClosed. Operations in progress
-// finish; their handles are closed as they return them, and a session's
+// finish; their handles are closed as they return them (synced first if
+// their session has bytes unsynced, as an evicted handle is), and a session's
 // lock is released only once the operation in progress on it has
 // finished: releasing it under a write would let another writer in while
 // this one still writes.

@@ -1,7 +1,10 @@
 package persister
 
 import (
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -276,4 +279,54 @@ func TestJSONLCloseSyncsThroughTheCachedHandle(t *testing.T) {
 	got, err := newJSONLOn(t, m.CrashCloneWith(vfs.DropUnsynced(func(int) int { return 0 })), memRoot, JSONLConfig{}).Load(ctx, a.id())
 	require.NoError(t, err)
 	requireSameEvents(t, a.events(), got.Events)
+}
+
+// An append still running when Close starts returns its handle after
+// Close has emptied the cache. If its session has bytes unsynced, that
+// handle is synced before it is closed, as an evicted one is, and a failed
+// sync fails Close with ErrEvictedSync. Closing it unsynced and letting
+// Close sync through a new descriptor could succeed over bytes whose
+// writeback error only the closed descriptor would have been told of.
+func TestJSONLHandleReturnedAfterCloseIsSyncedFirst(t *testing.T) {
+	ctx := t.Context()
+	s, m := newMemJSONL(t, JSONLConfig{})
+	a, k, path := twoTurnsFirstStored(t, s, "closing")
+
+	writing, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	syncs := 0
+	m.InjectError(func(op vfs.Op, p string) error {
+		if p != path {
+			return nil
+		}
+		switch op {
+		case vfs.OpWrite:
+			once.Do(func() { close(writing); <-resume })
+		case vfs.OpSync:
+			mu.Lock()
+			defer mu.Unlock()
+			if syncs++; syncs == 1 {
+				return vfs.ErrInjected
+			}
+		}
+		return nil
+	})
+	appended := make(chan error, 1)
+	go func() { appended <- s.Append(ctx, a.id(), a.from(k), NoSync) }()
+	<-writing
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.isClosed() {
+		require.True(t, time.Now().Before(deadline), "Close did not start")
+		runtime.Gosched()
+	}
+	close(resume)
+	require.NoError(t, <-appended)
+	err := <-closed
+	m.InjectError(nil)
+	require.ErrorIs(t, err, ErrEvictedSync, "the sync through the descriptor the append wrote through failed")
+	require.ErrorIs(t, err, vfs.ErrInjected)
+	require.Zero(t, m.OpenFiles())
 }

@@ -46,10 +46,11 @@ func (s *JSONLStore) dropHandle(path string) {
 	f := s.handles.take(path)
 	s.mu.Unlock()
 	if f != nil {
-		// Closing loses nothing: bytes not synced yet are in the page
-		// cache, st records them as unsynced, and the next barrier syncs
-		// the file through another descriptor. The caller holds path's
-		// session, so no write of it runs meanwhile.
+		// Closing it unsynced is safe only because every caller drops it
+		// with nothing unsynced (after a barrier, or with the file about
+		// to be removed): a writeback error is reported once, to the
+		// descriptors open at the time (see release). The caller holds
+		// path's session, so no write of it runs meanwhile.
 		_ = f.Close()
 	}
 }
@@ -68,14 +69,24 @@ func (s *JSONLStore) dropHandle(path string) {
 // session's own operations are not held up by this but for an acquire of
 // the same path, which waits. A handle cached with nothing unsynced (after
 // a barrier) is closed as it is: nothing written through it can fail.
+// A handle returned after Close has emptied the cache (an operation that
+// was running) leaves it for good as an evicted one does: synced first if
+// its session has bytes unsynced, a failure reported by Close's sync.
 func (s *JSONLStore) release(st *jsonlSession, f vfs.File, keep bool) {
 	s.mu.Lock()
-	if !keep || s.closed {
+	if !keep {
 		s.mu.Unlock()
 		_ = f.Close()
 		return
 	}
-	dup, evicted := s.handles.put(st.path, f, !st.known || st.unsynced())
+	unsynced := !st.known || st.unsynced()
+	var dup vfs.File
+	var evicted []cachedHandle
+	if s.closed {
+		evicted = []cachedHandle{{path: st.path, f: f, unsynced: unsynced}}
+	} else {
+		dup, evicted = s.handles.put(st.path, f, unsynced)
+	}
 	var done chan struct{}
 	var syncs []cachedHandle
 	var closes []vfs.File // closed as they are, once mu is released
@@ -92,7 +103,7 @@ func (s *JSONLStore) release(st *jsonlSession, f vfs.File, keep bool) {
 	}
 	s.mu.Unlock()
 	if dup != nil {
-		_ = dup.Close() // see dropHandle
+		_ = dup.Close() // the cached descriptor stays open to be synced
 	}
 	for _, c := range closes {
 		_ = c.Close()
