@@ -78,23 +78,17 @@ func benchFirstWrite(b *testing.B, parent string, first bool) {
 			require.NoError(b, s.Create(l.header()))
 		}
 		events := turn(l)
-		s0, c0 := systemCPU(), processCPU()
+		c0, s0 := rusageCPU()
 		b.StartTimer()
 		if err := s.Append(ctx, l.id(), events, Sync); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		sys += systemCPU() - s0
-		cpu += processCPU() - c0
+		c1, s1 := rusageCPU()
+		sys += s1 - s0
+		cpu += c1 - c0
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(sys.Nanoseconds())/float64(b.N), "sys-ns/op")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// systemCPU is the kernel's CPU time on the process's behalf.
-func systemCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Stime.Nano())
 }
